@@ -1,0 +1,65 @@
+// Command sandbox is the one binary of the service: `sandbox serve` runs the
+// server; the other verbs (keys, image) work against a data directory on the
+// same machine.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `sandbox — lease isolated gVisor sandboxes over HTTP
+
+Usage:
+  sandbox serve --data DIR [--listen ADDR] [--images DIR] [--reap-every DUR]
+        run the server (see 'sandbox serve -h')
+  sandbox keys create --data DIR --org ORG
+        mint an API key for ORG and print it alone on stdout
+  sandbox image build exec|dev|desktop|android [--images DIR]
+        build a class image from Debian packages (idempotent)
+  sandbox image list [--images DIR]
+        show which class images are built
+
+Every API call carries 'Authorization: Bearer <key>'. Start with:
+  sandbox keys create --data /var/lib/sandbox --org myteam
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "sandbox:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("missing command")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	case "keys":
+		return keys(ctx, args[1:], stdout, stderr)
+	case "image":
+		return imageCmd(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// defaultData is where the one-command setup keeps its state.
+const defaultData = "/var/lib/sandbox"

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+// PinnedRunsc is where scripts/deps.sh installs the runsc build this server
+// is tested with. Debian's own runsc package is too old for current kernels.
+const PinnedRunsc = "/usr/local/libexec/sandbox/runsc-20260905035102-160fafc42237"
+
+// serveConfig is the server's configuration, from flags.
+type serveConfig struct {
+	Data      string
+	Listen    string
+	Images    string
+	ReapEvery time.Duration
+	Runsc     string
+	Platform  string
+	Ceiling   time.Duration
+	Debug     bool
+}
+
+func (c *serveConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Data, "data", "", "data directory: per-org stores, API keys, runtime state (required)")
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
+	fs.StringVar(&c.Images, "images", "", "directory of built class images (default DATA/images)")
+	fs.DurationVar(&c.ReapEvery, "reap-every", time.Minute, "how often the reaper ends expired leases")
+	fs.StringVar(&c.Runsc, "runsc", envOr("SANDBOX_RUNSC", PinnedRunsc), "the runsc binary (env SANDBOX_RUNSC)")
+	fs.StringVar(&c.Platform, "platform", "systrap", "gVisor platform: systrap or ptrace (kvm hangs on nested VMs)")
+	fs.DurationVar(&c.Ceiling, "ceiling", 24*time.Hour, "absolute bound on any lease, counted from its creation")
+	fs.BoolVar(&c.Debug, "debug", false, "log every request")
+}
+
+// Validate checks the configuration and fills the documented defaults.
+func (c *serveConfig) Validate() error {
+	if c.Data == "" {
+		return errors.New("--data is required")
+	}
+	if c.Images == "" {
+		c.Images = filepath.Join(c.Data, "images")
+	}
+	if c.ReapEvery <= 0 {
+		return errors.New("--reap-every must be positive")
+	}
+	if c.Ceiling <= 0 {
+		return errors.New("--ceiling must be positive")
+	}
+	if _, err := os.Stat(c.Runsc); err != nil {
+		return fmt.Errorf("runsc not found at %s: run scripts/deps.sh, or pass --runsc", c.Runsc)
+	}
+	return nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if cfg.Debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	app, err := newApp(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: app.Handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data", cfg.Data, "images", cfg.Images)
+	fmt.Fprintf(stdout, "sandbox: listening on http://%s\n", ln.Addr())
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	// Sandboxes outlive the server on purpose: a restart re-adopts them.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
+}
+
+// app is the wired server: store, runtime, service and handler.
+type app struct {
+	Handler http.Handler
+	store   *store.Store
+}
+
+func newApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, error) {
+	st, err := store.Open(ctx, cfg.Data)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{
+		Runsc:       cfg.Runsc,
+		StateDir:    filepath.Join(cfg.Data, "runtime"),
+		Platform:    cfg.Platform,
+		ImageRootfs: func(name string) (string, error) { return image.Rootfs(cfg.Images, name) },
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	svc := service.New(service.Config{
+		Ceiling: cfg.Ceiling,
+		ImageReady: func(name string) error {
+			_, err := image.Rootfs(cfg.Images, name)
+			return err
+		},
+	}, st, rt, nil, log)
+	return &app{Handler: api.New(svc, st, log), store: st}, nil
+}
+
+func (a *app) Close() error { return a.store.Close() }

@@ -1,0 +1,209 @@
+// Package api is the HTTP face of the service: routes (net/http patterns),
+// bearer authentication, JSON in and out, and the one place where error
+// kinds become statuses. Handlers hold no policy; they decode, call the
+// service, and encode.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
+)
+
+// Authenticator resolves a bearer token to a principal.
+type Authenticator interface {
+	Principal(ctx context.Context, token string) (sandbox.Principal, error)
+}
+
+// Server serves the HTTP API.
+type Server struct {
+	svc  *service.Service
+	auth Authenticator
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New builds the handler tree.
+func New(svc *service.Service, auth Authenticator, log *slog.Logger) *Server {
+	s := &Server{svc: svc, auth: auth, log: log, mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	// /v1/sandboxes is an alias with identical behaviour.
+	for _, p := range []string{"/v1/sandbox", "/v1/sandboxes"} {
+		s.handle("POST "+p, s.lease)
+		s.handle("GET "+p, s.list)
+		s.handle("GET "+p+"/{id}", s.get)
+		s.handle("DELETE "+p+"/{id}", s.end)
+		s.handle("POST "+p+"/{id}/renew", s.renew)
+		s.handle("POST "+p+"/{id}/exec", s.exec)
+		s.handle("GET "+p+"/{id}/fs", s.readFS)
+		s.handle("POST "+p+"/{id}/fs", s.writeFS)
+	}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such route: " + r.Method + " " + r.URL.Path})
+	})
+}
+
+// handle registers an authenticated JSON handler.
+func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+	s.mux.Handle(pattern, s.authenticate(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	}))
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	s.mux.ServeHTTP(sw, r)
+	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "dur", time.Since(start))
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) authenticate(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
+			s.writeError(w, r, sandbox.Errorf(sandbox.KindUnauthorized, "missing bearer token: send Authorization: Bearer <key>"))
+			return
+		}
+		p, err := s.auth.Principal(r.Context(), token)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		next(w, r.WithContext(sandbox.WithPrincipal(r.Context(), p)))
+	})
+}
+
+func bearer(h string) (string, bool) {
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	t := strings.TrimSpace(h[len(prefix):])
+	return t, t != "" && len(t) <= 4096
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// status is THE mapping from error kinds to HTTP statuses.
+func status(k sandbox.Kind) int {
+	switch k {
+	case sandbox.KindInvalid:
+		return http.StatusBadRequest
+	case sandbox.KindUnauthorized:
+		return http.StatusUnauthorized
+	case sandbox.KindNotFound:
+		return http.StatusNotFound
+	case sandbox.KindConflict:
+		return http.StatusConflict
+	case sandbox.KindPayment:
+		return http.StatusPaymentRequired
+	case sandbox.KindLimit:
+		return http.StatusTooManyRequests
+	case sandbox.KindUnavailable:
+		return http.StatusServiceUnavailable
+	case sandbox.KindBadGateway:
+		return http.StatusBadGateway
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError answers with the error's safe message and logs the detail.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away; nobody reads the answer
+	}
+	kind := sandbox.KindOf(err)
+	code := status(kind)
+	if code >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err, "sandbox", r.PathValue("id"))
+	}
+	var e *sandbox.Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	writeJSON(w, code, errorBody{Error: sandbox.Message(err)})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// maxJSONBody bounds every JSON request body.
+const maxJSONBody = 4 << 20
+
+// decode reads exactly one JSON object into v, refusing unknown fields,
+// trailing data and oversized bodies. An empty body is an empty object.
+func decode(r io.Reader, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r, maxJSONBody+1))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return sandbox.Errorf(sandbox.KindInvalid, "invalid JSON body: %s", jsonProblem(err))
+	}
+	if dec.InputOffset() > maxJSONBody {
+		return sandbox.Errorf(sandbox.KindInvalid, "JSON body larger than %d bytes", maxJSONBody)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return sandbox.Errorf(sandbox.KindInvalid, "invalid JSON body: one object expected, found more")
+	}
+	return nil
+}
+
+// jsonProblem turns a decoding error into a short, safe sentence.
+func jsonProblem(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("syntax error at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		if typ.Field != "" {
+			return fmt.Sprintf("field %q must be %s", typ.Field, typ.Type)
+		}
+		return "must be a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated"
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	return "malformed"
+}

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
+)
+
+func (s *Server) lease(w http.ResponseWriter, r *http.Request) error {
+	var req service.LeaseRequest
+	if err := decode(r.Body, &req); err != nil {
+		return err
+	}
+	sb, err := s.svc.Lease(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sb)
+	return nil
+}
+
+type listBody struct {
+	Sandboxes []*sandbox.Sandbox `json:"sandboxes"`
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	list, err := s.svc.List(r.Context(), q.Get("project"), q.Get("status"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, listBody{Sandboxes: list})
+	return nil
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.svc.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+type renewRequest struct {
+	TTLSec int64 `json:"ttlSec"`
+}
+
+func (s *Server) renew(w http.ResponseWriter, r *http.Request) error {
+	var req renewRequest
+	if err := decode(r.Body, &req); err != nil {
+		return err
+	}
+	sb, err := s.svc.Renew(r.Context(), r.PathValue("id"), req.TTLSec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) end(w http.ResponseWriter, r *http.Request) error {
+	purge, err := flag(r.URL.Query().Get("purge"))
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.End(r.Context(), r.PathValue("id"), purge)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func flag(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "", "0", "false", "no":
+		return false, nil
+	case "1", "true", "yes":
+		return true, nil
+	}
+	return false, sandbox.Errorf(sandbox.KindInvalid, "purge must be 1 or 0, not %q", v)
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
+	var req service.ExecRequest
+	if err := decode(r.Body, &req); err != nil {
+		return err
+	}
+	res, err := s.svc.Exec(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// readFS answers a file's bytes as application/octet-stream, or a
+// directory's entries one per line as text/plain; X-Sandbox-Kind says which.
+func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.svc.Read(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
+	if err != nil {
+		return err
+	}
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Sandbox-Path", res.Path)
+	if res.Dir {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("X-Sandbox-Kind", "directory")
+	} else {
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("X-Sandbox-Kind", "file")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(res.Data)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(res.Data)
+	return nil
+}
+
+func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {
+	body := http.MaxBytesReader(w, r.Body, service.MaxFileBytes)
+	res, err := s.svc.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), body)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, body)
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}

@@ -1,0 +1,166 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+)
+
+// runscFailed is the status runsc exits with when it fails itself (its
+// Fatalf), as opposed to relaying the program's status.
+const runscFailed = 128
+
+// Exec runs one program inside the container through `runsc exec`. The
+// process is described by a process.json (argv, env, cwd, uid, rlimits, no
+// capabilities), so nothing of the caller's is parsed as a runsc flag.
+//
+// Cancelling ctx kills the program INSIDE the sandbox: killing the runsc
+// client alone leaves the process running there, so the client records the
+// in-sandbox pid (--internal-pid-file) and Exec sends it SIGKILL through
+// `runsc kill --pid` before the client is killed.
+func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
+	if len(req.Argv) == 0 {
+		return errors.New("gvisor: empty argv")
+	}
+	m, err := r.loadMeta(name)
+	if err != nil {
+		return err
+	}
+	env := append(r.baseEnv(), req.Env...)
+	if req.TTY && !hasEnv(env, "TERM") {
+		env = append(env, "TERM=xterm-256color")
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = m.Workdir
+	}
+	proc := r.process(m, req.Argv, env, dir)
+	proc.Terminal = req.TTY
+
+	tmp, err := os.MkdirTemp(filepath.Join(r.bundles, name), "exec-")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return runtime.ErrNotFound
+		}
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	procFile := filepath.Join(tmp, "process.json")
+	pidFile := filepath.Join(tmp, "pid")
+	if err := writeJSON(procFile, proc); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	args := append(append([]string{}, m.Flags...), "exec", "--process", procFile, "--internal-pid-file", pidFile, name)
+	cmd := exec.Command(r.cfg.Runsc, args...)
+
+	var ptmx *os.File
+	if req.TTY {
+		ptmx, err = pty.Start(cmd)
+		if err != nil {
+			return fmt.Errorf("gvisor: exec: %w", err)
+		}
+		defer ptmx.Close()
+		go func() {
+			if req.Stdin != nil {
+				io.Copy(ptmx, req.Stdin)
+			}
+		}()
+		go func() {
+			if req.Resize == nil {
+				return
+			}
+			for sz := range req.Resize {
+				pty.Setsize(ptmx, &pty.Winsize{Cols: sz.Cols, Rows: sz.Rows})
+			}
+		}()
+		outDone := make(chan struct{})
+		go func() {
+			defer close(outDone)
+			w := req.Stdout
+			if w == nil {
+				w = io.Discard
+			}
+			io.Copy(w, ptmx) // ends with EIO once the client exits
+		}()
+		defer func() { <-outDone }()
+	} else {
+		cmd.Stdin = req.Stdin
+		cmd.Stdout = req.Stdout
+		cmd.Stderr = req.Stderr
+		cmd.WaitDelay = 2 * time.Second
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("gvisor: exec: %w", err)
+		}
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		r.killInside(m, pidFile)
+		cmd.Process.Kill()
+		<-waited
+		return ctx.Err()
+	}
+	if err == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return fmt.Errorf("gvisor: exec: %w", err)
+	}
+	code := ee.ExitCode()
+	if code == runscFailed || code < 0 {
+		// A program may exit 128 itself; runsc failing never wrote a pid.
+		if b, _ := os.ReadFile(pidFile); len(strings.TrimSpace(string(b))) == 0 {
+			// Either the program could not be started (no such executable:
+			// the caller's mistake, reported like a shell's 127) or the
+			// container is gone (the channel broke).
+			if obj, serr := r.Status(context.WithoutCancel(ctx), name); serr == nil && obj.Running {
+				return &runtime.ExitError{Code: 127}
+			}
+			return fmt.Errorf("gvisor: exec in %s failed before the program started (exit %d)", name, code)
+		}
+	}
+	if code < 0 {
+		code = 128 + 9
+	}
+	return &runtime.ExitError{Code: code}
+}
+
+// killInside sends SIGKILL to the program's in-sandbox pid. It runs detached
+// from the caller's (already cancelled) context.
+func (r *Runtime) killInside(m *meta, pidFile string) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.runsc(ctx, m.Flags, "kill", "--pid", strconv.Itoa(pid), m.Name, "KILL")
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, key+"=") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,496 @@
+// Package gvisor is the embedded runtime backend: it drives a pinned runsc
+// binary with OCI bundles on local disk. It is the only package of the
+// service that starts processes.
+//
+// Each sandbox is one runsc container with --network=none (its own loopback
+// and nothing else), a read-only shared image under an in-memory writable
+// overlay, one bind-mounted host directory as its workdir, uid 1000 inside
+// and cgroup limits from its class. Every call on a container repeats the
+// global flags it was created with (runsc reads them on each invocation), so
+// those flags are rebuilt from the bundle's meta file rather than from the
+// server's current configuration.
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+)
+
+// Config configures the backend. Zero values are documented per field.
+type Config struct {
+	// Runsc is the runsc binary. Required: Debian's runsc package is too old
+	// to work on current kernels, so the caller passes the pinned build.
+	Runsc string
+	// StateDir holds runsc's root, the bundles and the volumes. Required.
+	StateDir string
+	// Platform is runsc's platform; empty means systrap.
+	Platform string
+	// ImageRootfs maps an image name to its complete rootfs directory, or an
+	// error saying it is not built. Required.
+	ImageRootfs func(name string) (string, error)
+	// UID and GID the sandboxed programs run as; zero means 1000.
+	UID, GID int
+}
+
+// Runtime is the gvisor backend.
+type Runtime struct {
+	cfg     Config
+	root    string // runsc --root
+	bundles string
+	volumes string
+
+	mu   sync.Mutex
+	meta map[string]*meta // cached bundle metadata by name
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// meta is written into the bundle directory before runsc is called, so a
+// crash at any point leaves enough on disk to find and delete the container.
+type meta struct {
+	Name      string            `json:"name"`
+	UID       string            `json:"uid"`
+	Labels    map[string]string `json:"labels"`
+	Created   time.Time         `json:"created"`
+	Flags     []string          `json:"flags"` // global runsc flags of this container
+	Volume    runtime.Volume    `json:"volume"`
+	Workdir   string            `json:"workdir"`
+	Pids      int64             `json:"pids"`
+	FileBytes int64             `json:"fileBytes"`
+}
+
+// New checks the configuration and prepares the state directories.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Runsc == "" || cfg.StateDir == "" || cfg.ImageRootfs == nil {
+		return nil, errors.New("gvisor: Runsc, StateDir and ImageRootfs are required")
+	}
+	if _, err := exec.LookPath(cfg.Runsc); err != nil {
+		return nil, fmt.Errorf("gvisor: runsc binary: %w", err)
+	}
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+	}
+	if cfg.UID == 0 {
+		cfg.UID, cfg.GID = 1000, 1000
+	}
+	r := &Runtime{
+		cfg:     cfg,
+		root:    filepath.Join(cfg.StateDir, "runsc"),
+		bundles: filepath.Join(cfg.StateDir, "bundles"),
+		volumes: filepath.Join(cfg.StateDir, "volumes"),
+		meta:    map[string]*meta{},
+	}
+	for _, d := range []string{r.root, r.bundles, r.volumes} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	// The volumes directory is traversed by the gofer on behalf of uid 1000.
+	if err := os.Chmod(r.volumes, 0o711); err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
+	}
+	return r, nil
+}
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{3,62}$`)
+
+func (r *Runtime) globalFlags(rootfsMiB int64) []string {
+	overlay := "root:memory"
+	if rootfsMiB > 0 {
+		overlay += ",size=" + strconv.FormatInt(rootfsMiB, 10) + "M"
+	}
+	return []string{"--root", r.root, "--network=none", "--overlay2=" + overlay, "--platform=" + r.cfg.Platform}
+}
+
+// runsc runs one runsc command to completion and returns its stdout.
+func (r *Runtime) runsc(ctx context.Context, flags []string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(append([]string{}, flags...), args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(lastLines(errb.String(), 5)))
+	}
+	return out.Bytes(), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func newUID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Create writes the bundle, then creates and starts the container. On any
+// failure it tears down what it made and reports every failure.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object, error) {
+	if !namePattern.MatchString(spec.Name) {
+		return runtime.Object{}, fmt.Errorf("gvisor: invalid name %q", spec.Name)
+	}
+	if spec.Labels[runtime.LabelSandbox] == "" {
+		return runtime.Object{}, errors.New("gvisor: spec lacks the sandbox label")
+	}
+	rootfs, err := r.cfg.ImageRootfs(spec.Image)
+	if err != nil {
+		return runtime.Object{}, err
+	}
+	bundle := filepath.Join(r.bundles, spec.Name)
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return runtime.Object{}, fmt.Errorf("gvisor: bundle: %w", err) // names are never reused
+	}
+	m := &meta{
+		Name: spec.Name, UID: newUID(), Labels: spec.Labels, Created: time.Now().UTC(),
+		Flags: r.globalFlags(spec.RootfsMiB), Volume: spec.Volume, Workdir: spec.Workdir,
+		Pids: spec.Pids, FileBytes: spec.FileMiB << 20,
+	}
+	obj, err := r.create(ctx, bundle, rootfs, m, spec)
+	if err != nil {
+		cleanup := r.teardown(context.WithoutCancel(ctx), m)
+		return runtime.Object{}, errors.Join(err, cleanup)
+	}
+	return obj, nil
+}
+
+func (r *Runtime) create(ctx context.Context, bundle, rootfs string, m *meta, spec runtime.Spec) (runtime.Object, error) {
+	if err := writeJSON(filepath.Join(bundle, "meta.json"), m); err != nil {
+		return runtime.Object{}, err
+	}
+	hostDir, err := r.ensureVolume(spec.Volume)
+	if err != nil {
+		return runtime.Object{}, err
+	}
+	if err := writeJSON(filepath.Join(bundle, "config.json"), r.ociSpec(rootfs, hostDir, m, spec)); err != nil {
+		return runtime.Object{}, err
+	}
+	r.mu.Lock()
+	r.meta[m.Name] = m
+	r.mu.Unlock()
+	if err := r.start(ctx, bundle, m); err != nil {
+		return runtime.Object{}, err
+	}
+	return runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created, Running: true}, nil
+}
+
+// start creates and starts the container with one `runsc run --detach`.
+// Its stdio goes to files, never pipes: the sandbox inherits them and a pipe
+// it holds would hang Wait forever. stdout and stderr are separate files.
+func (r *Runtime) start(ctx context.Context, bundle string, m *meta) error {
+	stdout, err := os.Create(filepath.Join(bundle, "runsc.out"))
+	if err != nil {
+		return err
+	}
+	defer stdout.Close()
+	stderr, err := os.Create(filepath.Join(bundle, "runsc.err"))
+	if err != nil {
+		return err
+	}
+	defer stderr.Close()
+	args := append(append([]string{}, m.Flags...), "run", "--detach", "--bundle", bundle, m.Name)
+	cmd := exec.CommandContext(ctx, r.cfg.Runsc, args...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		msg, _ := os.ReadFile(stderr.Name())
+		return fmt.Errorf("runsc run: %w: %s", err, lastLines(string(msg), 5))
+	}
+	return nil
+}
+
+func (r *Runtime) volumePath(name string) (string, error) {
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return "", fmt.Errorf("gvisor: invalid volume name %q", name)
+	}
+	return filepath.Join(r.volumes, name), nil
+}
+
+func (r *Runtime) ensureVolume(v runtime.Volume) (string, error) {
+	p, err := r.volumePath(v.Name)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		return "", fmt.Errorf("gvisor: volume: %w", err)
+	}
+	// uid 1000 inside is uid 1000 on the host (no user namespace remap).
+	if err := os.Chown(p, r.cfg.UID, r.cfg.GID); err != nil {
+		return "", fmt.Errorf("gvisor: volume: %w", err)
+	}
+	return p, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// baseEnv is the environment of every program in a sandbox. It carries no
+// value from the server's own environment.
+func (r *Runtime) baseEnv() []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/home/user", "USER=user", "LOGNAME=user", "LANG=C.UTF-8", "HOSTNAME=sandbox",
+	}
+}
+
+func (r *Runtime) rlimits(m *meta) []rlimit {
+	rl := []rlimit{{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536}}
+	if m.Pids > 0 {
+		rl = append(rl, rlimit{Type: "RLIMIT_NPROC", Hard: uint64(m.Pids), Soft: uint64(m.Pids)})
+	}
+	if m.FileBytes > 0 {
+		rl = append(rl, rlimit{Type: "RLIMIT_FSIZE", Hard: uint64(m.FileBytes), Soft: uint64(m.FileBytes)})
+	}
+	return rl
+}
+
+type rlimit struct {
+	Type string `json:"type"`
+	Hard uint64 `json:"hard"`
+	Soft uint64 `json:"soft"`
+}
+
+type process struct {
+	Terminal        bool                `json:"terminal,omitempty"`
+	ConsoleSize     *consoleSize        `json:"consoleSize,omitempty"`
+	User            map[string]int      `json:"user"`
+	Args            []string            `json:"args"`
+	Env             []string            `json:"env"`
+	Cwd             string              `json:"cwd"`
+	NoNewPrivileges bool                `json:"noNewPrivileges"`
+	Rlimits         []rlimit            `json:"rlimits"`
+	Capabilities    map[string][]string `json:"capabilities"`
+}
+
+type consoleSize struct {
+	Height uint `json:"height"`
+	Width  uint `json:"width"`
+}
+
+func (r *Runtime) process(m *meta, args, env []string, cwd string) process {
+	return process{
+		User:            map[string]int{"uid": r.cfg.UID, "gid": r.cfg.GID},
+		Args:            args,
+		Env:             env,
+		Cwd:             cwd,
+		NoNewPrivileges: true,
+		Rlimits:         r.rlimits(m),
+		// No capabilities at all: the code inside is hostile.
+		Capabilities: map[string][]string{"bounding": {}, "effective": {}, "inheritable": {}, "permitted": {}, "ambient": {}},
+	}
+}
+
+func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) map[string]any {
+	tmpSize := "size=256m"
+	if spec.RootfsMiB > 0 {
+		tmpSize = "size=" + strconv.FormatInt(spec.RootfsMiB, 10) + "m"
+	}
+	annotations := map[string]string{"sandbox.dev/uid": m.UID}
+	for k, v := range m.Labels {
+		annotations[k] = v
+	}
+	resources := map[string]any{
+		// Sentry threads count against pids.max, so it is generous; the
+		// per-user process bound inside is RLIMIT_NPROC.
+		"pids": map[string]any{"limit": 16384},
+	}
+	if spec.MemoryMiB > 0 {
+		resources["memory"] = map[string]any{"limit": spec.MemoryMiB << 20}
+	}
+	if spec.CPUs > 0 {
+		resources["cpu"] = map[string]any{"period": 100000, "quota": int64(spec.CPUs * 100000)}
+	}
+	return map[string]any{
+		"ociVersion": "1.0.2",
+		"process":    r.process(m, []string{"sleep", "infinity"}, r.baseEnv(), spec.Workdir),
+		// The image is shared by every sandbox of its class; writes land in
+		// the per-sandbox in-memory overlay (--overlay2=root:memory).
+		"root":     map[string]any{"path": rootfs, "readonly": false},
+		"hostname": "sandbox",
+		"mounts": []map[string]any{
+			{"destination": "/proc", "type": "proc", "source": "proc"},
+			{"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"nosuid", "noexec", "nodev", "ro"}},
+			{"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "nodev", "mode=1777", tmpSize}},
+			{"destination": spec.Workdir, "type": "bind", "source": hostDir, "options": []string{"rbind", "rw", "nosuid", "nodev"}},
+		},
+		"linux": map[string]any{
+			"namespaces": []map[string]string{
+				{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
+			},
+			"cgroupsPath": "/sandbox/" + m.Name,
+			"resources":   resources,
+		},
+		"annotations": annotations,
+	}
+}
+
+// loadMeta returns the bundle metadata of name, from cache or disk.
+func (r *Runtime) loadMeta(name string) (*meta, error) {
+	r.mu.Lock()
+	m := r.meta[name]
+	r.mu.Unlock()
+	if m != nil {
+		return m, nil
+	}
+	if !namePattern.MatchString(name) {
+		return nil, runtime.ErrNotFound
+	}
+	b, err := os.ReadFile(filepath.Join(r.bundles, name, "meta.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, runtime.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
+	}
+	m = new(meta)
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("gvisor: meta of %s: %w", name, err)
+	}
+	r.mu.Lock()
+	r.meta[name] = m
+	r.mu.Unlock()
+	return m, nil
+}
+
+// Delete kills and removes the container named by ref if its identity is
+// ref.UID, then its bundle and, for scratch, its volume.
+func (r *Runtime) Delete(ctx context.Context, ref runtime.Ref) error {
+	m, err := r.loadMeta(ref.Name)
+	if err != nil {
+		return err
+	}
+	if m.UID != ref.UID {
+		return runtime.ErrConflict
+	}
+	return r.teardown(ctx, m)
+}
+
+// teardown is best effort and reports every failure.
+func (r *Runtime) teardown(ctx context.Context, m *meta) error {
+	var errs []error
+	if _, err := r.runsc(ctx, m.Flags, "delete", "--force", m.Name); err != nil && !strings.Contains(err.Error(), "does not exist") && !strings.Contains(err.Error(), "not found") {
+		errs = append(errs, err)
+	}
+	if m.Volume.Scratch {
+		if p, err := r.volumePath(m.Volume.Name); err == nil {
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(r.bundles, m.Name)); err != nil {
+		errs = append(errs, err)
+	}
+	r.mu.Lock()
+	delete(r.meta, m.Name)
+	r.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// DeleteVolume drops a volume directory.
+func (r *Runtime) DeleteVolume(ctx context.Context, name string) error {
+	p, err := r.volumePath(name)
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(p)
+}
+
+type runscState struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// List returns the objects whose labels include selector. A bundle whose
+// container runsc no longer knows is reported as not running, so a sweep can
+// clear it.
+func (r *Runtime) List(ctx context.Context, selector map[string]string) ([]runtime.Object, error) {
+	out, err := r.runsc(ctx, []string{"--root", r.root}, "list", "--format=json")
+	if err != nil {
+		return nil, err
+	}
+	var states []runscState
+	if len(bytes.TrimSpace(out)) > 0 && !bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
+		if err := json.Unmarshal(out, &states); err != nil {
+			return nil, fmt.Errorf("gvisor: runsc list: %w", err)
+		}
+	}
+	running := map[string]bool{}
+	for _, s := range states {
+		running[s.ID] = s.Status == "running"
+	}
+	entries, err := os.ReadDir(r.bundles)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
+	}
+	var objs []runtime.Object
+	for _, e := range entries {
+		m, err := r.loadMeta(e.Name())
+		if err != nil {
+			continue // a bundle without meta was never started
+		}
+		if !matches(m.Labels, selector) {
+			continue
+		}
+		objs = append(objs, runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created, Running: running[m.Name]})
+	}
+	return objs, nil
+}
+
+func matches(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || (v != "" && got != v) {
+			return false
+		}
+	}
+	return true
+}
+
+// Status reads one container's state from runsc.
+func (r *Runtime) Status(ctx context.Context, name string) (runtime.Object, error) {
+	m, err := r.loadMeta(name)
+	if err != nil {
+		return runtime.Object{}, err
+	}
+	obj := runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created}
+	out, err := r.runsc(ctx, m.Flags, "state", name)
+	if err != nil {
+		return obj, nil // the bundle exists, the container does not run
+	}
+	var s runscState
+	if err := json.Unmarshal(out, &s); err != nil {
+		return obj, fmt.Errorf("gvisor: runsc state: %w", err)
+	}
+	obj.Running = s.Status == "running"
+	return obj, nil
+}

@@ -1,0 +1,112 @@
+// Package runtime defines what the service needs from an isolation backend,
+// and nothing else: create a sandbox from a spec, run a program in it over its
+// one channel (exec), delete it by name AND unique identity, list by label,
+// and read its status. The gvisor backend drives runsc on this machine; a
+// Kubernetes backend drives pods through client-go. Everything above this
+// interface is identical for both.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"time"
+)
+
+// Label keys stamped on every runtime object. The sweep finds strays by
+// LabelSandbox and never by a broader selector.
+const (
+	LabelSandbox   = "sandbox.dev/id"      // the sandbox id the object serves
+	LabelOrg       = "sandbox.dev/org"     // the org's store directory name
+	LabelExpiresAt = "sandbox.dev/expires" // RFC 3339 delete-at, so a sweep can catch strays
+)
+
+// ErrNotFound means no object of that name (or of that identity) exists.
+var ErrNotFound = errors.New("runtime object not found")
+
+// ErrConflict means the name exists but belongs to another identity: the
+// caller must stop, never retry without the precondition.
+var ErrConflict = errors.New("runtime object identity does not match")
+
+// Volume describes the directory mounted at the class workdir.
+type Volume struct {
+	// Name is deterministic per (org, project), or per sandbox for scratch.
+	Name string
+	// Scratch volumes die with the sandbox; project volumes outlive it.
+	Scratch bool
+	// SizeMiB bounds the volume where the backend can (0 = unbounded).
+	SizeMiB int64
+}
+
+// Spec is everything a backend needs to create a sandbox.
+type Spec struct {
+	Name      string            // minted per sandbox, never reused
+	Labels    map[string]string // must include LabelSandbox
+	Image     string            // class image name
+	Workdir   string            // mount point of Volume inside
+	Volume    Volume
+	CPUs      float64
+	MemoryMiB int64
+	Pids      int64
+	RootfsMiB int64
+	FileMiB   int64
+}
+
+// Object is a runtime object as the backend sees it.
+type Object struct {
+	Name    string
+	UID     string // unique identity: a recreated name has a different UID
+	Labels  map[string]string
+	Created time.Time
+	Running bool
+}
+
+// Ref names one object precisely: by name and by identity.
+type Ref struct {
+	Name string
+	UID  string
+}
+
+// Size is a terminal size.
+type Size struct{ Cols, Rows uint16 }
+
+// ExecRequest is one program to run inside a sandbox. Stdout and Stderr may
+// be nil (discarded). With TTY set, Stderr is merged into Stdout and Resize
+// delivers window size changes.
+type ExecRequest struct {
+	Argv   []string
+	Env    []string // KEY=VALUE
+	Dir    string   // absolute, inside
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	TTY    bool
+	Resize <-chan Size
+}
+
+// ExitError reports a program that ran and exited non-zero; it is a result,
+// not a failure of the channel.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return "exit status " + strconv.Itoa(e.Code) }
+
+// Runtime is the isolation backend.
+type Runtime interface {
+	// Create starts a sandbox and returns once it runs. On failure it leaves
+	// nothing behind.
+	Create(ctx context.Context, spec Spec) (Object, error)
+	// Exec runs a program and returns nil on exit 0, *ExitError on another
+	// exit, or any other error when the channel itself broke. Cancelling ctx
+	// kills the program inside, not only the client.
+	Exec(ctx context.Context, name string, req ExecRequest) error
+	// Delete removes the object named by ref.Name only if its identity is
+	// ref.UID; ErrNotFound and ErrConflict mean stop.
+	Delete(ctx context.Context, ref Ref) error
+	// List returns the objects carrying every label in selector.
+	List(ctx context.Context, selector map[string]string) ([]Object, error)
+	// Status returns one object, or ErrNotFound.
+	Status(ctx context.Context, name string) (Object, error)
+	// DeleteVolume drops a project volume (purge). Missing is not an error.
+	DeleteVolume(ctx context.Context, name string) error
+}

@@ -1,0 +1,144 @@
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Status is where a sandbox is in its life.
+type Status string
+
+const (
+	StatusPending Status = "pending" // row written, container being started
+	StatusRunning Status = "running" // the container runs; exec and fs work
+	StatusError   Status = "error"   // the start failed; the reaper ends it
+)
+
+// Known reports whether s is a status a caller may filter on.
+func (s Status) Known() bool {
+	switch s {
+	case StatusPending, StatusRunning, StatusError:
+		return true
+	}
+	return false
+}
+
+// Sandbox is the record of one lease. Name is the runtime's handle (container
+// id or pod name): it is minted per sandbox, never reused, and never shown to
+// a caller.
+type Sandbox struct {
+	ID         string    `json:"id"`
+	Org        string    `json:"-"`
+	Class      string    `json:"class"`
+	Project    string    `json:"project,omitempty"`
+	Status     Status    `json:"status"`
+	Image      string    `json:"image"`
+	Runtime    string    `json:"runtime"`
+	Workdir    string    `json:"workdir"`
+	CreatedAt  time.Time `json:"createdAt"`
+	LastUsedAt time.Time `json:"lastUsedAt"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	Error      string    `json:"error,omitempty"`
+
+	Name   string `json:"-"` // runtime object name
+	UID    string `json:"-"` // runtime object identity, for precondition deletes
+	Volume string `json:"-"` // runtime volume name
+}
+
+// Runtimes a caller may ask for. The operator decides; the answer says what
+// the caller got.
+const (
+	RuntimeGVisor  = "gvisor"
+	RuntimeKataCLH = "kata-clh"
+	RuntimeKataFC  = "kata-fc"
+	RuntimeRunc    = "runc"
+)
+
+// DecideRuntime applies the runtime rules: empty means the server's default;
+// runc is never granted to a tenant; kata-fc cannot carry a volume; anything
+// else must be one the server offers.
+func DecideRuntime(asked, def string, offered []string, hasVolume bool) (string, error) {
+	if asked == "" {
+		return def, nil
+	}
+	switch asked {
+	case RuntimeRunc:
+		return "", Errorf(KindInvalid, "runtime %q is never granted to a tenant", asked)
+	case RuntimeKataFC:
+		if hasVolume {
+			return "", Errorf(KindInvalid, "runtime %q has no shared filesystem and cannot carry a volume", asked)
+		}
+	case RuntimeGVisor, RuntimeKataCLH:
+	default:
+		return "", Errorf(KindInvalid, "unknown runtime %q: choose one of gvisor, kata-clh, kata-fc", asked)
+	}
+	for _, o := range offered {
+		if o == asked {
+			return asked, nil
+		}
+	}
+	return "", Errorf(KindInvalid, "runtime %q is not offered by this server (offered: %s)", asked, strings.Join(offered, ", "))
+}
+
+// DefaultCeiling is the absolute bound on a lease, counted from creation.
+const DefaultCeiling = 24 * time.Hour
+
+// ExpiryFor returns when a lease asked at now for ttlSec ends: ttlSec <= 0
+// means the class default, and nothing ends later than createdAt+ceiling.
+func ExpiryFor(c Class, ttlSec int64, now, createdAt time.Time, ceiling time.Duration) time.Time {
+	ttl := c.DefaultTTL
+	if ttlSec > 0 {
+		// Clamp before multiplying so a huge ttlSec cannot overflow.
+		if ttlSec > int64(ceiling/time.Second) {
+			ttlSec = int64(ceiling / time.Second)
+		}
+		ttl = time.Duration(ttlSec) * time.Second
+	}
+	exp := now.Add(ttl)
+	if limit := createdAt.Add(ceiling); exp.After(limit) {
+		exp = limit
+	}
+	return exp
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewID mints a public sandbox id: "sb_" and 26 random base32 characters.
+func NewID() string {
+	return "sb_" + randomToken(16)
+}
+
+// NewName mints a runtime object name: fixed length (runsc matches ids by
+// prefix, so lengths must not vary) and never reused.
+func NewName() string {
+	return "sbx-" + randomToken(15)
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return idEncoding.EncodeToString(b)
+}
+
+var (
+	idPattern      = regexp.MustCompile(`^sb_[a-z2-7]{26}$`)
+	projectPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+)
+
+// ValidID reports whether id has the shape NewID mints. A malformed id is
+// answered like an unknown one (404) by callers.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// ValidateProject checks a project name: 1–64 letters, digits, '.', '_' or
+// '-', starting with a letter or digit.
+func ValidateProject(p string) error {
+	if !projectPattern.MatchString(p) {
+		return Errorf(KindInvalid, "project %q is invalid: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", p)
+	}
+	return nil
+}

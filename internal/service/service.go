@@ -1,0 +1,361 @@
+// Package service is what the API does, independent of HTTP: lease a sandbox
+// through the checks in their stated order, run programs in it, read and
+// write its files, renew and end it. It owns no state: rows live in the
+// store, containers in the runtime, and both are reached through the narrow
+// interfaces below.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+// Store is the part of the store the service needs. Every call is scoped to
+// the org in ctx.
+type Store interface {
+	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	List(ctx context.Context, f store.Filter) ([]*sandbox.Sandbox, error)
+	LiveInProject(ctx context.Context, project string) (*sandbox.Sandbox, error)
+	CountLive(ctx context.Context, class string) (int, error)
+	Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) error
+	SetStatus(ctx context.Context, id string, st sandbox.Status, uid, reason string) error
+	Touch(ctx context.Context, id string, at time.Time) error
+	SetExpiry(ctx context.Context, id string, at time.Time) error
+	Delete(ctx context.Context, id string) error
+}
+
+// Meter gates and debits a lease (kind "sandbox"). A nil Meter is free.
+type Meter interface {
+	Charge(ctx context.Context, org, class string) error
+}
+
+// Config holds the service's policy. Zero values are documented per field.
+type Config struct {
+	// Runtime is the name of what the backend provides (e.g. "gvisor"); it is
+	// the default and the only runtime offered. Empty means "gvisor".
+	Runtime string
+	// Ceiling bounds every lease from its creation; zero means 24 h.
+	Ceiling time.Duration
+	// ExecTimeout is the default exec timeout; zero means 60 s.
+	ExecTimeout time.Duration
+	// MaxExecTimeout caps a caller's timeoutSec; zero means 10 min.
+	MaxExecTimeout time.Duration
+	// ImageReady reports whether an image is built; nil means every image is.
+	ImageReady func(name string) error
+	// StartTimeout bounds a container start; zero means 60 s.
+	StartTimeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Service implements the sandbox operations.
+type Service struct {
+	cfg   Config
+	store Store
+	rt    runtime.Runtime
+	meter Meter
+	log   *slog.Logger
+}
+
+// New returns a Service. meter may be nil (free).
+func New(cfg Config, st Store, rt runtime.Runtime, meter Meter, log *slog.Logger) *Service {
+	if cfg.Runtime == "" {
+		cfg.Runtime = sandbox.RuntimeGVisor
+	}
+	if cfg.Ceiling <= 0 {
+		cfg.Ceiling = sandbox.DefaultCeiling
+	}
+	if cfg.ExecTimeout <= 0 {
+		cfg.ExecTimeout = 60 * time.Second
+	}
+	if cfg.MaxExecTimeout <= 0 {
+		cfg.MaxExecTimeout = 10 * time.Minute
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{cfg: cfg, store: st, rt: rt, meter: meter, log: log}
+}
+
+func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
+
+// LeaseRequest is the body of POST /v1/sandbox.
+type LeaseRequest struct {
+	Class   string `json:"class,omitempty"`
+	Project string `json:"project,omitempty"`
+	Image   string `json:"image,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	TTLSec  int64  `json:"ttlSec,omitempty"`
+}
+
+// retryAfterCap is the hint given with a 429: exec sandboxes are short.
+const retryAfterCap = 30
+
+// Lease runs the lease checks in their stated order — class, image, project
+// present, project free, live cap, fee, runtime — each refusing with nothing
+// left behind; then writes the row pending, starts the container, and marks
+// the row running (or error with the reason, 503).
+func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	class, err := sandbox.LookupClass(req.Class)
+	if err != nil {
+		return nil, err
+	}
+	image := req.Image
+	if image == "" {
+		image = class.Image
+	}
+	if image != class.Image {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "image %q is not allowed for class %s (allowed: %s)", image, class.Name, class.Image)
+	}
+	if s.cfg.ImageReady != nil {
+		if err := s.cfg.ImageReady(image); err != nil {
+			return nil, sandbox.Wrap(sandbox.KindInvalid, err, fmt.Sprintf("image %q of class %s is not built on this server: the operator runs `sandbox image build %s`", image, class.Name, image))
+		}
+	}
+	if class.NeedsProject && req.Project == "" {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "class %s needs a project: its volume is the project's", class.Name)
+	}
+	if req.Project != "" {
+		if err := sandbox.ValidateProject(req.Project); err != nil {
+			return nil, err
+		}
+		live, err := s.store.LiveInProject(ctx, req.Project)
+		if err != nil {
+			return nil, err
+		}
+		if live != nil {
+			return nil, projectBusy(req.Project, live.ID)
+		}
+	}
+	if class.LiveCapPerOrg > 0 {
+		n, err := s.store.CountLive(ctx, class.Name)
+		if err != nil {
+			return nil, err
+		}
+		if n >= class.LiveCapPerOrg {
+			return nil, capReached(class)
+		}
+	}
+	if s.meter != nil {
+		if err := s.meter.Charge(ctx, org, class.Name); err != nil {
+			return nil, err
+		}
+	}
+	rt, err := sandbox.DecideRuntime(req.Runtime, s.cfg.Runtime, []string{s.cfg.Runtime}, req.Project != "")
+	if err != nil {
+		return nil, err
+	}
+
+	now := s.now()
+	sb := &sandbox.Sandbox{
+		ID: sandbox.NewID(), Org: org, Class: class.Name, Project: req.Project, Status: sandbox.StatusPending,
+		Image: image, Runtime: rt, Workdir: class.Workdir, Name: sandbox.NewName(),
+		CreatedAt: now, LastUsedAt: now, ExpiresAt: sandbox.ExpiryFor(class, req.TTLSec, now, now, s.cfg.Ceiling),
+	}
+	vol := runtime.Volume{Name: "scratch-" + sb.ID, Scratch: true}
+	if sb.Project != "" {
+		// Slug carries a hash of the raw name: orgs or projects that slug
+		// alike never share a volume.
+		vol = runtime.Volume{Name: "project-" + sandbox.Slug(org) + "-" + sandbox.Slug(sb.Project)}
+	}
+	sb.Volume = vol.Name
+	switch err := s.store.Insert(ctx, sb, class.LiveCapPerOrg); {
+	case errors.Is(err, store.ErrProjectBusy):
+		live, _ := s.store.LiveInProject(ctx, sb.Project)
+		id := "another lease"
+		if live != nil {
+			id = live.ID
+		}
+		return nil, projectBusy(sb.Project, id)
+	case errors.Is(err, store.ErrCapReached):
+		return nil, capReached(class)
+	case err != nil:
+		return nil, err
+	}
+	log := s.log.With("sandbox", sb.ID, "class", sb.Class)
+
+	// The start must finish (or fail and be recorded) even if the caller
+	// hangs up: a half-started container is exactly the orphan to avoid.
+	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
+	defer cancel()
+	obj, err := s.rt.Create(startCtx, runtime.Spec{
+		Name: sb.Name,
+		Labels: map[string]string{
+			runtime.LabelSandbox:   sb.ID,
+			runtime.LabelOrg:       sandbox.Slug(org),
+			runtime.LabelExpiresAt: sb.ExpiresAt.Format(time.RFC3339),
+		},
+		Image: image, Workdir: class.Workdir, Volume: vol,
+		CPUs: class.Limits.CPUs, MemoryMiB: class.Limits.MemoryMiB, Pids: class.Limits.Pids,
+		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,
+	})
+	if err != nil {
+		log.Error("sandbox start failed", "err", err)
+		reason := "the sandbox could not be started"
+		if uerr := s.store.SetStatus(startCtx, sb.ID, sandbox.StatusError, "", reason); uerr != nil {
+			log.Error("recording start failure", "err", uerr)
+		}
+		return nil, sandbox.Wrap(sandbox.KindUnavailable, err, reason+"; it is kept as "+sb.ID+" with status error")
+	}
+	if err := s.store.SetStatus(startCtx, sb.ID, sandbox.StatusRunning, obj.UID, ""); err != nil {
+		return nil, err
+	}
+	sb.Status, sb.UID = sandbox.StatusRunning, obj.UID
+	log.Info("sandbox leased", "expiresAt", sb.ExpiresAt)
+	return sb, nil
+}
+
+func projectBusy(project, id string) error {
+	return sandbox.Errorf(sandbox.KindConflict, "project %q already has a live sandbox: %s", project, id)
+}
+
+func capReached(c sandbox.Class) error {
+	e := sandbox.Errorf(sandbox.KindLimit, "at most %d live %s sandboxes per org: end one or wait", c.LiveCapPerOrg, c.Name)
+	e.RetryAfter = retryAfterCap
+	return e
+}
+
+// Get returns one sandbox of the caller's org.
+func (s *Service) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	if !sandbox.ValidID(id) {
+		return nil, sandbox.Errorf(sandbox.KindNotFound, "sandbox not found")
+	}
+	return s.store.Get(ctx, id)
+}
+
+// List returns the caller's sandboxes, newest first.
+func (s *Service) List(ctx context.Context, project, status string) ([]*sandbox.Sandbox, error) {
+	st := sandbox.Status(status)
+	if status != "" && !st.Known() {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "unknown status %q: use pending, running or error", status)
+	}
+	return s.store.List(ctx, store.Filter{Project: project, Status: st})
+}
+
+// Renew extends a lease by ttlSec from now (class default when <= 0), never
+// past the ceiling counted from creation.
+func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error) {
+	sb, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Status != sandbox.StatusRunning {
+		return nil, notRunning(sb)
+	}
+	class, err := sandbox.LookupClass(sb.Class)
+	if err != nil {
+		return nil, err
+	}
+	sb.ExpiresAt = sandbox.ExpiryFor(class, ttlSec, s.now(), sb.CreatedAt, s.cfg.Ceiling)
+	if err := s.store.SetExpiry(ctx, sb.ID, sb.ExpiresAt); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func notRunning(sb *sandbox.Sandbox) error {
+	return sandbox.Errorf(sandbox.KindConflict, "sandbox %s is %s, not running", sb.ID, sb.Status)
+}
+
+// EndResult says what End did.
+type EndResult struct {
+	ID     string `json:"id"`
+	Ended  bool   `json:"ended"`
+	Purged bool   `json:"purged"`
+}
+
+// End removes the container and the row. The project volume is kept unless
+// purge is set; a scratch volume always dies with its sandbox. If the
+// container cannot be removed the row is kept, so that a later end or the
+// reaper can finish the job.
+func (s *Service) End(ctx context.Context, id string, purge bool) (*EndResult, error) {
+	sb, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	log := s.log.With("sandbox", sb.ID)
+	if sb.Name != "" {
+		err := s.rt.Delete(ctx, runtime.Ref{Name: sb.Name, UID: sb.UID})
+		switch {
+		case err == nil, errors.Is(err, runtime.ErrNotFound):
+		case errors.Is(err, runtime.ErrConflict):
+			// The name now belongs to another identity: never touch it.
+			log.Warn("runtime object identity changed; not deleting it", "err", err)
+		default:
+			log.Error("ending sandbox", "err", err)
+			return nil, sandbox.Wrap(sandbox.KindUnavailable, err, "the sandbox could not be ended; try again")
+		}
+	}
+	if purge && sb.Project != "" {
+		if err := s.rt.DeleteVolume(ctx, sb.Volume); err != nil {
+			log.Error("purging volume", "err", err)
+			return nil, sandbox.Wrap(sandbox.KindInternal, err, "purge failed")
+		}
+	}
+	if err := s.store.Delete(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	log.Info("sandbox ended", "purge", purge)
+	return &EndResult{ID: sb.ID, Ended: true, Purged: purge && sb.Project != ""}, nil
+}
+
+// running returns the caller's sandbox if it runs, stamping its last use.
+func (s *Service) running(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	sb, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Status != sandbox.StatusRunning {
+		return nil, notRunning(sb)
+	}
+	s.touch(ctx, sb)
+	return sb, nil
+}
+
+func (s *Service) touch(ctx context.Context, sb *sandbox.Sandbox) {
+	if err := s.store.Touch(context.WithoutCancel(ctx), sb.ID, s.now()); err != nil {
+		s.log.Warn("stamping last use", "sandbox", sb.ID, "err", err)
+	}
+}
+
+func validEnvKey(k string) bool {
+	if k == "" || len(k) > 256 {
+		return false
+	}
+	for i, r := range k {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func validEnv(env map[string]string) ([]string, error) {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		if !validEnvKey(k) {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "env key %q is invalid: use letters, digits and '_', not starting with a digit", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "env %s contains a NUL byte", k)
+		}
+		out = append(out, k+"="+v)
+	}
+	return out, nil
+}

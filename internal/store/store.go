@@ -1,0 +1,336 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// Store is the set of per-org databases under one data directory, plus the
+// control database.
+type Store struct {
+	dir     string
+	control *sql.DB
+
+	mu   sync.Mutex
+	orgs map[string]*sql.DB // by raw org name
+}
+
+// Open opens (creating if needed) the store under dataDir.
+func Open(ctx context.Context, dataDir string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Join(dataDir, "orgs"), 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	control, err := open(ctx, filepath.Join(dataDir, "control.db"), "control")
+	if err != nil {
+		return nil, err
+	}
+	return &Store{dir: dataDir, control: control, orgs: map[string]*sql.DB{}}, nil
+}
+
+// Close closes every database and reports every failure.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := []error{s.control.Close()}
+	for _, db := range s.orgs {
+		errs = append(errs, db.Close())
+	}
+	s.orgs = map[string]*sql.DB{}
+	return errors.Join(errs...)
+}
+
+// OrgDir is the directory of org's files under the data directory.
+func (s *Store) OrgDir(org string) string {
+	return filepath.Join(s.dir, "orgs", sandbox.Slug(org))
+}
+
+// orgDB returns the org's database, opening it on first use.
+func (s *Store) orgDB(ctx context.Context) (*sql.DB, string, error) {
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if db := s.orgs[org]; db != nil {
+		return db, org, nil
+	}
+	dir := s.OrgDir(org)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", fmt.Errorf("store: %w", err)
+	}
+	db, err := open(ctx, filepath.Join(dir, "sandbox.db"), "org")
+	if err != nil {
+		return nil, "", err
+	}
+	s.orgs[org] = db
+	return db, org, nil
+}
+
+const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error`
+
+func scan(row interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
+	var sb sandbox.Sandbox
+	var status string
+	var created, used, expires int64
+	err := row.Scan(&sb.ID, &sb.Org, &sb.Class, &sb.Project, &status, &sb.Image, &sb.Runtime, &sb.Workdir,
+		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error)
+	if err != nil {
+		return nil, err
+	}
+	sb.Status = sandbox.Status(status)
+	sb.CreatedAt, sb.LastUsedAt, sb.ExpiresAt = fromMillis(created), fromMillis(used), fromMillis(expires)
+	return &sb, nil
+}
+
+func millis(t time.Time) int64      { return t.UnixMilli() }
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+var errNotFound = sandbox.Errorf(sandbox.KindNotFound, "sandbox not found")
+
+// Get returns one sandbox of the caller's org. Another org's id is not found,
+// exactly like an unknown one.
+func (s *Store) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	db, org, err := s.orgDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := scan(db.QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE org = ? AND id = ?`, org, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get: %w", err)
+	}
+	return sb, nil
+}
+
+// Filter narrows List. Zero fields do not filter.
+type Filter struct {
+	Project string
+	Status  sandbox.Status
+	Limit   int // 0 = 1000
+}
+
+// List returns the org's sandboxes, newest first.
+func (s *Store) List(ctx context.Context, f Filter) ([]*sandbox.Sandbox, error) {
+	db, org, err := s.orgDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + columns + ` FROM sandboxes WHERE org = ?`
+	args := []any{org}
+	if f.Project != "" {
+		q += ` AND project = ?`
+		args = append(args, f.Project)
+	}
+	if f.Status != "" {
+		q += ` AND status = ?`
+		args = append(args, string(f.Status))
+	}
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, f.Limit)
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: list: %w", err)
+	}
+	defer rows.Close()
+	out := []*sandbox.Sandbox{}
+	for rows.Next() {
+		sb, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: list: %w", err)
+		}
+		out = append(out, sb)
+	}
+	return out, rows.Err()
+}
+
+// LiveInProject returns the live (pending or running) sandbox of project, or
+// nil.
+func (s *Store) LiveInProject(ctx context.Context, project string) (*sandbox.Sandbox, error) {
+	db, org, err := s.orgDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return liveInProject(ctx, db, org, project)
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+func liveInProject(ctx context.Context, q querier, org, project string) (*sandbox.Sandbox, error) {
+	sb, err := scan(q.QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes
+		WHERE org = ? AND project = ? AND status IN ('pending', 'running') LIMIT 1`, org, project))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: project: %w", err)
+	}
+	return sb, nil
+}
+
+// CountLive counts the org's live sandboxes of class over the whole store.
+func (s *Store) CountLive(ctx context.Context, class string) (int, error) {
+	db, org, err := s.orgDB(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return countLive(ctx, db, org, class)
+}
+
+func countLive(ctx context.Context, q querier, org, class string) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes
+		WHERE org = ? AND class = ? AND status IN ('pending', 'running')`, org, class).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: count: %w", err)
+	}
+	return n, nil
+}
+
+// ErrProjectBusy and ErrCapReached are returned by Insert when a racing lease
+// won; the caller turns them into the same answers as its read-only checks.
+var (
+	ErrProjectBusy = errors.New("store: project has a live sandbox")
+	ErrCapReached  = errors.New("store: live cap reached")
+)
+
+// Insert writes a new row (status pending) after re-checking, inside one
+// write transaction, that the project is free and that fewer than liveCap
+// sandboxes of its class are live (liveCap 0 = no cap).
+func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) error {
+	db, org, err := s.orgDB(ctx)
+	if err != nil {
+		return err
+	}
+	sb.Org = org
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: insert: %w", err)
+	}
+	defer tx.Rollback()
+	if sb.Project != "" {
+		live, err := liveInProject(ctx, tx, org, sb.Project)
+		if err != nil {
+			return err
+		}
+		if live != nil {
+			return fmt.Errorf("%w: %s", ErrProjectBusy, live.ID)
+		}
+	}
+	if liveCap > 0 {
+		n, err := countLive(ctx, tx, org, sb.Class)
+		if err != nil {
+			return err
+		}
+		if n >= liveCap {
+			return ErrCapReached
+		}
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sb.ID, org, sb.Class, sb.Project, string(sb.Status), sb.Image, sb.Runtime, sb.Workdir, sb.Name, sb.UID, sb.Volume,
+		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error)
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE") && sb.Project != "" {
+			return ErrProjectBusy
+		}
+		return fmt.Errorf("store: insert: %w", err)
+	}
+	return tx.Commit()
+}
+
+// SetStatus records a status change, the runtime identity, and an error
+// reason (empty clears it).
+func (s *Store) SetStatus(ctx context.Context, id string, st sandbox.Status, uid, reason string) error {
+	return s.exec(ctx, `UPDATE sandboxes SET status = ?, uid = ?, error = ? WHERE org = ? AND id = ?`, string(st), uid, reason, id)
+}
+
+// Touch stamps last use.
+func (s *Store) Touch(ctx context.Context, id string, at time.Time) error {
+	return s.exec(ctx, `UPDATE sandboxes SET last_used_at = ? WHERE org = ? AND id = ?`, millis(at), id)
+}
+
+// SetExpiry records a renewed lease.
+func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time) error {
+	return s.exec(ctx, `UPDATE sandboxes SET expires_at = ? WHERE org = ? AND id = ?`, millis(at), id)
+}
+
+// Delete removes the row.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	return s.exec(ctx, `DELETE FROM sandboxes WHERE org = ? AND id = ?`, id)
+}
+
+// exec runs an org-scoped update whose org argument goes in second-to-last
+// place followed by id; zero rows affected is not found.
+func (s *Store) exec(ctx context.Context, q string, args ...any) error {
+	db, org, err := s.orgDB(ctx)
+	if err != nil {
+		return err
+	}
+	id := args[len(args)-1]
+	args = append(args[:len(args)-1], org, id)
+	res, err := db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errNotFound
+	}
+	return nil
+}
+
+var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// CreateKey mints an API key for org and stores only its hash. The key is
+// returned once; it cannot be read back.
+func (s *Store) CreateKey(ctx context.Context, org, subject string) (string, error) {
+	if strings.TrimSpace(org) == "" || len(org) > 128 {
+		return "", sandbox.Errorf(sandbox.KindInvalid, "org must be 1-128 characters")
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	key := "sbk_" + keyEncoding.EncodeToString(b)
+	_, err := s.control.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, created_at) VALUES (?, ?, ?, ?, ?)`,
+		hashKey(key), org, subject, key[:10], millis(time.Now()))
+	if err != nil {
+		return "", fmt.Errorf("store: create key: %w", err)
+	}
+	return key, nil
+}
+
+// Principal resolves an API key, or KindUnauthorized.
+func (s *Store) Principal(ctx context.Context, key string) (sandbox.Principal, error) {
+	var p sandbox.Principal
+	err := s.control.QueryRowContext(ctx, `SELECT org, subject FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&p.Org, &p.Subject)
+	if errors.Is(err, sql.ErrNoRows) {
+		return p, sandbox.Errorf(sandbox.KindUnauthorized, "invalid API key")
+	}
+	if err != nil {
+		return p, fmt.Errorf("store: key: %w", err)
+	}
+	return p, nil
+}
