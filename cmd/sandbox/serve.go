@@ -13,11 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/sandboxd/sandbox/internal/api"
-	"github.com/sandboxd/sandbox/internal/image"
-	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
-	"github.com/sandboxd/sandbox/internal/service"
-	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/server"
 )
 
 // PinnedRunsc is where scripts/deps.sh installs the runsc build this server
@@ -91,7 +87,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	app, err := newApp(ctx, cfg, log)
+	app, err := server.New(ctx, server.Config{
+		Data: cfg.Data, Images: cfg.Images, Runsc: cfg.Runsc, Platform: cfg.Platform, Ceiling: cfg.Ceiling,
+	}, log)
 	if err != nil {
 		return err
 	}
@@ -117,36 +115,3 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
 }
-
-// app is the wired server: store, runtime, service and handler.
-type app struct {
-	Handler http.Handler
-	store   *store.Store
-}
-
-func newApp(ctx context.Context, cfg serveConfig, log *slog.Logger) (*app, error) {
-	st, err := store.Open(ctx, cfg.Data)
-	if err != nil {
-		return nil, err
-	}
-	rt, err := gvisor.New(gvisor.Config{
-		Runsc:       cfg.Runsc,
-		StateDir:    filepath.Join(cfg.Data, "runtime"),
-		Platform:    cfg.Platform,
-		ImageRootfs: func(name string) (string, error) { return image.Rootfs(cfg.Images, name) },
-	})
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	svc := service.New(service.Config{
-		Ceiling: cfg.Ceiling,
-		ImageReady: func(name string) error {
-			_, err := image.Rootfs(cfg.Images, name)
-			return err
-		},
-	}, st, rt, nil, log)
-	return &app{Handler: api.New(svc, st, log), store: st}, nil
-}
-
-func (a *app) Close() error { return a.store.Close() }

@@ -97,12 +97,18 @@ func (b *builder) build(ctx context.Context, dir string, r Recipe, w io.Writer) 
 		fmt.Fprintf(w, "image %q: recipe changed (built %s, now %s); rebuilding, the current image stays in place until the new one is complete\n",
 			r.Name, short(prev.RecipeHash), short(hash))
 	default:
-		fmt.Fprintf(w, "image %q: building recipe %s (%s/%s %s, %d packages) in %s\n",
-			r.Name, short(hash), r.Suite, r.Variant, r.Arch, len(r.uniquePackages()), dir)
+		fmt.Fprintf(w, "image %q: building recipe %s (%s/%s %s, %s) in %s\n",
+			r.Name, short(hash), r.Suite, r.Variant, r.Arch, plural(len(r.uniquePackages()), "package"), dir)
 	}
 
 	tmp, err := os.MkdirTemp(dir, buildPrefix+r.Name+"-")
 	if err != nil {
+		return fmt.Errorf("image %q: %w", r.Name, err)
+	}
+	// MkdirTemp makes it 0700; apt's download user (_apt) and, once
+	// published, the runtime must be able to traverse it.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("image %q: %w", r.Name, err)
 	}
 	published := false
@@ -118,8 +124,8 @@ func (b *builder) build(ctx context.Context, dir string, r Recipe, w io.Writer) 
 
 	// 1. bootstrap
 	t := time.Now()
-	fmt.Fprintf(w, "[1/4] downloading and unpacking %s %s + %d packages (mmdebstrap)...\n",
-		r.Suite, r.Variant, len(r.uniquePackages()))
+	fmt.Fprintf(w, "[1/4] downloading and unpacking %s %s + %s (mmdebstrap)...\n",
+		r.Suite, r.Variant, plural(len(r.uniquePackages()), "package"))
 	if err := b.bootstrap(ctx, r, target, w); err != nil {
 		return fmt.Errorf("image %q: %w", r.Name, err)
 	}
@@ -131,7 +137,7 @@ func (b *builder) build(ctx context.Context, dir string, r Recipe, w io.Writer) 
 
 	// 2. check
 	t = time.Now()
-	fmt.Fprintf(w, "[2/4] checking the rootfs (user %d, /mnt/data, /work, %d commands)...\n", UserUID, len(r.Commands))
+	fmt.Fprintf(w, "[2/4] checking the rootfs (user %d, /mnt/data, /work, %s)...\n", UserUID, plural(len(r.Commands), "command"))
 	if err := verify(target, r); err != nil {
 		return fmt.Errorf("image %q: the built rootfs is unusable: %w", r.Name, err)
 	}
@@ -162,9 +168,6 @@ func (b *builder) build(ctx context.Context, dir string, r Recipe, w io.Writer) 
 	t = time.Now()
 	final := filepath.Join(dir, r.Name)
 	fmt.Fprintf(w, "[4/4] installing into %s...\n", final)
-	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp made it 0700
-		return fmt.Errorf("image %q: %w", r.Name, err)
-	}
 	old, err := publish(dir, tmp, final, r.Name)
 	if err != nil {
 		return fmt.Errorf("image %q: %w", r.Name, err)
@@ -650,3 +653,10 @@ func (t *tail) add(s string) {
 }
 
 func (t *tail) String() string { return indent + strings.Join(t.lines, "\n"+indent) }
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}

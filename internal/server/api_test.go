@@ -1,0 +1,414 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAuthRequired(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ name, org string }{
+		{"no header", ""},
+		{"unknown key", "sbk_notakey"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range []string{"/v1/sandbox", "/v1/sandboxes", "/v1/sandbox/sb_aaaaaaaaaaaaaaaaaaaaaaaaaa"} {
+				r := e.do("GET", path, tc.org, nil)
+				if r.Status != http.StatusUnauthorized {
+					t.Errorf("GET %s: %d, want 401", path, r.Status)
+				}
+				if msg, _ := r.JSON(t)["error"].(string); msg == "" {
+					t.Errorf("GET %s: no error message: %s", path, r.Body)
+				}
+			}
+			if r := e.do("POST", "/v1/sandbox", tc.org, map[string]any{}); r.Status != http.StatusUnauthorized {
+				t.Errorf("lease: %d, want 401", r.Status)
+			}
+		})
+	}
+	// A malformed header is refused the same way.
+	req, _ := http.NewRequest("GET", e.http.URL+"/v1/sandbox", nil)
+	req.Header.Set("Authorization", "Basic "+e.keys["acme"])
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("Basic auth: %d, want 401", res.StatusCode)
+	}
+}
+
+func TestExecSandboxLifecycle(t *testing.T) {
+	e := newEnv(t)
+	before := time.Now()
+	r := e.must(http.StatusCreated, "POST", "/v1/sandbox", "acme", map[string]any{"ttlSec": 120})
+	sb := r.JSON(t)
+	id := sb["id"].(string)
+	if sb["status"] != "running" || sb["class"] != "exec" || sb["runtime"] != "gvisor" || sb["image"] != "exec" || sb["workdir"] != "/mnt/data" {
+		t.Errorf("lease answer: %s", r.Body)
+	}
+	exp, _ := time.Parse(time.RFC3339, sb["expiresAt"].(string))
+	if d := exp.Sub(before); d < 119*time.Second || d > 125*time.Second {
+		t.Errorf("expiresAt %v is not ttlSec after the lease", exp)
+	}
+
+	// The alias answers identically.
+	a := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
+	b := e.must(http.StatusOK, "GET", "/v1/sandboxes/"+id, "acme", nil).JSON(t)
+	if a["id"] != id || b["id"] != id || a["status"] != "running" {
+		t.Errorf("get: %v / %v", a, b)
+	}
+
+	t.Run("exec", func(t *testing.T) {
+		if out := e.exec("acme", id, map[string]any{"argv": []string{"echo", "-n", "hello", "world"}}); out.Stdout != "hello world" || out.ExitCode != 0 {
+			t.Errorf("argv: %+v", out)
+		}
+		if out := e.exec("acme", id, map[string]any{"command": "echo out; echo err >&2; exit 3"}); out.ExitCode != 3 || out.Stdout != "out\n" || out.Stderr != "err\n" {
+			t.Errorf("command with exit 3: %+v", out)
+		}
+		if out := e.exec("acme", id, map[string]any{"argv": []string{"cat"}, "stdin": "from stdin"}); out.Stdout != "from stdin" {
+			t.Errorf("stdin: %+v", out)
+		}
+		if out := e.exec("acme", id, map[string]any{"command": "echo $GREETING; pwd; id -u", "env": map[string]string{"GREETING": "hi"}, "dir": "sub"}); out.ExitCode == 0 {
+			t.Errorf("dir that does not exist should fail: %+v", out)
+		}
+		e.sh("acme", id, "mkdir -p sub")
+		if out := e.exec("acme", id, map[string]any{"command": "echo $GREETING; pwd; id -u", "env": map[string]string{"GREETING": "hi"}, "dir": "sub"}); out.Stdout != "hi\n/mnt/data/sub\n1000\n" {
+			t.Errorf("env, dir, uid: %+v", out)
+		}
+		if out := e.exec("acme", id, map[string]any{"argv": []string{"no-such-program"}}); out.ExitCode != 127 {
+			t.Errorf("missing program: %+v", out)
+		}
+		start := time.Now()
+		out := e.exec("acme", id, map[string]any{"command": "echo started; sleep 30", "timeoutSec": 1})
+		if !out.TimedOut || out.ExitCode != 124 || !strings.HasPrefix(out.Stdout, "started") || time.Since(start) > 15*time.Second {
+			t.Errorf("timeout: %+v after %v", out, time.Since(start))
+		}
+		// The timed-out program really died inside, not only its client.
+		if ps := e.sh("acme", id, "ps -eo args"); strings.Contains(ps, "sleep 30") {
+			t.Errorf("timed-out program still runs:\n%s", ps)
+		}
+		big := e.exec("acme", id, map[string]any{"command": "head -c 3000000 /dev/zero | tr '\\0' a"})
+		if len(big.Stdout) > 1<<20+200 || !strings.Contains(big.Stdout, "truncated") {
+			t.Errorf("output cap: %d bytes, tail %q", len(big.Stdout), big.Stdout[max(0, len(big.Stdout)-100):])
+		}
+	})
+
+	t.Run("exec refusals", func(t *testing.T) {
+		for _, body := range []any{
+			map[string]any{},
+			map[string]any{"argv": []string{}},
+			map[string]any{"command": "true", "env": map[string]string{"BAD KEY": "x"}},
+			map[string]any{"command": "true", "dir": "../etc"},
+			map[string]any{"command": "true", "dir": "/etc"},
+			map[string]any{"command": "true", "timeoutSec": -1},
+			map[string]any{"command": "true", "surprise": 1},
+			`{"command": "true"} {"command": "true"}`,
+			`{"argv": "not a list"}`,
+			`not json`,
+		} {
+			if r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", body); r.Status != http.StatusBadRequest {
+				t.Errorf("%v: %d, want 400: %s", body, r.Status, r.Body)
+			}
+		}
+	})
+
+	t.Run("list", func(t *testing.T) {
+		id2 := e.lease("acme", map[string]any{"project": "p2"})
+		list := e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil)
+		var l struct{ Sandboxes []map[string]any }
+		json.Unmarshal(list.Body, &l)
+		if len(l.Sandboxes) != 2 || l.Sandboxes[0]["id"] != id2 || l.Sandboxes[1]["id"] != id {
+			t.Errorf("list is not newest first: %s", list.Body)
+		}
+		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandboxes?project=p2", "acme", nil).Body, &l)
+		if len(l.Sandboxes) != 1 || l.Sandboxes[0]["id"] != id2 {
+			t.Errorf("project filter: %v", l.Sandboxes)
+		}
+		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox?status=error", "acme", nil).Body, &l)
+		if len(l.Sandboxes) != 0 {
+			t.Errorf("status filter: %v", l.Sandboxes)
+		}
+		e.must(http.StatusBadRequest, "GET", "/v1/sandbox?status=bogus", "acme", nil)
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id2, "acme", nil)
+	})
+
+	t.Run("renew", func(t *testing.T) {
+		r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": 3600})
+		exp, _ := time.Parse(time.RFC3339, r.JSON(t)["expiresAt"].(string))
+		if d := time.Until(exp); d < 59*time.Minute || d > 61*time.Minute {
+			t.Errorf("renewed expiry %v", exp)
+		}
+		// Never past the ceiling (24 h from creation).
+		r = e.must(http.StatusOK, "POST", "/v1/sandboxes/"+id+"/renew", "acme", map[string]any{"ttlSec": 10 * 86400})
+		exp, _ = time.Parse(time.RFC3339, r.JSON(t)["expiresAt"].(string))
+		created, _ := time.Parse(time.RFC3339, r.JSON(t)["createdAt"].(string))
+		if exp.Sub(created) > 24*time.Hour+time.Second {
+			t.Errorf("renew went past the ceiling: created %v, expires %v", created, exp)
+		}
+		e.must(http.StatusBadRequest, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": "long"})
+	})
+
+	t.Run("end", func(t *testing.T) {
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+		e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id, "acme", nil)
+		e.must(http.StatusNotFound, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+		objs, err := e.srv.Runtime.List(t.Context(), nil)
+		if err != nil || len(objs) != 0 {
+			t.Errorf("runtime objects after end: %v %v", objs, err)
+		}
+	})
+}
+
+func TestLeaseChecks(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name string
+		body any
+		want int
+		msg  string
+	}{
+		{"unknown class", map[string]any{"class": "gpu"}, 400, "android, desktop, dev, exec"},
+		{"image not allowed", map[string]any{"image": "ubuntu:latest"}, 400, "not allowed"},
+		{"image not built", map[string]any{"class": "android", "project": "p"}, 400, "not built"},
+		{"dev without project", map[string]any{"class": "dev"}, 400, "needs a project"},
+		{"bad project name", map[string]any{"project": "../etc"}, 400, "project"},
+		{"runc refused", map[string]any{"runtime": "runc"}, 400, "never granted"},
+		{"kata-fc with volume", map[string]any{"runtime": "kata-fc", "project": "p"}, 400, "volume"},
+		{"runtime not offered", map[string]any{"runtime": "kata-clh"}, 400, "not offered"},
+		{"unknown runtime", map[string]any{"runtime": "docker"}, 400, "unknown runtime"},
+		{"unknown field", map[string]any{"org": "globex"}, 400, "unknown field"},
+		{"wrong type", `{"ttlSec": "soon"}`, 400, "ttlSec"},
+		{"not json", `{`, 400, "invalid JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", "/v1/sandbox", "acme", tc.body)
+			if r.Status != tc.want || !strings.Contains(string(r.Body), tc.msg) {
+				t.Errorf("%d %s, want %d with %q", r.Status, r.Body, tc.want, tc.msg)
+			}
+		})
+	}
+	// Nothing was left behind by any refusal.
+	var l struct{ Sandboxes []map[string]any }
+	json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil).Body, &l)
+	if len(l.Sandboxes) != 0 {
+		t.Errorf("refusals left rows: %v", l.Sandboxes)
+	}
+
+	t.Run("project busy", func(t *testing.T) {
+		id := e.lease("acme", map[string]any{"project": "shared"})
+		r := e.must(http.StatusConflict, "POST", "/v1/sandbox", "acme", map[string]any{"project": "shared"})
+		if !strings.Contains(string(r.Body), id) {
+			t.Errorf("409 does not name the live sandbox %s: %s", id, r.Body)
+		}
+		// Another org's project of the same name is its own.
+		other := e.lease("globex", map[string]any{"project": "shared"})
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+other, "globex", nil)
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	})
+
+	t.Run("exec cap", func(t *testing.T) {
+		var ids []string
+		for i := 0; i < 16; i++ {
+			ids = append(ids, e.lease("acme", nil))
+		}
+		r := e.must(http.StatusTooManyRequests, "POST", "/v1/sandbox", "acme", nil)
+		if r.Header.Get("Retry-After") == "" {
+			t.Error("429 without Retry-After")
+		}
+		// The cap is per org.
+		other := e.lease("globex", nil)
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+other, "globex", nil)
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+ids[0], "acme", nil)
+		ids[0] = e.lease("acme", nil)
+		for _, id := range ids {
+			e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+		}
+	})
+}
+
+func TestFiles(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	fs := func(p string) string { return "/v1/sandbox/" + id + "/fs?path=" + url.QueryEscape(p) }
+
+	t.Run("binary round trip", func(t *testing.T) {
+		data := []byte{0x00, 0x0d, 0x0a, 0xff, 0xfe, 0x00, 'x', 0x0d}
+		for i := 0; i < 256; i++ {
+			data = append(data, byte(i))
+		}
+		r := e.must(http.StatusOK, "POST", fs("deep/er/bin.dat"), "acme", data)
+		if got := r.JSON(t); got["bytes"] != float64(len(data)) || got["path"] != "/mnt/data/deep/er/bin.dat" {
+			t.Errorf("write answer: %s", r.Body)
+		}
+		r = e.must(http.StatusOK, "GET", fs("/mnt/data/deep/er/bin.dat"), "acme", nil)
+		if !bytes.Equal(r.Body, data) {
+			t.Errorf("read back %x, want %x", r.Body, data)
+		}
+		if r.Header.Get("X-Sandbox-Kind") != "file" {
+			t.Errorf("kind header: %v", r.Header)
+		}
+		// The program inside sees the same bytes.
+		if sum := e.sh("acme", id, "od -An -tx1 deep/er/bin.dat | head -1"); !strings.HasPrefix(strings.TrimSpace(sum), "00 0d 0a ff fe 00") {
+			t.Errorf("inside: %q", sum)
+		}
+		// An empty file round-trips too.
+		e.must(http.StatusOK, "POST", fs("empty"), "acme", []byte{})
+		if r := e.must(http.StatusOK, "GET", fs("empty"), "acme", nil); len(r.Body) != 0 {
+			t.Errorf("empty file read %q", r.Body)
+		}
+	})
+
+	t.Run("directory listing", func(t *testing.T) {
+		e.must(http.StatusOK, "POST", fs("dir/a.txt"), "acme", "a")
+		e.must(http.StatusOK, "POST", fs("dir/sub/b.txt"), "acme", "b")
+		r := e.must(http.StatusOK, "GET", fs("dir"), "acme", nil)
+		if string(r.Body) != "a.txt\nsub/\n" || r.Header.Get("X-Sandbox-Kind") != "directory" {
+			t.Errorf("listing %q kind %q", r.Body, r.Header.Get("X-Sandbox-Kind"))
+		}
+		root := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs", "acme", nil)
+		if !strings.Contains(string(root.Body), "dir/\n") {
+			t.Errorf("root listing %q", root.Body)
+		}
+		// A file whose bytes look like a listing is still a file.
+		e.must(http.StatusOK, "POST", fs("looks-like-dir"), "acme", "a.txt\nsub/\n")
+		if r := e.must(http.StatusOK, "GET", fs("looks-like-dir"), "acme", nil); r.Header.Get("X-Sandbox-Kind") != "file" {
+			t.Error("file taken for a directory")
+		}
+		e.must(http.StatusNotFound, "GET", fs("nope.txt"), "acme", nil)
+		e.must(http.StatusConflict, "POST", fs("dir"), "acme", "overwrite a directory")
+	})
+
+	t.Run("confinement", func(t *testing.T) {
+		for _, p := range []string{"..", "../etc/passwd", "a/../../etc/passwd", "a/..", "/etc/passwd", "/mnt/database", "/mnt", "/", "x\x00y", "/mnt/data/../data/x"} {
+			if r := e.do("GET", fs(p), "acme", nil); r.Status != http.StatusBadRequest {
+				t.Errorf("read %q: %d, want 400: %s", p, r.Status, r.Body)
+			}
+			if r := e.do("POST", fs(p), "acme", "x"); r.Status != http.StatusBadRequest {
+				t.Errorf("write %q: %d, want 400: %s", p, r.Status, r.Body)
+			}
+			if r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}, "dir": p}); r.Status != http.StatusBadRequest {
+				t.Errorf("exec dir %q: %d, want 400", p, r.Status)
+			}
+		}
+		// Nothing was written outside the workdir.
+		if out := e.exec("acme", id, map[string]any{"command": "ls /mnt; test ! -e /mnt/database"}); out.ExitCode != 0 {
+			t.Errorf("a refused write landed: %+v", out)
+		}
+	})
+}
+
+func TestCrossOrgIsNotFound(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", map[string]any{"project": "secret"})
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=s.txt", "acme", "acme's secret")
+	unknown := "sb_" + strings.Repeat("a", 26)
+	for _, org := range []string{"globex", "system"} { // the operator org is a tenant here too
+		for _, prefix := range []string{"/v1/sandbox/", "/v1/sandboxes/"} {
+			for _, rt := range []struct {
+				method, path string
+				body         any
+			}{
+				{"GET", "", nil},
+				{"POST", "/renew", map[string]any{"ttlSec": 60}},
+				{"POST", "/exec", map[string]any{"argv": []string{"true"}}},
+				{"GET", "/fs?path=s.txt", nil},
+				{"POST", "/fs?path=s.txt", "overwritten"},
+				{"DELETE", "?purge=1", nil},
+			} {
+				foreign := e.do(rt.method, prefix+id+rt.path, org, rt.body)
+				missing := e.do(rt.method, prefix+unknown+rt.path, org, rt.body)
+				if foreign.Status != http.StatusNotFound || !bytes.Equal(foreign.Body, missing.Body) {
+					t.Errorf("%s %s as %s: %d %s; unknown id: %d %s", rt.method, rt.path, org, foreign.Status, foreign.Body, missing.Status, missing.Body)
+				}
+			}
+		}
+		var l struct{ Sandboxes []map[string]any }
+		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox", org, nil).Body, &l)
+		if len(l.Sandboxes) != 0 {
+			t.Errorf("%s lists acme's sandboxes: %v", org, l.Sandboxes)
+		}
+	}
+	// acme's sandbox and file are untouched.
+	if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=s.txt", "acme", nil); string(r.Body) != "acme's secret" {
+		t.Errorf("file changed: %q", r.Body)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+}
+
+func TestVolumeKeptOnEndDroppedOnPurge(t *testing.T) {
+	e := newEnv(t, "dev")
+	id := e.lease("acme", map[string]any{"class": "dev", "project": "site"})
+	sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
+	if sb["workdir"] != "/work" || sb["project"] != "site" {
+		t.Errorf("dev sandbox: %v", sb)
+	}
+	// The dev toolchain is there.
+	e.sh("acme", id, "git --version && tmux -V && zsh --version && make --version >/dev/null && python3 --version")
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=notes/todo.txt", "acme", "keep me")
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+
+	id = e.lease("acme", map[string]any{"class": "dev", "project": "site"})
+	if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=notes/todo.txt", "acme", nil); string(r.Body) != "keep me" {
+		t.Errorf("volume lost on end: %q", r.Body)
+	}
+	// Another org's project of the same name is another volume.
+	other := e.lease("globex", map[string]any{"class": "dev", "project": "site"})
+	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+other+"/fs?path=notes/todo.txt", "globex", nil)
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+other+"?purge=1", "globex", nil)
+
+	r := e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id+"?purge=1", "acme", nil)
+	if r.JSON(t)["purged"] != true {
+		t.Errorf("purge answer: %s", r.Body)
+	}
+	id = e.lease("acme", map[string]any{"class": "dev", "project": "site"})
+	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/fs?path=notes/todo.txt", "acme", nil)
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id+"?purge=1", "acme", nil)
+
+	// A scratch volume dies with its exec sandbox.
+	id = e.lease("acme", nil)
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=tmp.txt", "acme", "gone soon")
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	if out := e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil); strings.Contains(string(out.Body), id) {
+		t.Errorf("ended sandbox still listed")
+	}
+	entries, _ := filepathGlob(e.data + "/runtime/volumes/scratch-*")
+	if len(entries) != 0 {
+		t.Errorf("scratch volumes left: %v", entries)
+	}
+}
+
+func TestBrokenChannelIs502(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	// Kill the container behind the server's back.
+	objs, err := e.srv.Runtime.List(t.Context(), nil)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("runtime objects: %v %v", objs, err)
+	}
+	killContainer(t, e, objs[0].Name)
+	r := e.must(http.StatusBadGateway, "POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}})
+	if msg := r.JSON(t)["error"].(string); !strings.Contains(msg, "channel") {
+		t.Errorf("502 message: %q", msg)
+	}
+	e.must(http.StatusBadGateway, "GET", "/v1/sandbox/"+id+"/fs?path=x", "acme", nil)
+	e.must(http.StatusBadGateway, "POST", "/v1/sandbox/"+id+"/fs?path=x", "acme", "x")
+	// Ending it still works and leaves nothing.
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+}
+
+func TestUnknownRoute(t *testing.T) {
+	e := newEnv(t)
+	r := e.do("GET", "/v2/whatever", "acme", nil)
+	if r.Status != http.StatusNotFound || !strings.Contains(string(r.Body), "no such route") {
+		t.Errorf("%d %s", r.Status, r.Body)
+	}
+	_ = fmt.Sprint()
+}

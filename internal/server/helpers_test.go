@@ -1,0 +1,223 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/server"
+)
+
+// runscPath is the pinned runsc; tests never fall back to another build.
+func runscPath() string {
+	if p := os.Getenv("SANDBOX_RUNSC"); p != "" {
+		return p
+	}
+	return "/usr/local/libexec/sandbox/runsc-20260905035102-160fafc42237"
+}
+
+// imagesDir is where scripts/deps.sh builds the class images.
+func imagesDir() string {
+	if d := os.Getenv("SANDBOX_TEST_IMAGES"); d != "" {
+		return d
+	}
+	return image.DefaultDir
+}
+
+// env is one real server on a temporary data directory, with the real
+// runsc and the real images, behind a real HTTP listener.
+type env struct {
+	t    *testing.T
+	srv  *server.Server
+	http *httptest.Server
+	data string
+	keys map[string]string // org → key
+}
+
+func newEnv(t *testing.T, needImages ...string) *env {
+	t.Helper()
+	if _, err := os.Stat(runscPath()); err != nil {
+		t.Fatalf("runsc is not installed at %s: run scripts/deps.sh", runscPath())
+	}
+	for _, name := range append([]string{"exec"}, needImages...) {
+		if _, err := image.Rootfs(imagesDir(), name); err != nil {
+			t.Fatalf("%v (tests read images from SANDBOX_TEST_IMAGES=%s)", err, imagesDir())
+		}
+	}
+	// A short data path keeps unix socket paths under runsc's limit.
+	data, err := os.MkdirTemp("", "sbt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	srv, err := server.New(context.Background(), server.Config{Data: data, Images: imagesDir(), Runsc: runscPath()}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, srv: srv, http: httptest.NewServer(srv.Handler), data: data, keys: map[string]string{}}
+	t.Cleanup(e.close)
+	for _, org := range []string{"acme", "globex", "system"} {
+		key, err := srv.Store.CreateKey(context.Background(), org, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.keys[org] = key
+	}
+	return e
+}
+
+// close deletes every container the test left, then the data directory.
+func (e *env) close() {
+	ctx := context.Background()
+	objs, err := e.srv.Runtime.List(ctx, map[string]string{runtime.LabelSandbox: ""})
+	if err != nil {
+		e.t.Errorf("listing leftovers: %v", err)
+	}
+	for _, o := range objs {
+		if err := e.srv.Runtime.Delete(ctx, runtime.Ref{Name: o.Name, UID: o.UID}); err != nil {
+			e.t.Errorf("deleting %s: %v", o.Name, err)
+		}
+	}
+	e.http.Close()
+	e.srv.Close()
+	// runsc bind-mounts an empty network namespace for its gofers here.
+	unix.Unmount(filepath.Join(e.data, "runtime", "runsc", "null-netns"), unix.MNT_DETACH)
+	os.RemoveAll(e.data)
+}
+
+// resp is one HTTP answer.
+type resp struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r resp) JSON(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("answer is not a JSON object: %v: %q", err, r.Body)
+	}
+	return m
+}
+
+// do sends one request as org ("" = no Authorization) and checks, on every
+// answer, that no runtime name or host path leaks.
+func (e *env) do(method, path, org string, body any) resp {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, e.http.URL+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if org != "" {
+		key := e.keys[org]
+		if key == "" {
+			key = org // a raw token
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r := resp{Status: res.StatusCode, Header: res.Header, Body: b}
+	e.noLeak(method+" "+path, r)
+	return r
+}
+
+// noLeak fails if an answer names a runtime object or a host path.
+func (e *env) noLeak(what string, r resp) {
+	e.t.Helper()
+	all := string(r.Body)
+	for k, v := range r.Header {
+		all += k + ": " + strings.Join(v, ",") + "\n"
+	}
+	for _, bad := range []string{"sbx-", e.data, "/runtime/", "runsc", "127.0.0.1"} {
+		if strings.Contains(all, bad) {
+			e.t.Errorf("%s: answer contains %q: %.300s", what, bad, all)
+		}
+	}
+}
+
+// must asserts a status and returns the answer.
+func (e *env) must(want int, method, path, org string, body any) resp {
+	e.t.Helper()
+	r := e.do(method, path, org, body)
+	if r.Status != want {
+		e.t.Fatalf("%s %s as %q: status %d, want %d: %s", method, path, org, r.Status, want, r.Body)
+	}
+	return r
+}
+
+// lease leases a sandbox for org and returns its id.
+func (e *env) lease(org string, body map[string]any) string {
+	e.t.Helper()
+	r := e.must(http.StatusCreated, "POST", "/v1/sandbox", org, body)
+	id, _ := r.JSON(e.t)["id"].(string)
+	if id == "" {
+		e.t.Fatalf("lease answer has no id: %s", r.Body)
+	}
+	return id
+}
+
+type execAnswer struct {
+	ExitCode int    `json:"exitCode"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	TimedOut bool   `json:"timedOut"`
+}
+
+func (e *env) exec(org, id string, body map[string]any) execAnswer {
+	e.t.Helper()
+	r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/exec", org, body)
+	var a execAnswer
+	if err := json.Unmarshal(r.Body, &a); err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}
+
+// sh runs a shell line as org in id and returns its stdout, failing on a
+// non-zero exit.
+func (e *env) sh(org, id, line string) string {
+	e.t.Helper()
+	a := e.exec(org, id, map[string]any{"command": line})
+	if a.ExitCode != 0 {
+		e.t.Fatalf("%q exited %d: %s%s", line, a.ExitCode, a.Stdout, a.Stderr)
+	}
+	return a.Stdout
+}

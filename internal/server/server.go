@@ -1,0 +1,68 @@
+// Package server wires the parts into one running service: the per-org
+// store, the gvisor runtime, the service, and the HTTP API. The binary and
+// the integration tests build the server the same way, through New.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+// Config is what the server needs to start. Zero values are documented per
+// field.
+type Config struct {
+	Data     string        // data directory (required)
+	Images   string        // built images; empty means Data/images
+	Runsc    string        // the runsc binary (required)
+	Platform string        // gVisor platform; empty means systrap
+	Ceiling  time.Duration // absolute lease bound; zero means 24 h
+}
+
+// Server is a wired service.
+type Server struct {
+	Handler http.Handler
+	Store   *store.Store
+	Runtime *gvisor.Runtime
+	Service *service.Service
+}
+
+// New opens the store and the runtime and builds the handler.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	if cfg.Images == "" {
+		cfg.Images = filepath.Join(cfg.Data, "images")
+	}
+	st, err := store.Open(ctx, cfg.Data)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{
+		Runsc:       cfg.Runsc,
+		StateDir:    filepath.Join(cfg.Data, "runtime"),
+		Platform:    cfg.Platform,
+		ImageRootfs: func(name string) (string, error) { return image.Rootfs(cfg.Images, name) },
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	svc := service.New(service.Config{
+		Ceiling: cfg.Ceiling,
+		ImageReady: func(name string) error {
+			_, err := image.Rootfs(cfg.Images, name)
+			return err
+		},
+	}, st, rt, nil, log)
+	return &Server{Handler: api.New(svc, st, log), Store: st, Runtime: rt, Service: svc}, nil
+}
+
+// Close closes the store. Sandboxes keep running: a restart re-adopts them.
+func (s *Server) Close() error { return s.Store.Close() }

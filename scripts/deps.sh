@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# deps.sh — install everything the sandbox server and its tests need on a
+# Debian 12 host, then build bin/sandbox and the exec and dev images.
+# Idempotent: a second run only rebuilds what changed.
+#
+#   sudo scripts/deps.sh
+#
+# Environment:
+#   SANDBOX_IMAGES  where class images are built (default /var/lib/sandbox/images)
+#   SANDBOX_RUNSC   an existing runsc to use instead of building the pinned one
+#   GOTOOLCHAIN     defaults to auto, so an older Go fetches the go.mod toolchain
+set -euo pipefail
+
+log() { printf '[deps] %s\n' "$*"; }
+die() { printf '[deps] error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$(pwd -P)
+IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
+export DEBIAN_FRONTEND=noninteractive
+
+# --- apt packages -----------------------------------------------------------
+
+apt_updated=0
+apt_update() {
+	if [ "$apt_updated" -eq 0 ]; then
+		log "apt-get update"
+		apt-get update -q
+		apt_updated=1
+	fi
+}
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+# mmdebstrap builds the images; git is what go uses for VCS stamping and
+# direct module fetches. Debian's runsc package is deliberately absent: it is
+# too old for current kernels (see the pinned build below).
+packages=(mmdebstrap ca-certificates iproute2 git)
+missing=()
+for p in "${packages[@]}"; do
+	installed "$p" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+	apt_update
+	log "apt-get install ${missing[*]}"
+	apt-get install -y -q "${missing[@]}"
+else
+	log "apt packages present: ${packages[*]}"
+fi
+
+# --- Go -----------------------------------------------------------------------
+
+# go_ok BIN: BIN is a Go of at least 1.21, the first that can fetch the
+# toolchain go.mod asks for (GOTOOLCHAIN=auto).
+go_ok() {
+	local v major rest minor
+	v=$(cd / && GOTOOLCHAIN=local "$1" env GOVERSION 2>/dev/null) || return 1
+	v=${v#go}
+	major=${v%%.*}
+	rest=${v#*.}
+	minor=${rest%%[!0-9]*}
+	[[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] || return 1
+	((major > 1 || (major == 1 && minor >= 21)))
+}
+
+find_go() {
+	local c
+	for c in "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go /usr/lib/go-1.*/bin/go; do
+		if [ -n "$c" ] && [ -x "$c" ] && go_ok "$c"; then
+			echo "$c"
+			return 0
+		fi
+	done
+	return 1
+}
+
+install_go() {
+	local codename bp mirror pkg minor src=/etc/apt/sources.list.d/sandbox-backports.sources
+	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+	bp="$codename-backports"
+	if ! grep -Eqs "^[^#]*[[:space:]]$bp([[:space:]]|\$)" /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; then
+		# Reuse the Debian mirror the host already uses.
+		mirror=$(grep -Ehos 'https?://[^[:space:]]*/debian/?([[:space:]]|$)' \
+			/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources |
+			head -n1 | tr -d '[:space:]' || true)
+		mirror=${mirror:-http://deb.debian.org/debian}
+		log "adding $bp ($mirror) to $src"
+		cat >"$src" <<EOF
+Types: deb
+URIs: $mirror
+Suites: $bp
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+		apt_updated=0
+	fi
+	apt_update
+	pkg=$(apt-cache search --names-only '^golang-1\.[0-9]+-go$' | awk '{print $1}' | sort -V | tail -n1 || true)
+	minor=${pkg#golang-1.}
+	minor=${minor%-go}
+	if [ -z "$pkg" ] || ! [[ $minor =~ ^[0-9]+$ ]] || [ "$minor" -lt 21 ]; then
+		die "no Go >= 1.21 in apt (${pkg:-none found}); install Go into /usr/local/go and rerun"
+	fi
+	log "apt-get install -t $bp $pkg"
+	apt-get install -y -q -t "$bp" "$pkg"
+}
+
+if ! gobin=$(find_go); then
+	log "no Go >= 1.21 found (PATH, /usr/local/go/bin, /usr/lib/go-1.*)"
+	install_go
+	gobin=$(find_go) || die "Go was installed but no Go >= 1.21 was found"
+fi
+PATH="$(dirname "$gobin"):$PATH"
+export PATH
+# Debian's Go (and some go env files) default to GOTOOLCHAIN=local; auto lets
+# an older Go fetch the toolchain go.mod names through the module proxy.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+log "go: $gobin ($(cd / && GOTOOLCHAIN=local go env GOVERSION)); toolchain for this module: $(go env GOVERSION) (GOTOOLCHAIN=$GOTOOLCHAIN)"
+
+# --- runsc --------------------------------------------------------------------
+
+# The pinned path is the server's const PinnedRunsc; its name carries the
+# gVisor pseudo-version to build.
+RUNSC=$(sed -n 's/^const PinnedRunsc = "\(.*\)"$/\1/p' cmd/sandbox/serve.go)
+[[ $RUNSC =~ /runsc-([0-9]{14})-([0-9a-f]{12})$ ]] ||
+	die "cannot read PinnedRunsc from cmd/sandbox/serve.go (got '$RUNSC')"
+RUNSC_VERSION="v0.0.0-${BASH_REMATCH[1]}-${BASH_REMATCH[2]}"
+
+if [ -n "${SANDBOX_RUNSC:-}" ] && [ "$SANDBOX_RUNSC" != "$RUNSC" ]; then
+	[ -x "$SANDBOX_RUNSC" ] || die "SANDBOX_RUNSC=$SANDBOX_RUNSC is not an executable"
+	log "runsc: using SANDBOX_RUNSC=$SANDBOX_RUNSC (pinned build skipped)"
+elif [ -x "$RUNSC" ]; then
+	log "runsc: $RUNSC present"
+else
+	log "runsc: building gvisor.dev/gvisor/runsc@$RUNSC_VERSION (takes ~3 min and ~800 MB RAM)"
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	(cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp/bin" go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION")
+	"$tmp/bin/runsc" --version >/dev/null || die "the built runsc does not run"
+	install -d -m 0755 "$(dirname "$RUNSC")"
+	install -m 0755 "$tmp/bin/runsc" "$RUNSC.new"
+	mv -f "$RUNSC.new" "$RUNSC"
+	log "runsc: installed $RUNSC"
+fi
+
+# --- binary and images --------------------------------------------------------
+
+log "go build -o bin/sandbox ./cmd/sandbox (in $repo)"
+go build -o bin/sandbox ./cmd/sandbox
+
+install -d -m 0755 "$IMAGES"
+for name in exec dev; do
+	log "image $name in $IMAGES (first build ~1.5 min and ~2 GB each; fast when up to date)"
+	bin/sandbox image build "$name" --images "$IMAGES"
+done
+log "done"

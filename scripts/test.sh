@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# test.sh — the one test command: dependencies (scripts/deps.sh), a gofmt
+# check, go vet, then every test against the real runsc and real images.
+#
+#   sudo scripts/test.sh                         # everything
+#   sudo scripts/test.sh -run TestLease -v       # extra flags go to go test
+#   sudo scripts/test.sh -v ./internal/api       # packages given: only those
+#
+# Environment:
+#   SANDBOX_IMAGES  built class images (default /var/lib/sandbox/images);
+#                   passed to the tests as SANDBOX_TEST_IMAGES
+set -euo pipefail
+
+log() { printf '[test] %s\n' "$*"; }
+die() { printf '[test] error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0): the tests start gVisor sandboxes"
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
+
+SANDBOX_IMAGES=$IMAGES bash scripts/deps.sh
+
+# The Go deps.sh found or installed (the same search, in the same order).
+go_ok() {
+	local v major rest minor
+	v=$(cd / && GOTOOLCHAIN=local "$1" env GOVERSION 2>/dev/null) || return 1
+	v=${v#go}
+	major=${v%%.*}
+	rest=${v#*.}
+	minor=${rest%%[!0-9]*}
+	[[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] || return 1
+	((major > 1 || (major == 1 && minor >= 21)))
+}
+gobin=
+for c in "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go /usr/lib/go-1.*/bin/go; do
+	if [ -n "$c" ] && [ -x "$c" ] && go_ok "$c"; then
+		gobin=$c
+		break
+	fi
+done
+[ -n "$gobin" ] || die "no Go >= 1.21 found after scripts/deps.sh"
+PATH="$(dirname "$gobin"):$PATH"
+export PATH
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+
+# gofmt of the toolchain go.mod selects, not whatever gofmt is on PATH.
+gofmt="$(go env GOROOT)/bin/gofmt"
+log "gofmt -l"
+unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path './vendor/*' -not -path '*/testdata/*' -print0 |
+	xargs -0 -r "$gofmt" -l)
+if [ -n "$unformatted" ]; then
+	printf '%s\n' "$unformatted" >&2
+	die "these files are not gofmt-formatted (run: gofmt -w FILE)"
+fi
+
+log "go vet ./..."
+go vet ./...
+
+# Packages default to ./... unless the arguments name some.
+pkgs=(./...)
+for a in "$@"; do
+	case $a in
+	./* | ../* | github.com/sandboxd/sandbox*) pkgs=() ;;
+	esac
+done
+log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_IMAGES=$IMAGES)"
+SANDBOX_TEST_IMAGES=$IMAGES go test -count=1 -timeout 60m "$@" "${pkgs[@]}"

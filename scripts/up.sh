@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# up.sh — set up a fresh Debian 12 machine and run the server: installs the
+# dependencies (scripts/deps.sh), mints an API key, prints a ready-to-paste
+# curl, then serves in the foreground (Ctrl-C stops the server; sandboxes
+# survive and are found again on the next start).
+#
+#   sudo scripts/up.sh
+#
+# Environment:
+#   SANDBOX_DATA    data directory (default /var/lib/sandbox)
+#   SANDBOX_IMAGES  built class images (default /var/lib/sandbox/images)
+#   SANDBOX_LISTEN  HTTP address (default 127.0.0.1:8080)
+#   SANDBOX_ORG     org of the minted key (default demo)
+set -euo pipefail
+
+log() { printf '[up] %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "[up] error: must run as root (sudo $0)" >&2
+	exit 1
+fi
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+DATA=${SANDBOX_DATA:-/var/lib/sandbox}
+IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
+LISTEN=${SANDBOX_LISTEN:-127.0.0.1:8080}
+ORG=${SANDBOX_ORG:-demo}
+
+SANDBOX_IMAGES=$IMAGES bash scripts/deps.sh
+
+install -d -m 0700 "$DATA"
+log "minting an API key for org $ORG in $DATA"
+KEY=$(bin/sandbox keys create --data "$DATA" --org "$ORG")
+
+# The address a client on this machine dials.
+host=${LISTEN%:*}
+port=${LISTEN##*:}
+case $host in
+'' | 0.0.0.0 | '[::]') host=127.0.0.1 ;;
+esac
+URL="http://$host:$port"
+
+cat <<EOF
+
+Server starting on $LISTEN (data $DATA, images $IMAGES).
+API key for org $ORG (shown once, stored hashed):
+
+  $KEY
+
+In another terminal, lease an exec sandbox, then run Python in it:
+
+ID=\$(curl -sS -X POST $URL/v1/sandbox -H 'Authorization: Bearer $KEY' -d '{"class":"exec"}' | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'); echo \$ID
+curl -sS -X POST $URL/v1/sandbox/\$ID/exec -H 'Authorization: Bearer $KEY' -d '{"argv":["python3","-c","print(6*7)"]}'
+
+The second command answers {"exitCode":0,"stdout":"42\n","stderr":""}. README.md has the rest of the API.
+
+EOF
+
+exec bin/sandbox serve --data "$DATA" --listen "$LISTEN" --images "$IMAGES"
