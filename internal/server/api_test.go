@@ -168,7 +168,7 @@ func TestExecSandboxLifecycle(t *testing.T) {
 }
 
 func TestLeaseChecks(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, "dev")
 	for _, tc := range []struct {
 		name string
 		body any
@@ -178,6 +178,7 @@ func TestLeaseChecks(t *testing.T) {
 		{"unknown class", map[string]any{"class": "gpu"}, 400, "android, desktop, dev, exec"},
 		{"image not allowed", map[string]any{"image": "ubuntu:latest"}, 400, "not allowed"},
 		{"image not built", map[string]any{"class": "android", "project": "p"}, 400, "not built"},
+		{"desktop not built", map[string]any{"class": "desktop", "project": "p"}, 400, "not built"},
 		{"dev without project", map[string]any{"class": "dev"}, 400, "needs a project"},
 		{"bad project name", map[string]any{"project": "../etc"}, 400, "project"},
 		{"runc refused", map[string]any{"runtime": "runc"}, 400, "never granted"},

@@ -93,7 +93,8 @@ sys.exit(0 if ok else 1)
 	os.WriteFile(marker, []byte("host only"), 0o644)
 	defer os.Remove(marker)
 	hostname, _ := os.Hostname()
-	for _, p := range []string{e.data, filepath.Join(e.data, "control.db"), marker, runscPath(), "/root", "/proc/1/root" + e.data} {
+	wd, _ := os.Getwd()
+	for _, p := range []string{e.data, filepath.Join(e.data, "control.db"), marker, runscPath(), wd, "/proc/1/root" + e.data} {
 		if out := e.exec("acme", id, map[string]any{"argv": []string{"test", "-e", p}}); out.ExitCode == 0 {
 			t.Errorf("host path %s is visible inside", p)
 		}

@@ -140,7 +140,7 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	return &runtime.ExitError{Code: code}
 }
 
-// killInside sends SIGKILL to the program's in-sandbox pid. It runs detached
+// killInside sends SIGKILL to the program's in-sandbox process group. It runs detached
 // from the caller's (already cancelled) context.
 func (r *Runtime) killInside(m *meta, pidFile string) {
 	b, err := os.ReadFile(pidFile)
@@ -153,7 +153,11 @@ func (r *Runtime) killInside(m *meta, pidFile string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r.runsc(ctx, m.Flags, "kill", "--pid", strconv.Itoa(pid), m.Name, "KILL")
+	// runsc exec makes the program a session and process-group leader, so
+	// the group takes its children (a shell's pipeline, say) down with it.
+	if _, err := r.runsc(ctx, m.Flags, "kill", "--pgid", strconv.Itoa(pid), m.Name, "KILL"); err != nil {
+		r.runsc(ctx, m.Flags, "kill", "--pid", strconv.Itoa(pid), m.Name, "KILL")
+	}
 }
 
 func hasEnv(env []string, key string) bool {
