@@ -40,14 +40,14 @@ func imagesDir() string {
 // env is one real server on a temporary data directory, with the real
 // runsc and the real images, behind a real HTTP listener.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *server.Server
 	http *httptest.Server
 	data string
 	keys map[string]string // org → key
 }
 
-func newEnv(t *testing.T, needImages ...string) *env {
+func newEnv(t testing.TB, needImages ...string) *env {
 	t.Helper()
 	if _, err := os.Stat(runscPath()); err != nil {
 		t.Fatalf("runsc is not installed at %s: run scripts/deps.sh", runscPath())
@@ -108,7 +108,7 @@ type resp struct {
 	Body   []byte
 }
 
-func (r resp) JSON(t *testing.T) map[string]any {
+func (r resp) JSON(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.Body, &m); err != nil {

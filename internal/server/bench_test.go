@@ -1,0 +1,199 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// The benchmarks put each service path beside its floor: raw runsc doing the
+// same thing on the same bundle, in the same run. Run them with
+//
+//	go test -run '^$' -bench . -benchtime 40x ./internal/server/
+//
+// and read p50-ms / p95-ms (or req/s) side by side.
+
+// latencies collects one duration per iteration and reports percentiles.
+type latencies []time.Duration
+
+func (l latencies) report(b *testing.B) {
+	if len(l) == 0 {
+		return
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	pct := func(p float64) float64 {
+		return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+	b.ReportMetric(0, "ns/op") // wall time per op includes untimed teardown; the percentiles are the result
+}
+
+// meta is the part of the runtime's bundle metadata the floors need.
+type bundleMeta struct {
+	Flags []string `json:"flags"`
+}
+
+// bundleOf returns the bundle directory and global runsc flags of the only
+// running sandbox.
+func bundleOf(b *testing.B, e *env) (string, []string, string) {
+	objs, err := e.srv.Runtime.List(b.Context(), nil)
+	if err != nil || len(objs) != 1 {
+		b.Fatalf("want one sandbox, have %v %v", objs, err)
+	}
+	dir := filepath.Join(e.data, "runtime", "bundles", objs[0].Name)
+	raw, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var m bundleMeta
+	json.Unmarshal(raw, &m)
+	return dir, m.Flags, objs[0].Name
+}
+
+func runsc(b *testing.B, flags []string, args ...string) {
+	cmd := exec.Command(runscPath(), append(slices.Clone(flags), args...)...)
+	// Files, not pipes, for what a sandbox may inherit.
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("runsc %s: %v", strings.Join(args, " "), err)
+	}
+}
+
+func benchEnv(b *testing.B) *env { return newEnv(b) }
+
+// BenchmarkLease: POST /v1/sandbox until the answer says running.
+func BenchmarkLease(b *testing.B) {
+	e := benchEnv(b)
+	var lat latencies
+	for b.Loop() {
+		start := time.Now()
+		r := e.do("POST", "/v1/sandbox", "acme", nil)
+		lat = append(lat, time.Since(start))
+		if r.Status != http.StatusCreated {
+			b.Fatalf("lease: %d %s", r.Status, r.Body)
+		}
+		b.StopTimer()
+		var sb map[string]any
+		json.Unmarshal(r.Body, &sb)
+		e.do("DELETE", "/v1/sandbox/"+sb["id"].(string), "acme", nil)
+		b.StartTimer()
+	}
+	lat.report(b)
+}
+
+// BenchmarkLeaseFloor: raw `runsc create` + `runsc start` of the bundle the
+// service wrote, with the same flags.
+func BenchmarkLeaseFloor(b *testing.B) {
+	e := benchEnv(b)
+	id := e.lease("acme", nil)
+	dir, flags, _ := bundleOf(b, e)
+	config, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	// The scratch volume went with the sandbox; give the floor its own.
+	var spec map[string]any
+	json.Unmarshal(config, &spec)
+	vol := b.TempDir()
+	os.Chown(vol, 1000, 1000)
+	for _, m := range spec["mounts"].([]any) {
+		if mm := m.(map[string]any); mm["type"] == "bind" {
+			mm["source"] = vol
+		}
+	}
+	var lat latencies
+	for b.Loop() {
+		b.StopTimer()
+		name := sandbox.NewName()
+		bundle := filepath.Join(e.data, "floor-"+name)
+		os.Mkdir(bundle, 0o700)
+		spec["linux"].(map[string]any)["cgroupsPath"] = "/sandbox/" + name
+		raw, _ := json.Marshal(spec)
+		os.WriteFile(filepath.Join(bundle, "config.json"), raw, 0o600)
+		b.StartTimer()
+		start := time.Now()
+		runsc(b, flags, "create", "--bundle", bundle, name)
+		runsc(b, flags, "start", name)
+		lat = append(lat, time.Since(start))
+		b.StopTimer()
+		runsc(b, flags, "delete", "--force", name)
+		os.RemoveAll(bundle)
+		b.StartTimer()
+	}
+	lat.report(b)
+}
+
+// BenchmarkExecTrue: POST /exec {"argv":["true"]} round trip.
+func BenchmarkExecTrue(b *testing.B) {
+	e := benchEnv(b)
+	id := e.lease("acme", nil)
+	var lat latencies
+	for b.Loop() {
+		start := time.Now()
+		r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}})
+		lat = append(lat, time.Since(start))
+		if r.Status != http.StatusOK {
+			b.Fatalf("exec: %d %s", r.Status, r.Body)
+		}
+	}
+	lat.report(b)
+}
+
+// BenchmarkExecTrueFloor: raw `runsc exec ID true`.
+func BenchmarkExecTrueFloor(b *testing.B) {
+	e := benchEnv(b)
+	e.lease("acme", nil)
+	_, flags, name := bundleOf(b, e)
+	var lat latencies
+	for b.Loop() {
+		start := time.Now()
+		runsc(b, flags, "exec", "--user", "1000:1000", name, "true")
+		lat = append(lat, time.Since(start))
+	}
+	lat.report(b)
+}
+
+// BenchmarkGetSandbox: GET /v1/sandbox/{id} from parallel clients.
+func BenchmarkGetSandbox(b *testing.B) {
+	e := benchEnv(b)
+	id := e.lease("acme", nil)
+	req := func() (*http.Request, error) {
+		r, err := http.NewRequest("GET", e.http.URL+"/v1/sandbox/"+id, nil)
+		if err == nil {
+			r.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+		}
+		return r, err
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	b.SetParallelism(8)
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r, _ := req()
+			res, err := client.Do(r)
+			if err != nil {
+				panic(err)
+			}
+			if res.StatusCode != http.StatusOK {
+				panic(fmt.Sprint("status ", res.StatusCode))
+			}
+			res.Body.Close()
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+}
