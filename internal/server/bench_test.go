@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -192,6 +193,7 @@ func BenchmarkGetSandbox(b *testing.B) {
 			if res.StatusCode != http.StatusOK {
 				panic(fmt.Sprint("status ", res.StatusCode))
 			}
+			io.Copy(io.Discard, res.Body) // so the connection is reused
 			res.Body.Close()
 		}
 	})

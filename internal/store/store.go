@@ -25,7 +25,24 @@ type Store struct {
 	control *sql.DB
 
 	mu   sync.Mutex
-	orgs map[string]*sql.DB // by raw org name
+	orgs map[string]*orgDB // by raw org name
+
+	keys sync.Map // key hash → cachedPrincipal
+}
+
+// orgDB is one org's database with its hot statement prepared once.
+type orgDB struct {
+	*sql.DB
+	get *sql.Stmt
+}
+
+// keyCacheTTL bounds how long a resolved API key is trusted without asking
+// the control database again.
+const keyCacheTTL = 30 * time.Second
+
+type cachedPrincipal struct {
+	p       sandbox.Principal
+	expires time.Time
 }
 
 // Open opens (creating if needed) the store under dataDir.
@@ -37,7 +54,7 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{dir: dataDir, control: control, orgs: map[string]*sql.DB{}}, nil
+	return &Store{dir: dataDir, control: control, orgs: map[string]*orgDB{}}, nil
 }
 
 // Close closes every database and reports every failure.
@@ -46,9 +63,9 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	errs := []error{s.control.Close()}
 	for _, db := range s.orgs {
-		errs = append(errs, db.Close())
+		errs = append(errs, db.get.Close(), db.Close())
 	}
-	s.orgs = map[string]*sql.DB{}
+	s.orgs = map[string]*orgDB{}
 	return errors.Join(errs...)
 }
 
@@ -58,7 +75,7 @@ func (s *Store) OrgDir(org string) string {
 }
 
 // orgDB returns the org's database, opening it on first use.
-func (s *Store) orgDB(ctx context.Context) (*sql.DB, string, error) {
+func (s *Store) orgDB(ctx context.Context) (*orgDB, string, error) {
 	org, err := sandbox.OrgRequired(ctx)
 	if err != nil {
 		return nil, "", err
@@ -72,10 +89,16 @@ func (s *Store) orgDB(ctx context.Context) (*sql.DB, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("store: %w", err)
 	}
-	db, err := open(ctx, filepath.Join(dir, "sandbox.db"), "org")
+	raw, err := open(ctx, filepath.Join(dir, "sandbox.db"), "org")
 	if err != nil {
 		return nil, "", err
 	}
+	get, err := raw.PrepareContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE org = ? AND id = ?`)
+	if err != nil {
+		raw.Close()
+		return nil, "", fmt.Errorf("store: %w", err)
+	}
+	db := &orgDB{DB: raw, get: get}
 	s.orgs[org] = db
 	return db, org, nil
 }
@@ -108,7 +131,7 @@ func (s *Store) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, err := scan(db.QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE org = ? AND id = ?`, org, id))
+	sb, err := scan(db.get.QueryRowContext(ctx, org, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errNotFound
 	}
@@ -322,15 +345,22 @@ func (s *Store) CreateKey(ctx context.Context, org, subject string) (string, err
 	return key, nil
 }
 
-// Principal resolves an API key, or KindUnauthorized.
+// Principal resolves an API key, or KindUnauthorized. A resolved key is
+// cached for keyCacheTTL; an unknown one is never cached, so a key minted by
+// the CLI works at once.
 func (s *Store) Principal(ctx context.Context, key string) (sandbox.Principal, error) {
+	h := hashKey(key)
+	if c, ok := s.keys.Load(h); ok && time.Now().Before(c.(cachedPrincipal).expires) {
+		return c.(cachedPrincipal).p, nil
+	}
 	var p sandbox.Principal
-	err := s.control.QueryRowContext(ctx, `SELECT org, subject FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&p.Org, &p.Subject)
+	err := s.control.QueryRowContext(ctx, `SELECT org, subject FROM api_keys WHERE hash = ?`, h).Scan(&p.Org, &p.Subject)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, sandbox.Errorf(sandbox.KindUnauthorized, "invalid API key")
 	}
 	if err != nil {
 		return p, fmt.Errorf("store: key: %w", err)
 	}
+	s.keys.Store(h, cachedPrincipal{p: p, expires: time.Now().Add(keyCacheTTL)})
 	return p, nil
 }
