@@ -1,0 +1,205 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+func orgCtx(org string) context.Context {
+	return sandbox.WithPrincipal(context.Background(), sandbox.Principal{Org: org, Subject: "test"})
+}
+
+func newRow(class, project string) *sandbox.Sandbox {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	return &sandbox.Sandbox{
+		ID: sandbox.NewID(), Class: class, Project: project, Status: sandbox.StatusPending, Image: class,
+		Runtime: "gvisor", Workdir: "/mnt/data", Name: sandbox.NewName(), Volume: "v",
+		CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(time.Hour),
+	}
+}
+
+func openStore(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, dir
+}
+
+func TestOneFilePerOrg(t *testing.T) {
+	st, dir := openStore(t)
+	a, b := newRow("exec", ""), newRow("exec", "")
+	if err := st.Insert(orgCtx("Acme"), a, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Insert(orgCtx("acme"), b, 0); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "orgs", "*", "sandbox.db"))
+	if len(files) != 2 {
+		t.Fatalf("want one file per org (Acme and acme slug alike), got %v", files)
+	}
+	// Each org sees only its own row; the other's id is not found.
+	if _, err := st.Get(orgCtx("Acme"), b.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Acme read acme's row: %v", err)
+	}
+	got, err := st.Get(orgCtx("acme"), b.ID)
+	if err != nil || got.ID != b.ID || got.Org != "acme" || !got.CreatedAt.Equal(b.CreatedAt) {
+		t.Errorf("Get: %+v %v", got, err)
+	}
+	// Updates and deletes of another org's id touch nothing.
+	for _, err := range []error{
+		st.Delete(orgCtx("Acme"), b.ID),
+		st.Touch(orgCtx("Acme"), b.ID, time.Now()),
+		st.SetStatus(orgCtx("Acme"), b.ID, sandbox.StatusError, "", "x"),
+	} {
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("cross-org write: %v", err)
+		}
+	}
+	if got, _ := st.Get(orgCtx("acme"), b.ID); got.Status != sandbox.StatusPending {
+		t.Errorf("cross-org write landed: %+v", got)
+	}
+}
+
+func TestOrgRequired(t *testing.T) {
+	st, _ := openStore(t)
+	if _, err := st.Get(context.Background(), "sb_x"); !errors.Is(err, sandbox.ErrUnauthorized) {
+		t.Errorf("Get without a principal: %v", err)
+	}
+	if err := st.Insert(context.Background(), newRow("exec", ""), 0); !errors.Is(err, sandbox.ErrUnauthorized) {
+		t.Errorf("Insert without a principal: %v", err)
+	}
+}
+
+func TestListNewestFirstAndFilters(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := orgCtx("acme")
+	var ids []string
+	for i, p := range []string{"", "p1", ""} {
+		r := newRow("exec", p)
+		r.CreatedAt = r.CreatedAt.Add(time.Duration(i) * time.Second)
+		if err := st.Insert(ctx, r, 0); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	st.SetStatus(ctx, ids[2], sandbox.StatusRunning, "uid", "")
+	all, _ := st.List(ctx, Filter{})
+	if len(all) != 3 || all[0].ID != ids[2] || all[2].ID != ids[0] {
+		t.Errorf("not newest first: %v", all)
+	}
+	if l, _ := st.List(ctx, Filter{Project: "p1"}); len(l) != 1 || l[0].ID != ids[1] {
+		t.Errorf("project filter: %v", l)
+	}
+	if l, _ := st.List(ctx, Filter{Status: sandbox.StatusRunning}); len(l) != 1 || l[0].ID != ids[2] || l[0].UID != "uid" {
+		t.Errorf("status filter: %v", l)
+	}
+}
+
+// TestInsertRaces checks that the project and cap rules hold under
+// concurrent leases, not only for the read-only checks before them.
+func TestInsertRaces(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := orgCtx("acme")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[string]int{}
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			project := ""
+			if i%2 == 0 {
+				project = "shared"
+			}
+			err := st.Insert(ctx, newRow("exec", project), 16)
+			key := "ok"
+			switch {
+			case errors.Is(err, ErrProjectBusy):
+				key = "busy"
+			case errors.Is(err, ErrCapReached):
+				key = "cap"
+			case err != nil:
+				key = err.Error()
+			}
+			mu.Lock()
+			errs[key]++
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	if errs["ok"] != 16 || errs["busy"]+errs["cap"] != 24 {
+		t.Errorf("outcomes: %v", errs)
+	}
+	if n, _ := st.CountLive(ctx, "exec"); n != 16 {
+		t.Errorf("live: %d", n)
+	}
+	live, _ := st.List(ctx, Filter{Project: "shared"})
+	if len(live) != 1 {
+		t.Errorf("project has %d live sandboxes", len(live))
+	}
+	// An error row frees the project.
+	st.SetStatus(ctx, live[0].ID, sandbox.StatusError, "", "start failed")
+	if l, _ := st.LiveInProject(ctx, "shared"); l != nil {
+		t.Errorf("error row still counts as live: %v", l)
+	}
+}
+
+func TestKeysAreStoredHashed(t *testing.T) {
+	st, dir := openStore(t)
+	ctx := context.Background()
+	key, err := st.CreateKey(ctx, "acme", "ci")
+	if err != nil || !strings.HasPrefix(key, "sbk_") || len(key) < 40 {
+		t.Fatalf("key %q: %v", key, err)
+	}
+	p, err := st.Principal(ctx, key)
+	if err != nil || p.Org != "acme" || p.Subject != "ci" {
+		t.Errorf("Principal: %+v %v", p, err)
+	}
+	if _, err := st.Principal(ctx, key+"x"); !errors.Is(err, sandbox.ErrUnauthorized) {
+		t.Errorf("wrong key: %v", err)
+	}
+	st.Close()
+	// The key never reaches the disk in clear, in the database or its WAL.
+	files, _ := filepath.Glob(filepath.Join(dir, "control.db*"))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		if strings.Contains(string(b), key[4:]) {
+			t.Errorf("%s holds the key in clear", f)
+		}
+	}
+	if _, err := st.CreateKey(ctx, "", "x"); err == nil {
+		t.Error("empty org accepted")
+	}
+}
+
+func TestReopenKeepsRows(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRow("exec", "")
+	st.Insert(orgCtx("acme"), r, 0)
+	st.Close()
+	st, err = Open(context.Background(), dir) // migrations run again: a no-op
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if got, err := st.Get(orgCtx("acme"), r.ID); err != nil || got.ID != r.ID {
+		t.Errorf("row lost across reopen: %v", err)
+	}
+}
