@@ -89,6 +89,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	app, err := server.New(ctx, server.Config{
 		Data: cfg.Data, Images: cfg.Images, Runsc: cfg.Runsc, Platform: cfg.Platform, Ceiling: cfg.Ceiling,
+		ReapEvery: cfg.ReapEvery,
 	}, log)
 	if err != nil {
 		return err
@@ -104,6 +105,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data", cfg.Data, "images", cfg.Images)
 	fmt.Fprintf(stdout, "sandbox: listening on http://%s\n", ln.Addr())
+
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	bgDone := make(chan struct{})
+	go func() { defer close(bgDone); app.Run(bgCtx) }()
+	defer func() { stopBackground(); <-bgDone }()
 
 	select {
 	case err := <-errc:

@@ -413,3 +413,18 @@ func TestUnknownRoute(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+func TestReaperEndsExpiredLeases(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", map[string]any{"ttlSec": 1})
+	keep := e.lease("acme", map[string]any{"ttlSec": 600})
+	time.Sleep(1100 * time.Millisecond)
+	e.srv.Reaper.Once(t.Context())
+	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id, "acme", nil)
+	e.must(http.StatusOK, "GET", "/v1/sandbox/"+keep, "acme", nil)
+	objs, err := e.srv.Runtime.List(t.Context(), nil)
+	if err != nil || len(objs) != 1 {
+		t.Errorf("runtime objects after reaping: %v %v", objs, err)
+	}
+	e.sh("acme", keep, "true")
+}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
 )
@@ -25,6 +27,8 @@ type Config struct {
 	Runsc    string        // the runsc binary (required)
 	Platform string        // gVisor platform; empty means systrap
 	Ceiling  time.Duration // absolute lease bound; zero means 24 h
+	// ReapEvery is the reaper's interval; zero means one minute.
+	ReapEvery time.Duration
 }
 
 // Server is a wired service.
@@ -33,10 +37,17 @@ type Server struct {
 	Store   *store.Store
 	Runtime *gvisor.Runtime
 	Service *service.Service
+	Reaper  *reaper.Reaper
 }
 
 // New opens the store and the runtime and builds the handler.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	if cfg.Ceiling <= 0 {
+		cfg.Ceiling = sandbox.DefaultCeiling
+	}
+	if cfg.ReapEvery <= 0 {
+		cfg.ReapEvery = time.Minute
+	}
 	if cfg.Images == "" {
 		cfg.Images = filepath.Join(cfg.Data, "images")
 	}
@@ -61,8 +72,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			return err
 		},
 	}, st, rt, nil, log)
-	return &Server{Handler: api.New(svc, st, log), Store: st, Runtime: rt, Service: svc}, nil
+	return &Server{
+		Handler: api.New(svc, st, log), Store: st, Runtime: rt, Service: svc,
+		Reaper: &reaper.Reaper{Store: st, Ender: svc, Every: cfg.ReapEvery, Ceiling: cfg.Ceiling, Log: log},
+	}, nil
 }
+
+// Run runs the background work (the reaper) until ctx ends, and returns once
+// it has drained.
+func (s *Server) Run(ctx context.Context) { s.Reaper.Run(ctx) }
 
 // Close closes the store. Sandboxes keep running: a restart re-adopts them.
 func (s *Server) Close() error { return s.Store.Close() }

@@ -89,6 +89,10 @@ func (s *Store) orgDB(ctx context.Context) (*orgDB, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("store: %w", err)
 	}
+	if _, err := s.control.ExecContext(ctx, `INSERT OR IGNORE INTO orgs (name, slug, created_at) VALUES (?, ?, ?)`,
+		org, sandbox.Slug(org), millis(time.Now())); err != nil {
+		return nil, "", fmt.Errorf("store: %w", err)
+	}
 	raw, err := open(ctx, filepath.Join(dir, "sandbox.db"), "org")
 	if err != nil {
 		return nil, "", err
@@ -363,4 +367,23 @@ func (s *Store) Principal(ctx context.Context, key string) (sandbox.Principal, e
 	}
 	s.keys.Store(h, cachedPrincipal{p: p, expires: time.Now().Add(keyCacheTTL)})
 	return p, nil
+}
+
+// Orgs lists every org that has a store, for background work that visits
+// each one.
+func (s *Store) Orgs(ctx context.Context) ([]string, error) {
+	rows, err := s.control.QueryContext(ctx, `SELECT name FROM orgs ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("store: orgs: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("store: orgs: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
 }
