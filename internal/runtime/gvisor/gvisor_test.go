@@ -1,0 +1,160 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/runtime"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	runsc := os.Getenv("SANDBOX_RUNSC")
+	if runsc == "" {
+		runsc = "/usr/local/libexec/sandbox/runsc-20260905035102-160fafc42237"
+	}
+	images := os.Getenv("SANDBOX_TEST_IMAGES")
+	if images == "" {
+		images = image.DefaultDir
+	}
+	if _, err := image.Rootfs(images, "exec"); err != nil {
+		t.Fatal(err)
+	}
+	state, err := os.MkdirTemp("", "sbg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Runsc: runsc, StateDir: state, ImageRootfs: func(n string) (string, error) { return image.Rootfs(images, n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		objs, _ := r.List(context.Background(), nil)
+		for _, o := range objs {
+			r.Delete(context.Background(), runtime.Ref{Name: o.Name, UID: o.UID})
+		}
+		unix.Unmount(filepath.Join(state, "runsc", "null-netns"), unix.MNT_DETACH)
+		os.RemoveAll(state)
+	})
+	return r
+}
+
+func create(t *testing.T, r *Runtime, name, id string) runtime.Object {
+	t.Helper()
+	obj, err := r.Create(context.Background(), runtime.Spec{
+		Name: name, Labels: map[string]string{runtime.LabelSandbox: id, "team": "a"}, Image: "exec", Workdir: "/mnt/data",
+		Volume: runtime.Volume{Name: "scratch-" + id, Scratch: true}, CPUs: 1, MemoryMiB: 512, Pids: 256, RootfsMiB: 256, FileMiB: 16,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+func TestDeleteNeedsTheIdentity(t *testing.T) {
+	r := newRuntime(t)
+	ctx := context.Background()
+	obj := create(t, r, "sbx-gvisortest000000001", "one")
+	if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: "someone-else"}); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("delete with a wrong UID: %v", err)
+	}
+	if st, err := r.Status(ctx, obj.Name); err != nil || !st.Running {
+		t.Fatalf("a refused delete touched the container: %+v %v", st, err)
+	}
+	if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("second delete: %v", err)
+	}
+	if _, err := r.Status(ctx, obj.Name); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("status after delete: %v", err)
+	}
+	if err := r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("exec after delete: %v", err)
+	}
+}
+
+func TestListByLabel(t *testing.T) {
+	r := newRuntime(t)
+	ctx := context.Background()
+	a := create(t, r, "sbx-gvisortest000000002", "two")
+	create(t, r, "sbx-gvisortest000000003", "three")
+	all, err := r.List(ctx, map[string]string{runtime.LabelSandbox: ""})
+	if err != nil || len(all) != 2 {
+		t.Fatalf("list all: %v %v", all, err)
+	}
+	one, err := r.List(ctx, map[string]string{runtime.LabelSandbox: "two"})
+	if err != nil || len(one) != 1 || one[0].Name != a.Name || one[0].UID != a.UID || !one[0].Running {
+		t.Fatalf("list by id: %+v %v", one, err)
+	}
+	if none, _ := r.List(ctx, map[string]string{"team": "b"}); len(none) != 0 {
+		t.Errorf("selector ignored: %v", none)
+	}
+}
+
+func TestExecTTYAndResize(t *testing.T) {
+	r := newRuntime(t)
+	obj := create(t, r, "sbx-gvisortest000000004", "four")
+	resize := make(chan runtime.Size, 1)
+	resize <- runtime.Size{Cols: 123, Rows: 45}
+	stdinR, stdinW := io.Pipe()
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Exec(context.Background(), obj.Name, runtime.ExecRequest{
+			Argv: []string{"bash", "-c", "sleep 0.5; stty size; [ -t 0 ] && [ -t 1 ] && echo is-a-tty; echo TERM=$TERM; read line; echo got:$line; stty size"},
+			TTY:  true, Stdin: stdinR, Stdout: &out, Resize: resize,
+		})
+	}()
+	time.Sleep(time.Second)
+	// A resize while the program runs reaches the pty inside too.
+	resize <- runtime.Size{Cols: 77, Rows: 22}
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(stdinW, "typed\r")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("tty exec did not end")
+	}
+	stdinW.Close()
+	close(resize)
+	s := out.String()
+	for _, want := range []string{"45 123", "is-a-tty", "TERM=xterm-256color", "got:typed", "22 77"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("tty output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestCancelKillsInside(t *testing.T) {
+	r := newRuntime(t)
+	obj := create(t, r, "sbx-gvisortest000000005", "five")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err := r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"sh", "-c", "sleep 100 | cat; sleep 100"}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancelled exec: %v", err)
+	}
+	var ps bytes.Buffer
+	r.Exec(context.Background(), obj.Name, runtime.ExecRequest{Argv: []string{"ps", "-eo", "args"}, Stdout: &ps})
+	if strings.Contains(ps.String(), "sleep 100") {
+		t.Errorf("cancelled program survives inside:\n%s", ps.String())
+	}
+}
