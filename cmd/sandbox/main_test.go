@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox/internal/image"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+}
+
+func images() string {
+	if d := os.Getenv("SANDBOX_TEST_IMAGES"); d != "" {
+		return d
+	}
+	return image.DefaultDir
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"bogus"},
+		{"serve"},
+		{"serve", "--data", t.TempDir(), "--reap-every", "-1s"},
+		{"keys"},
+		{"keys", "create", "--data", t.TempDir()},
+		{"image"},
+		{"image", "build"},
+		{"image", "build", "android", "--images", t.TempDir()},
+		{"image", "frobnicate"},
+	} {
+		var out, errb bytes.Buffer
+		if err := run(context.Background(), args, &out, &errb); err == nil {
+			t.Errorf("sandbox %v: no error", args)
+		}
+		if out.Len() != 0 {
+			t.Errorf("sandbox %v wrote to stdout: %q", args, out.String())
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, &out, io.Discard); err != nil || !strings.Contains(out.String(), "sandbox serve") {
+		t.Errorf("help: %v %q", err, out.String())
+	}
+}
+
+// TestServeEndToEnd runs the real `serve` verb with a key from the real
+// `keys create` verb, and drives it over HTTP like a user with curl would.
+func TestServeEndToEnd(t *testing.T) {
+	data, err := os.MkdirTemp("", "sbc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		unix.Unmount(filepath.Join(data, "runtime", "runsc", "null-netns"), unix.MNT_DETACH)
+		os.RemoveAll(data)
+	}()
+
+	var keyOut bytes.Buffer
+	if err := run(context.Background(), []string{"keys", "create", "--data", data, "--org", "acme"}, &keyOut, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSuffix(keyOut.String(), "\n")
+	if !strings.HasPrefix(key, "sbk_") || strings.ContainsAny(key, " \n") {
+		t.Fatalf("keys create printed %q, want the key alone", keyOut.String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--images", images(), "--reap-every", "1s"}, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed nothing: %v (%v)", err, <-done)
+	}
+	go io.Copy(io.Discard, pr)
+	base := strings.TrimSpace(strings.TrimPrefix(line, "sandbox: listening on "))
+
+	call := func(method, path, body string) (int, map[string]any) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var m map[string]any
+		json.NewDecoder(res.Body).Decode(&m)
+		return res.StatusCode, m
+	}
+	code, sb := call("POST", "/v1/sandbox", `{"ttlSec": 60}`)
+	if code != http.StatusCreated {
+		t.Fatalf("lease: %d %v", code, sb)
+	}
+	id := sb["id"].(string)
+	code, res := call("POST", "/v1/sandbox/"+id+"/exec", `{"argv":["python3","-c","print(6*7)"]}`)
+	if code != http.StatusOK || res["stdout"] != "42\n" {
+		t.Errorf("exec: %d %v", code, res)
+	}
+	if code, _ := call("DELETE", "/v1/sandbox/"+id, ""); code != http.StatusOK {
+		t.Errorf("delete: %d", code)
+	}
+	// SIGTERM's path: the context ends, the server drains and returns.
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v on shutdown", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
