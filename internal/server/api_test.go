@@ -4,11 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/internal/server"
 )
 
 func TestAuthRequired(t *testing.T) {
@@ -427,4 +434,64 @@ func TestReaperEndsExpiredLeases(t *testing.T) {
 		t.Errorf("runtime objects after reaping: %v %v", objs, err)
 	}
 	e.sh("acme", keep, "true")
+}
+
+// TestStartFailureIs503 gives the real runsc an image it cannot boot (a
+// complete manifest over an empty rootfs: no program to run).
+func TestStartFailureIs503(t *testing.T) {
+	images := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(images, "exec", "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(imagesDir(), "exec", "image.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(images, "exec", "image.json"), manifest, 0o644)
+	e := newEnvImages(t, images)
+
+	r := e.must(http.StatusServiceUnavailable, "POST", "/v1/sandbox", "acme", nil)
+	msg := r.JSON(t)["error"].(string)
+	if !strings.Contains(msg, "could not be started") {
+		t.Errorf("503 message: %q", msg)
+	}
+	var l struct{ Sandboxes []map[string]any }
+	json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox?status=error", "acme", nil).Body, &l)
+	if len(l.Sandboxes) != 1 || l.Sandboxes[0]["error"] == "" || !strings.Contains(msg, l.Sandboxes[0]["id"].(string)) {
+		t.Fatalf("the failed lease is not kept as an error row named in the answer: %v / %q", l.Sandboxes, msg)
+	}
+	// Nothing of the container is left, and the error row does not hold
+	// the exec cap or a project.
+	if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil || len(objs) != 0 {
+		t.Errorf("a failed start left runtime objects: %v %v", objs, err)
+	}
+	// The reaper ends error rows.
+	e.srv.Reaper.Once(t.Context())
+	json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil).Body, &l)
+	if len(l.Sandboxes) != 0 {
+		t.Errorf("error row survived the reaper: %v", l.Sandboxes)
+	}
+}
+
+// TestRestartKeepsSandboxes starts a second server on the same data
+// directory: rows, containers and files are all found again.
+func TestRestartKeepsSandboxes(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=state.txt", "acme", "before restart")
+	e.http.Close()
+	e.srv.Close()
+
+	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), Runsc: runscPath()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, e.http = srv, httptest.NewServer(srv.Handler)
+	if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=state.txt", "acme", nil); string(r.Body) != "before restart" {
+		t.Errorf("file after restart: %q", r.Body)
+	}
+	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "running" {
+		t.Errorf("row after restart: %v", sb)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 }

@@ -49,12 +49,18 @@ type env struct {
 
 func newEnv(t testing.TB, needImages ...string) *env {
 	t.Helper()
+	return newEnvImages(t, imagesDir(), needImages...)
+}
+
+// newEnvImages is newEnv over another images directory.
+func newEnvImages(t testing.TB, images string, needImages ...string) *env {
+	t.Helper()
 	if _, err := os.Stat(runscPath()); err != nil {
 		t.Fatalf("runsc is not installed at %s: run scripts/deps.sh", runscPath())
 	}
 	for _, name := range append([]string{"exec"}, needImages...) {
-		if _, err := image.Rootfs(imagesDir(), name); err != nil {
-			t.Fatalf("%v (tests read images from SANDBOX_TEST_IMAGES=%s)", err, imagesDir())
+		if _, err := image.Rootfs(images, name); err != nil {
+			t.Fatalf("%v (tests read images from SANDBOX_TEST_IMAGES=%s)", err, images)
 		}
 	}
 	// A short data path keeps unix socket paths under runsc's limit.
@@ -66,7 +72,7 @@ func newEnv(t testing.TB, needImages ...string) *env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	srv, err := server.New(context.Background(), server.Config{Data: data, Images: imagesDir(), Runsc: runscPath()}, log)
+	srv, err := server.New(context.Background(), server.Config{Data: data, Images: images, Runsc: runscPath()}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
