@@ -6,10 +6,4 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// database/sql's connection opener lives until DB.Close; the
-		// httptest client keeps idle connections briefly.
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
