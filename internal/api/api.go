@@ -49,6 +49,7 @@ func (s *Server) routes() {
 		s.handle("DELETE "+p+"/{id}", s.end)
 		s.handle("POST "+p+"/{id}/renew", s.renew)
 		s.handle("POST "+p+"/{id}/exec", s.exec)
+		s.handle("POST "+p+"/{id}/stop", s.stop)
 		s.handle("GET "+p+"/{id}/fs", s.readFS)
 		s.handle("POST "+p+"/{id}/fs", s.writeFS)
 	}

@@ -132,3 +132,15 @@ func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, res)
 	return nil
 }
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
+	if err := decode(r.Body, &struct{}{}); err != nil {
+		return err
+	}
+	res, err := s.svc.Stop(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}

@@ -33,6 +33,7 @@ type ExecResult struct {
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
 	TimedOut bool   `json:"timedOut,omitempty"`
+	Stopped  bool   `json:"stopped,omitempty"` // cancelled by POST .../stop
 }
 
 // Exec runs a program in a running sandbox and waits for it.
@@ -74,7 +75,9 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	}
 	timeout = min(timeout, s.cfg.MaxExecTimeout)
 
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	workCtx, done := s.cmds.start(ctx, sb.ID)
+	defer done()
+	runCtx, cancel := context.WithTimeout(workCtx, timeout)
 	defer cancel()
 	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
 	err = s.rt.Exec(runCtx, sb.Name, runtime.ExecRequest{
@@ -87,6 +90,9 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	case err == nil:
 	case errors.As(err, &exit):
 		res.ExitCode = exit.Code
+	case errors.Is(context.Cause(workCtx), errStopped):
+		res.ExitCode, res.Stopped = 137, true
+		stderr.WriteString("\n[sandbox: stopped]\n")
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 		res.ExitCode, res.TimedOut = 124, true
 		stderr.WriteString(fmt.Sprintf("\n[sandbox: killed after the %s timeout]\n", timeout))

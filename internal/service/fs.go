@@ -60,6 +60,8 @@ func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error
 	if err != nil {
 		return nil, err
 	}
+	ctx, done := s.cmds.start(ctx, sb.ID)
+	defer done()
 	out := &limited{max: MaxFileBytes}
 	var errb capped
 	errb.max = 4096
@@ -88,10 +90,8 @@ func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error
 			return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is not readable", full)
 		}
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "reading %s failed: %s", full, firstLine(errb.String()))
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
 	default:
-		return nil, sandbox.Wrap(sandbox.KindBadGateway, err, "the channel to the sandbox broke; the sandbox may have died")
+		return nil, channelError(ctx, err)
 	}
 }
 
@@ -114,6 +114,8 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 	if full == sb.Workdir {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "path names the workdir itself; name a file under it")
 	}
+	ctx, done := s.cmds.start(ctx, sb.ID)
+	defer done()
 	counter := &countingReader{r: body}
 	var errb capped
 	errb.max = 4096
@@ -136,10 +138,8 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 			return nil, sandbox.Errorf(sandbox.KindConflict, "cannot create the parent directories of %s", full)
 		}
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "writing %s failed: %s", full, firstLine(errb.String()))
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
 	default:
-		return nil, sandbox.Wrap(sandbox.KindBadGateway, err, "the channel to the sandbox broke; the sandbox may have died")
+		return nil, channelError(ctx, err)
 	}
 }
 
@@ -183,4 +183,15 @@ func (c *countingReader) Read(p []byte) (int, error) {
 		c.err = err
 	}
 	return n, err
+}
+
+// channelError classifies a failed exec that was not a program's exit.
+func channelError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(context.Cause(ctx), errStopped):
+		return sandbox.Errorf(sandbox.KindConflict, "the command was stopped by a stop call")
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return sandbox.Wrap(sandbox.KindBadGateway, err, "the channel to the sandbox broke; the sandbox may have died")
 }

@@ -63,6 +63,7 @@ type Service struct {
 	rt    runtime.Runtime
 	meter Meter
 	log   *slog.Logger
+	cmds  inflight
 }
 
 // New returns a Service. meter may be nil (free).
@@ -272,6 +273,25 @@ func notRunning(sb *sandbox.Sandbox) error {
 	return sandbox.Errorf(sandbox.KindConflict, "sandbox %s is %s, not running", sb.ID, sb.Status)
 }
 
+// StopResult says what Stop did.
+type StopResult struct {
+	ID      string `json:"id"`
+	Stopped int    `json:"stopped"`
+}
+
+// Stop ends the WORK: it cancels every in-flight command of the sandbox
+// (each killed inside the sandbox, not only its client) and answers how
+// many. The sandbox, its files and its lease stay.
+func (s *Service) Stop(ctx context.Context, id string) (*StopResult, error) {
+	sb, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	n := s.cmds.stop(sb.ID, 15*time.Second)
+	s.log.Info("sandbox work stopped", "sandbox", sb.ID, "commands", n)
+	return &StopResult{ID: sb.ID, Stopped: n}, nil
+}
+
 // EndResult says what End did.
 type EndResult struct {
 	ID     string `json:"id"`
@@ -290,6 +310,7 @@ func (s *Service) End(ctx context.Context, id string, purge bool) (*EndResult, e
 	}
 	ctx = context.WithoutCancel(ctx)
 	log := s.log.With("sandbox", sb.ID)
+	s.cmds.stop(sb.ID, 5*time.Second)
 	if sb.Name != "" {
 		err := s.rt.Delete(ctx, runtime.Ref{Name: sb.Name, UID: sb.UID})
 		switch {
