@@ -25,6 +25,12 @@ Usage:
         build a class image from Debian packages (idempotent)
   sandbox image list [--images DIR]
         show which class images are built
+  sandbox credits add --data DIR --org ORG --cents N
+        prepay an org's leases (only matters when SANDBOX_FEE_CENTS* set a fee)
+
+Lease fees default to 0. SANDBOX_FEE_CENTS sets a fee for every class and
+SANDBOX_FEE_CENTS_EXEC|_DEV|_DESKTOP|_ANDROID one per class; a lease the org's
+balance cannot pay is refused with 402.
 
 Every API call carries 'Authorization: Bearer <key>'. Start with:
   sandbox keys create --data /var/lib/sandbox --org myteam
@@ -53,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return keys(ctx, args[1:], stdout, stderr)
 	case "image":
 		return imageCmd(ctx, args[1:], stdout, stderr)
+	case "credits":
+		return credits(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

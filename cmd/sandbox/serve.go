@@ -30,6 +30,7 @@ type serveConfig struct {
 	Platform  string
 	Ceiling   time.Duration
 	Debug     bool
+	Operator  string
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -41,6 +42,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Platform, "platform", "systrap", "gVisor platform: systrap or ptrace (kvm hangs on nested VMs)")
 	fs.DurationVar(&c.Ceiling, "ceiling", 24*time.Hour, "absolute bound on any lease, counted from its creation")
 	fs.BoolVar(&c.Debug, "debug", false, "log every request")
+	fs.StringVar(&c.Operator, "operator-org", "system", "the reserved operator org: its keys read /metrics")
 }
 
 // Validate checks the configuration and fills the documented defaults.
@@ -89,7 +91,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	app, err := server.New(ctx, server.Config{
 		Data: cfg.Data, Images: cfg.Images, Runsc: cfg.Runsc, Platform: cfg.Platform, Ceiling: cfg.Ceiling,
-		ReapEvery: cfg.ReapEvery,
+		ReapEvery: cfg.ReapEvery, OperatorOrg: cfg.Operator,
 	}, log)
 	if err != nil {
 		return err

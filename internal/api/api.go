@@ -31,11 +31,24 @@ type Server struct {
 	auth Authenticator
 	log  *slog.Logger
 	mux  *http.ServeMux
+	opts Options
+}
+
+// Options are the optional parts of the API.
+type Options struct {
+	// OperatorOrg is the reserved org whose keys may read operator routes
+	// (/metrics). Empty means "system".
+	OperatorOrg string
+	// Metrics serves /metrics; nil means no metrics route.
+	Metrics http.Handler
 }
 
 // New builds the handler tree.
-func New(svc *service.Service, auth Authenticator, log *slog.Logger) *Server {
-	s := &Server{svc: svc, auth: auth, log: log, mux: http.NewServeMux()}
+func New(svc *service.Service, auth Authenticator, log *slog.Logger, opts Options) *Server {
+	if opts.OperatorOrg == "" {
+		opts.OperatorOrg = "system"
+	}
+	s := &Server{svc: svc, auth: auth, log: log, mux: http.NewServeMux(), opts: opts}
 	s.routes()
 	return s
 }
@@ -45,6 +58,7 @@ func (s *Server) routes() {
 	for _, p := range []string{"/v1/sandbox", "/v1/sandboxes"} {
 		s.handle("POST "+p, s.lease)
 		s.handle("GET "+p, s.list)
+		s.handle("GET "+p+"/usage", s.usage)
 		s.handle("GET "+p+"/{id}", s.get)
 		s.handle("DELETE "+p+"/{id}", s.end)
 		s.handle("POST "+p+"/{id}/renew", s.renew)
@@ -52,6 +66,16 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/{id}/stop", s.stop)
 		s.handle("GET "+p+"/{id}/fs", s.readFS)
 		s.handle("POST "+p+"/{id}/fs", s.writeFS)
+	}
+	if s.opts.Metrics != nil {
+		s.mux.Handle("GET /metrics", s.authenticate(func(w http.ResponseWriter, r *http.Request) {
+			// Metrics add up every tenant: only the operator org reads them.
+			if p, _ := sandbox.PrincipalFrom(r.Context()); p.Org != s.opts.OperatorOrg {
+				s.writeError(w, r, sandbox.Errorf(sandbox.KindForbidden, "metrics are for the operator org"))
+				return
+			}
+			s.opts.Metrics.ServeHTTP(w, r)
+		}))
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -124,6 +148,8 @@ func status(k sandbox.Kind) int {
 		return http.StatusBadRequest
 	case sandbox.KindUnauthorized:
 		return http.StatusUnauthorized
+	case sandbox.KindForbidden:
+		return http.StatusForbidden
 	case sandbox.KindNotFound:
 		return http.StatusNotFound
 	case sandbox.KindConflict:

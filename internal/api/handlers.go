@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/store"
 )
 
 func (s *Server) lease(w http.ResponseWriter, r *http.Request) error {
@@ -142,5 +143,18 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+type usageBody struct {
+	Usage []store.Usage `json:"usage"`
+}
+
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
+	u, err := s.svc.Usage(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, usageBody{Usage: u})
 	return nil
 }

@@ -19,6 +19,7 @@ const (
 	KindLimit                    // a burst cap: 429 with Retry-After
 	KindUnavailable              // the runtime could not start the sandbox: 503
 	KindBadGateway               // the channel into a running sandbox broke: 502
+	KindForbidden                // a valid principal without the right (operator-only routes): 403
 )
 
 // Error carries a message that is safe to show a caller, and the internal
@@ -50,6 +51,7 @@ func (e *Error) Is(target error) bool {
 var (
 	ErrInvalid      = &Error{Kind: KindInvalid}
 	ErrUnauthorized = &Error{Kind: KindUnauthorized}
+	ErrForbidden    = &Error{Kind: KindForbidden}
 	ErrNotFound     = &Error{Kind: KindNotFound}
 	ErrConflict     = &Error{Kind: KindConflict}
 	ErrPayment      = &Error{Kind: KindPayment}

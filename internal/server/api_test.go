@@ -544,3 +544,70 @@ func TestStopCancelsWorkNotTheSandbox(t *testing.T) {
 	}
 	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/stop", "globex", nil)
 }
+
+func TestMeterUsageAndMetrics(t *testing.T) {
+	// Fees as the environment would give them: exec costs 3 cents, dev's
+	// setting is garbage (free).
+	fees := map[string]string{"SANDBOX_FEE_CENTS_EXEC": "3", "SANDBOX_FEE_CENTS_DEV": "garbage"}
+	e := newEnvConfig(t, server.Config{Getenv: func(k string) string { return fees[k] }}, "dev")
+
+	// No balance: refused with 402, nothing created.
+	r := e.must(http.StatusPaymentRequired, "POST", "/v1/sandbox", "acme", nil)
+	if !strings.Contains(string(r.Body), "3 cents") {
+		t.Errorf("402 message: %s", r.Body)
+	}
+	var l struct{ Sandboxes []map[string]any }
+	json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil).Body, &l)
+	if len(l.Sandboxes) != 0 {
+		t.Fatalf("a refused lease left rows: %v", l.Sandboxes)
+	}
+	// A free class still leases; a funded org is debited once per lease,
+	// and refunded when a later check refuses.
+	dev := e.lease("acme", map[string]any{"class": "dev", "project": "p"})
+	if bal, _ := e.srv.Store.Credit(t.Context(), "acme", 7); bal != 7 {
+		t.Fatalf("balance %d", bal)
+	}
+	e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "acme", map[string]any{"runtime": "kata-clh"}) // refused after the gate
+	id := e.lease("acme", nil)
+	if bal, _ := e.srv.Store.Credit(t.Context(), "acme", 0); bal != 4 {
+		t.Errorf("balance after one paid lease and one refusal: %d, want 4", bal)
+	}
+
+	e.sh("acme", id, "true")
+	time.Sleep(1100 * time.Millisecond)
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	var u struct {
+		Usage []struct {
+			Class        string
+			Leases       int
+			LeaseSeconds float64
+		}
+	}
+	json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox/usage", "acme", nil).Body, &u)
+	got := map[string]float64{}
+	for _, row := range u.Usage {
+		got[row.Class] = row.LeaseSeconds
+		if row.Leases != 1 {
+			t.Errorf("%s leases: %d", row.Class, row.Leases)
+		}
+	}
+	if got["exec"] < 1 || got["dev"] < 1 || len(u.Usage) != 2 {
+		t.Errorf("usage: %+v", u.Usage)
+	}
+	// Usage is per org.
+	json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandboxes/usage", "globex", nil).Body, &u)
+	if len(u.Usage) != 0 {
+		t.Errorf("globex sees usage: %+v", u.Usage)
+	}
+
+	// Metrics: the operator org only.
+	e.must(http.StatusForbidden, "GET", "/metrics", "acme", nil)
+	e.must(http.StatusUnauthorized, "GET", "/metrics", "", nil)
+	m := string(e.must(http.StatusOK, "GET", "/metrics", "system", nil).Body)
+	for _, want := range []string{`sandbox_leases_total{class="exec",outcome="refused"} 2`, `sandbox_leases_total{class="exec",outcome="created"} 1`, `sandbox_live{class="dev"} 1`, `sandbox_live{class="exec"} 0`, `sandbox_exec_seconds_count{op="exec"}`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+dev, "acme", nil)
+}

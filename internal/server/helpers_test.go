@@ -55,6 +55,17 @@ func newEnv(t testing.TB, needImages ...string) *env {
 // newEnvImages is newEnv over another images directory.
 func newEnvImages(t testing.TB, images string, needImages ...string) *env {
 	t.Helper()
+	return newEnvConfig(t, server.Config{Images: images}, needImages...)
+}
+
+// newEnvConfig is newEnv with parts of the server configuration set; Data
+// and Runsc are filled in, Images defaults to the test images.
+func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
+	t.Helper()
+	if cfg.Images == "" {
+		cfg.Images = imagesDir()
+	}
+	images := cfg.Images
 	if _, err := os.Stat(runscPath()); err != nil {
 		t.Fatalf("runsc is not installed at %s: run scripts/deps.sh", runscPath())
 	}
@@ -72,7 +83,8 @@ func newEnvImages(t testing.TB, images string, needImages ...string) *env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	srv, err := server.New(context.Background(), server.Config{Data: data, Images: images, Runsc: runscPath()}, log)
+	cfg.Data, cfg.Runsc = data, runscPath()
+	srv, err := server.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,14 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/meter"
+	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -29,6 +32,12 @@ type Config struct {
 	Ceiling  time.Duration // absolute lease bound; zero means 24 h
 	// ReapEvery is the reaper's interval; zero means one minute.
 	ReapEvery time.Duration
+	// OperatorOrg is the reserved org that reads operator routes; empty
+	// means "system".
+	OperatorOrg string
+	// Getenv reads the fee settings (SANDBOX_FEE_CENTS...); nil means
+	// os.Getenv.
+	Getenv func(string) string
 }
 
 // Server is a wired service.
@@ -38,6 +47,7 @@ type Server struct {
 	Runtime *gvisor.Runtime
 	Service *service.Service
 	Reaper  *reaper.Reaper
+	Metrics *metrics.Metrics
 }
 
 // New opens the store and the runtime and builds the handler.
@@ -65,17 +75,47 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	m := metrics.New()
 	svc := service.New(service.Config{
 		Ceiling: cfg.Ceiling,
 		ImageReady: func(name string) error {
 			_, err := image.Rootfs(cfg.Images, name)
 			return err
 		},
-	}, st, rt, nil, log)
+		Metrics: m,
+	}, st, rt, &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st}, log)
+	if err := countLive(ctx, st, m); err != nil {
+		st.Close()
+		return nil, err
+	}
 	return &Server{
-		Handler: api.New(svc, st, log), Store: st, Runtime: rt, Service: svc,
+		Handler: api.New(svc, st, log, api.Options{OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler()}),
+		Store:   st, Runtime: rt, Service: svc, Metrics: m,
 		Reaper: &reaper.Reaper{Store: st, Ender: svc, Every: cfg.ReapEvery, Ceiling: cfg.Ceiling, Log: log},
 	}, nil
+}
+
+// countLive starts the live gauge from the stores, so a restart does not
+// reset it to zero.
+func countLive(ctx context.Context, st *store.Store, m *metrics.Metrics) error {
+	orgs, err := st.Orgs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, org := range orgs {
+		octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "server"})
+		for _, class := range sandbox.ClassNames() {
+			n, err := st.CountLive(octx, class)
+			if err != nil {
+				return err
+			}
+			m.Live(class, float64(n))
+		}
+	}
+	return nil
 }
 
 // Run runs the background work (the reaper) until ctx ends, and returns once

@@ -80,6 +80,8 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	runCtx, cancel := context.WithTimeout(workCtx, timeout)
 	defer cancel()
 	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
+	start := time.Now()
+	defer func() { s.cfg.Metrics.Exec("exec", time.Since(start)) }()
 	err = s.rt.Exec(runCtx, sb.Name, runtime.ExecRequest{
 		Argv: argv, Env: env, Dir: dir, Stdin: strings.NewReader(req.Stdin), Stdout: stdout, Stderr: stderr,
 	})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -62,6 +63,7 @@ func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error
 	}
 	ctx, done := s.cmds.start(ctx, sb.ID)
 	defer done()
+	defer func(start time.Time) { s.cfg.Metrics.Exec("fs_read", time.Since(start)) }(time.Now())
 	out := &limited{max: MaxFileBytes}
 	var errb capped
 	errb.max = 4096
@@ -116,6 +118,7 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 	}
 	ctx, done := s.cmds.start(ctx, sb.ID)
 	defer done()
+	defer func(start time.Time) { s.cfg.Metrics.Exec("fs_write", time.Since(start)) }(time.Now())
 	counter := &countingReader{r: body}
 	var errb capped
 	errb.max = 4096

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/meter"
+	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -30,11 +32,14 @@ type Store interface {
 	Touch(ctx context.Context, id string, at time.Time) error
 	SetExpiry(ctx context.Context, id string, at time.Time) error
 	Delete(ctx context.Context, id string) error
+	AddUsage(ctx context.Context, class string, leases int64, d time.Duration) error
+	Usage(ctx context.Context) ([]store.Usage, error)
 }
 
-// Meter gates and debits a lease (kind "sandbox"). A nil Meter is free.
+// Meter gates and debits a lease (kind "sandbox"). The refund gives the fee
+// back when the lease fails after the gate. A nil Meter is free.
 type Meter interface {
-	Charge(ctx context.Context, org, class string) error
+	Charge(ctx context.Context, org, kind, class string) (refund func(context.Context), err error)
 }
 
 // Config holds the service's policy. Zero values are documented per field.
@@ -54,6 +59,9 @@ type Config struct {
 	StartTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Metrics records leases, live sandboxes and command latency; nil
+	// records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Service implements the sandbox operations.
@@ -108,6 +116,25 @@ const retryAfterCap = 30
 // left behind; then writes the row pending, starts the container, and marks
 // the row running (or error with the reason, 503).
 func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
+	sb, err := s.lease(ctx, req)
+	class := req.Class
+	if _, cerr := sandbox.LookupClass(class); cerr != nil {
+		class = "unknown" // a caller's typo must not mint a metric label
+	} else if class == "" {
+		class = sandbox.ClassExec
+	}
+	switch {
+	case err == nil:
+		s.cfg.Metrics.Lease(class, "created")
+	case sandbox.KindOf(err) == sandbox.KindUnavailable || sandbox.KindOf(err) == sandbox.KindInternal:
+		s.cfg.Metrics.Lease(class, "failed")
+	default:
+		s.cfg.Metrics.Lease(class, "refused")
+	}
+	return sb, err
+}
+
+func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
 	org, err := sandbox.OrgRequired(ctx)
 	if err != nil {
 		return nil, err
@@ -152,11 +179,19 @@ func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 			return nil, capReached(class)
 		}
 	}
+	refund := func(context.Context) {}
 	if s.meter != nil {
-		if err := s.meter.Charge(ctx, org, class.Name); err != nil {
+		if refund, err = s.meter.Charge(ctx, org, meter.Kind, class.Name); err != nil {
 			return nil, err
 		}
 	}
+	// From here on every refusal or failure gives the fee back.
+	charged := true
+	defer func() {
+		if charged {
+			refund(ctx)
+		}
+	}()
 	rt, err := sandbox.DecideRuntime(req.Runtime, s.cfg.Runtime, []string{s.cfg.Runtime}, req.Project != "")
 	if err != nil {
 		return nil, err
@@ -217,6 +252,11 @@ func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 		return nil, err
 	}
 	sb.Status, sb.UID = sandbox.StatusRunning, obj.UID
+	charged = false
+	if err := s.store.AddUsage(startCtx, sb.Class, 1, 0); err != nil {
+		log.Error("recording usage", "err", err)
+	}
+	s.cfg.Metrics.Live(sb.Class, 1)
 	log.Info("sandbox leased", "expiresAt", sb.ExpiresAt)
 	return sb, nil
 }
@@ -332,6 +372,12 @@ func (s *Service) End(ctx context.Context, id string, purge bool) (*EndResult, e
 	if err := s.store.Delete(ctx, sb.ID); err != nil {
 		return nil, err
 	}
+	if sb.Status == sandbox.StatusRunning {
+		if err := s.store.AddUsage(ctx, sb.Class, 0, s.now().Sub(sb.CreatedAt)); err != nil {
+			log.Error("recording usage", "err", err)
+		}
+		s.cfg.Metrics.Live(sb.Class, -1)
+	}
 	log.Info("sandbox ended", "purge", purge)
 	return &EndResult{ID: sb.ID, Ended: true, Purged: purge && sb.Project != ""}, nil
 }
@@ -377,6 +423,37 @@ func validEnv(env map[string]string) ([]string, error) {
 			return nil, sandbox.Errorf(sandbox.KindInvalid, "env %s contains a NUL byte", k)
 		}
 		out = append(out, k+"="+v)
+	}
+	return out, nil
+}
+
+// Usage returns the caller org's lease count and lease-seconds by class:
+// what ended leases recorded, plus the time live leases have run so far.
+func (s *Service) Usage(ctx context.Context) ([]store.Usage, error) {
+	recorded, err := s.store.Usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live, err := s.store.List(ctx, store.Filter{Status: sandbox.StatusRunning, Limit: 100000})
+	if err != nil {
+		return nil, err
+	}
+	byClass := map[string]store.Usage{}
+	for _, u := range recorded {
+		byClass[u.Class] = u
+	}
+	now := s.now()
+	for _, sb := range live {
+		u := byClass[sb.Class]
+		u.Class = sb.Class
+		u.LeaseSeconds += now.Sub(sb.CreatedAt).Seconds()
+		byClass[sb.Class] = u
+	}
+	out := make([]store.Usage, 0, len(byClass))
+	for _, c := range sandbox.ClassNames() {
+		if u, ok := byClass[c]; ok {
+			out = append(out, u)
+		}
 	}
 	return out, nil
 }
