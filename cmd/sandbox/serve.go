@@ -31,6 +31,7 @@ type serveConfig struct {
 	Ceiling   time.Duration
 	Debug     bool
 	Operator  string
+	IdleAfter time.Duration
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -42,6 +43,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Platform, "platform", "systrap", "gVisor platform: systrap or ptrace (kvm hangs on nested VMs)")
 	fs.DurationVar(&c.Ceiling, "ceiling", 24*time.Hour, "absolute bound on any lease, counted from its creation")
 	fs.BoolVar(&c.Debug, "debug", false, "log every request")
+	fs.DurationVar(&c.IdleAfter, "idle-after", time.Hour, "put a sandbox unused this long to sleep (memory checkpointed); 0 never")
 	fs.StringVar(&c.Operator, "operator-org", "system", "the reserved operator org: its keys read /metrics")
 }
 
@@ -89,9 +91,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	idle := cfg.IdleAfter
+	if idle == 0 {
+		idle = -1 // the flag's 0 means never; the server's zero means the default
+	}
 	app, err := server.New(ctx, server.Config{
 		Data: cfg.Data, Images: cfg.Images, Runsc: cfg.Runsc, Platform: cfg.Platform, Ceiling: cfg.Ceiling,
-		ReapEvery: cfg.ReapEvery, OperatorOrg: cfg.Operator,
+		ReapEvery: cfg.ReapEvery, OperatorOrg: cfg.Operator, IdleAfter: idle,
 	}, log)
 	if err != nil {
 		return err

@@ -64,6 +64,8 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/{id}/renew", s.renew)
 		s.handle("POST "+p+"/{id}/exec", s.exec)
 		s.handle("POST "+p+"/{id}/stop", s.stop)
+		s.handle("POST "+p+"/{id}/pause", s.pause)
+		s.handle("POST "+p+"/{id}/resume", s.resume)
 		s.handle("GET "+p+"/{id}/fs", s.readFS)
 		s.handle("POST "+p+"/{id}/fs", s.writeFS)
 	}
@@ -150,6 +152,10 @@ func status(k sandbox.Kind) int {
 		return http.StatusUnauthorized
 	case sandbox.KindForbidden:
 		return http.StatusForbidden
+	case sandbox.KindTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case sandbox.KindTimeout:
+		return http.StatusGatewayTimeout
 	case sandbox.KindNotFound:
 		return http.StatusNotFound
 	case sandbox.KindConflict:

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -110,6 +109,9 @@ func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Sandbox-Path", res.Path)
+	if res.Woken {
+		h.Set("X-Sandbox-Woken", "1")
+	}
 	if res.Dir {
 		h.Set("Content-Type", "text/plain; charset=utf-8")
 		h.Set("X-Sandbox-Kind", "directory")
@@ -124,12 +126,10 @@ func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {
-	body := http.MaxBytesReader(w, r.Body, service.MaxFileBytes)
-	res, err := s.svc.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), body)
+	res, err := s.svc.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
 	if err != nil {
 		return err
 	}
-	io.Copy(io.Discard, body)
 	writeJSON(w, http.StatusOK, res)
 	return nil
 }
@@ -156,5 +156,29 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, usageBody{Usage: u})
+	return nil
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
+	if err := decode(r.Body, &struct{}{}); err != nil {
+		return err
+	}
+	sb, err := s.svc.Sleep(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
+	if err := decode(r.Body, &struct{}{}); err != nil {
+		return err
+	}
+	sb, err := s.svc.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
 	return nil
 }

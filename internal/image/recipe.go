@@ -68,6 +68,9 @@ var customizeHooks = []string{
 	// mmdebstrap copies the build host's /etc/hostname (which would leak the
 	// host's name into every sandbox) and writes no /etc/hosts at all.
 	`printf 'sandbox\n' > "$1/etc/hostname" && chmod 0644 "$1/etc/hostname"`,
+	// The build host's resolver settings are nobody else's business (and a
+	// sandbox has no network to use them on).
+	`: > "$1/etc/resolv.conf" && chmod 0644 "$1/etc/resolv.conf"`,
 	`printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$1/etc/hosts" && chmod 0644 "$1/etc/hosts"`,
 	// The rootfs is shared read-only and read by uid 1000: its top must be
 	// traversable. (Debian's own modes are kept: /root, /etc/shadow and apt's

@@ -25,21 +25,33 @@ const (
 	Expired Reason = "lease expired"
 	Ceiling Reason = "past the absolute ceiling"
 	Errored Reason = "left in error"
+	Stuck   Reason = "pending for over an hour"
+	Idle    Reason = "idle" // the one reason that sleeps instead of ending
 )
 
-// Due decides whether sb must end at now. A pending row is never due on its
-// own expiry: its lease call is still running and will finish or record an
-// error.
-func Due(sb *sandbox.Sandbox, now time.Time, ceiling time.Duration) Reason {
+// Policy holds the bounds Due applies.
+type Policy struct {
+	Ceiling   time.Duration // absolute bound from creation
+	IdleAfter time.Duration // unused this long → sleep; zero never sleeps
+}
+
+// Due decides what sb needs at now. A pending row is left to its lease call
+// for an hour; a sleeping one ends on its lease like any other.
+func (p Policy) Due(sb *sandbox.Sandbox, now time.Time) Reason {
 	switch {
 	case sb.Status == sandbox.StatusError:
 		return Errored
-	case sb.Status == sandbox.StatusPending && now.Sub(sb.CreatedAt) < time.Hour:
+	case sb.Status == sandbox.StatusPending:
+		if now.Sub(sb.CreatedAt) >= time.Hour {
+			return Stuck
+		}
 		return NotDue
-	case !now.Before(sb.CreatedAt.Add(ceiling)):
+	case !now.Before(sb.CreatedAt.Add(p.Ceiling)):
 		return Ceiling
 	case !now.Before(sb.ExpiresAt):
 		return Expired
+	case sb.Status == sandbox.StatusRunning && p.IdleAfter > 0 && now.Sub(sb.LastUsedAt) >= p.IdleAfter:
+		return Idle
 	}
 	return NotDue
 }
@@ -50,17 +62,20 @@ type Store interface {
 	List(ctx context.Context, f store.Filter) ([]*sandbox.Sandbox, error)
 }
 
-// Ender ends a sandbox of the org in ctx.
-type Ender interface {
-	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
+// Service is what the reaper does to a sandbox of the org in ctx. The
+// guard is checked again on the current row under the sandbox's lock, so a
+// lease renewed (or used) since the reaper's snapshot is left alone.
+type Service interface {
+	EndIf(ctx context.Context, id string, purge bool, guard func(*sandbox.Sandbox) bool) (*service.EndResult, error)
+	SleepIf(ctx context.Context, id string, guard func(*sandbox.Sandbox) bool) (*sandbox.Sandbox, error)
 }
 
 // Reaper is the loop.
 type Reaper struct {
 	Store       Store
-	Ender       Ender
+	Service     Service
 	Every       time.Duration
-	Ceiling     time.Duration
+	Policy      Policy
 	Concurrency int // zero means 4
 	Log         *slog.Logger
 	Now         func() time.Time // nil means time.Now
@@ -113,7 +128,7 @@ func (r *Reaper) Once(ctx context.Context) {
 			continue
 		}
 		for _, sb := range rows {
-			why := Due(sb, now().UTC(), r.Ceiling)
+			why := r.Policy.Due(sb, now().UTC())
 			if why == NotDue || !r.claim(sb.ID) {
 				continue
 			}
@@ -128,16 +143,29 @@ func (r *Reaper) Once(ctx context.Context) {
 			r.wg.Add(1)
 			go func() {
 				defer func() { <-sem; r.release(sb.ID); round.Done(); r.wg.Done() }()
-				// An end that has started finishes even during shutdown.
-				if _, err := r.Ender.End(context.WithoutCancel(octx), sb.ID, false); err != nil {
-					r.Log.Error("reaper: ending", "sandbox", sb.ID, "reason", string(why), "err", err)
-					return
-				}
-				r.Log.Info("reaper: ended", "sandbox", sb.ID, "reason", string(why))
+				r.act(octx, sb.ID, why, now)
 			}()
 		}
 	}
 	round.Wait()
+}
+
+// act ends (or, for Idle, sleeps) one sandbox if it is still due for the
+// same reason. Work that has started finishes even during shutdown.
+func (r *Reaper) act(ctx context.Context, id string, why Reason, now func() time.Time) {
+	ctx = context.WithoutCancel(ctx)
+	still := func(sb *sandbox.Sandbox) bool { return r.Policy.Due(sb, now().UTC()) == why }
+	var err error
+	if why == Idle {
+		_, err = r.Service.SleepIf(ctx, id, still)
+	} else {
+		_, err = r.Service.EndIf(ctx, id, false, still)
+	}
+	if err != nil {
+		r.Log.Error("reaper: "+string(why), "sandbox", id, "err", err)
+		return
+	}
+	r.Log.Debug("reaper: acted", "sandbox", id, "reason", string(why))
 }
 
 func (r *Reaper) claim(id string) bool {

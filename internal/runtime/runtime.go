@@ -29,11 +29,17 @@ var ErrNotFound = errors.New("runtime object not found")
 // caller must stop, never retry without the precondition.
 var ErrConflict = errors.New("runtime object identity does not match")
 
-// Volume describes the directory mounted at the class workdir.
+// ErrUnsupported means the backend cannot do this (checkpoint, say); the
+// caller falls back to what it can.
+var ErrUnsupported = errors.New("not supported by this runtime")
+
+// Volume describes the directory mounted at the class workdir. A backend
+// never deletes a volume on its own: the service drops scratch volumes when
+// their sandbox ends, and project volumes on purge.
 type Volume struct {
 	// Name is deterministic per (org, project), or per sandbox for scratch.
 	Name string
-	// Scratch volumes die with the sandbox; project volumes outlive it.
+	// Scratch volumes belong to one sandbox; project volumes outlive it.
 	Scratch bool
 	// SizeMiB bounds the volume where the backend can (0 = unbounded).
 	SizeMiB int64
@@ -51,6 +57,9 @@ type Spec struct {
 	Pids      int64
 	RootfsMiB int64
 	FileMiB   int64
+	// Restore names a checkpoint (see Checkpoint) to restore memory from;
+	// empty starts fresh.
+	Restore string
 }
 
 // Object is a runtime object as the backend sees it.
@@ -73,7 +82,8 @@ type Size struct{ Cols, Rows uint16 }
 
 // ExecRequest is one program to run inside a sandbox. Stdout and Stderr may
 // be nil (discarded). With TTY set, Stderr is merged into Stdout and Resize
-// delivers window size changes.
+// delivers window size changes; the backend copies Stdin until it ends, so a
+// TTY caller closes Stdin once Exec has returned.
 type ExecRequest struct {
 	Argv   []string
 	Env    []string // KEY=VALUE
@@ -107,6 +117,13 @@ type Runtime interface {
 	List(ctx context.Context, selector map[string]string) ([]Object, error)
 	// Status returns one object, or ErrNotFound.
 	Status(ctx context.Context, name string) (Object, error)
-	// DeleteVolume drops a project volume (purge). Missing is not an error.
+	// DeleteVolume drops a volume. Missing is not an error.
 	DeleteVolume(ctx context.Context, name string) error
+	// Checkpoint saves the memory of the object named by ref under key and
+	// removes the object, keeping its volume; Create with Spec.Restore=key
+	// brings it back under a new name. ErrUnsupported when the backend
+	// cannot checkpoint.
+	Checkpoint(ctx context.Context, ref Ref, key string) error
+	// DropCheckpoint deletes a checkpoint. Missing is not an error.
+	DropCheckpoint(ctx context.Context, key string) error
 }

@@ -20,6 +20,8 @@ const (
 	KindUnavailable              // the runtime could not start the sandbox: 503
 	KindBadGateway               // the channel into a running sandbox broke: 502
 	KindForbidden                // a valid principal without the right (operator-only routes): 403
+	KindTooLarge                 // a body or a file over the API's size limit: 413
+	KindTimeout                  // the work took longer than its bound: 504
 )
 
 // Error carries a message that is safe to show a caller, and the internal

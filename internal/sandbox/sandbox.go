@@ -15,12 +15,15 @@ const (
 	StatusPending Status = "pending" // row written, container being started
 	StatusRunning Status = "running" // the container runs; exec and fs work
 	StatusError   Status = "error"   // the start failed; the reaper ends it
+	// StatusSleeping: idle, its container removed (memory checkpointed where
+	// the runtime can), row, volume and project kept; any use wakes it.
+	StatusSleeping Status = "sleeping"
 )
 
 // Known reports whether s is a status a caller may filter on.
 func (s Status) Known() bool {
 	switch s {
-	case StatusPending, StatusRunning, StatusError:
+	case StatusPending, StatusRunning, StatusError, StatusSleeping:
 		return true
 	}
 	return false
@@ -42,10 +45,16 @@ type Sandbox struct {
 	LastUsedAt time.Time `json:"lastUsedAt"`
 	ExpiresAt  time.Time `json:"expiresAt"`
 	Error      string    `json:"error,omitempty"`
+	// Woken says this call woke the sandbox from sleep.
+	Woken bool `json:"woken,omitempty"`
+	// MemoryKept says a sleeping sandbox's memory is checkpointed and will
+	// come back on wake.
+	MemoryKept bool `json:"memoryKept,omitempty"`
 
-	Name   string `json:"-"` // runtime object name
-	UID    string `json:"-"` // runtime object identity, for precondition deletes
-	Volume string `json:"-"` // runtime volume name
+	Name       string `json:"-"` // runtime object name
+	UID        string `json:"-"` // runtime object identity, for precondition deletes
+	Volume     string `json:"-"` // runtime volume name
+	Checkpoint string `json:"-"` // runtime checkpoint key while sleeping
 }
 
 // Runtimes a caller may ask for. The operator decides; the answer says what

@@ -518,6 +518,7 @@ func TestStopCancelsWorkNotTheSandbox(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	e.sh("acme", id, "setsid sleep 500 </dev/null >/dev/null 2>&1 &")
 	r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/stop", "acme", nil)
 	if n := r.JSON(t)["stopped"]; n != float64(2) {
 		t.Errorf("stop answered %v commands, want 2: %s", n, r.Body)
@@ -533,7 +534,7 @@ func TestStopCancelsWorkNotTheSandbox(t *testing.T) {
 		}
 	}
 	// The processes died inside; the sandbox and its files stay.
-	if ps := e.sh("acme", id, "ps -eo args"); strings.Contains(ps, "sleep 300") {
+	if ps := e.sh("acme", id, "ps -eo args"); strings.Contains(ps, "sleep 300") || strings.Contains(ps, "sleep 500") {
 		t.Errorf("stopped processes survive:\n%s", ps)
 	}
 	if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=log.txt", "acme", nil); string(r.Body) != "before\nworking\nworking\n" {
@@ -610,4 +611,104 @@ func TestMeterUsageAndMetrics(t *testing.T) {
 		}
 	}
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+dev, "acme", nil)
+}
+
+func TestSleepAndWake(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", map[string]any{"project": "nap"})
+	e.sh("acme", id, "echo in-volume > v.txt; echo in-overlay > /home/user/o.txt; echo in-tmp > /tmp/t.txt")
+
+	r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil).JSON(t)
+	if r["status"] != "sleeping" || r["memoryKept"] != true {
+		t.Fatalf("pause: %v", r)
+	}
+	if objs, _ := e.srv.Runtime.List(t.Context(), nil); len(objs) != 0 {
+		t.Errorf("a sleeping sandbox keeps a container: %v", objs)
+	}
+	// It still holds its project, and pausing again is a no-op.
+	e.must(http.StatusConflict, "POST", "/v1/sandbox", "acme", map[string]any{"project": "nap"})
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+
+	// Any use wakes it transparently, and says so.
+	var out execAnswer
+	res := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"command": "cat v.txt /home/user/o.txt /tmp/t.txt"})
+	json.Unmarshal(res.Body, &out)
+	if out.Stdout != "in-volume\nin-overlay\nin-tmp\n" || !strings.Contains(string(res.Body), `"woken":true`) {
+		t.Errorf("exec on a sleeping sandbox: %s", res.Body)
+	}
+	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "running" {
+		t.Errorf("after wake: %v", sb)
+	}
+
+	// fs and renew wake it too; resume wakes it now.
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+	fr := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=v.txt", "acme", nil)
+	if string(fr.Body) != "in-volume\n" || fr.Header.Get("X-Sandbox-Woken") != "1" {
+		t.Errorf("fs read on a sleeping sandbox: %q %v", fr.Body, fr.Header)
+	}
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+	if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": 300}).JSON(t); sb["woken"] != true || sb["status"] != "running" {
+		t.Errorf("renew on a sleeping sandbox: %v", sb)
+	}
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+	if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil).JSON(t); sb["woken"] != true {
+		t.Errorf("resume: %v", sb)
+	}
+	if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil).JSON(t); sb["woken"] == true {
+		t.Errorf("resume of a running sandbox says woken: %v", sb)
+	}
+
+	// Concurrent uses of a sleeping sandbox wake it once.
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+	errs := make(chan string, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"command": "cat v.txt"})
+			errs <- fmt.Sprint(r.Status, " ", string(r.Body))
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if got := <-errs; !strings.HasPrefix(got, "200") || !strings.Contains(got, "in-volume") {
+			t.Errorf("concurrent wake: %s", got)
+		}
+	}
+	if objs, _ := e.srv.Runtime.List(t.Context(), nil); len(objs) != 1 {
+		t.Errorf("concurrent wakes made %d containers", len(objs))
+	}
+
+	// A sleeping sandbox ends like any other; its volume is kept.
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	again := e.lease("acme", map[string]any{"project": "nap"})
+	if got := e.sh("acme", again, "cat v.txt"); got != "in-volume\n" {
+		t.Errorf("volume after ending a sleeping sandbox: %q", got)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+again+"?purge=1", "acme", nil)
+	if cps, _ := filepath.Glob(filepath.Join(e.data, "runtime", "checkpoints", "*")); len(cps) != 0 {
+		t.Errorf("checkpoints left: %v", cps)
+	}
+}
+
+func TestReaperSleepsIdleSandboxes(t *testing.T) {
+	e := newEnvConfig(t, server.Config{IdleAfter: time.Second})
+	idle := e.lease("acme", nil)
+	busy := e.lease("acme", nil)
+	time.Sleep(1200 * time.Millisecond)
+	e.sh("acme", busy, "true")
+	e.srv.Reaper.Once(t.Context())
+	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+idle, "acme", nil).JSON(t); sb["status"] != "sleeping" {
+		t.Errorf("idle sandbox: %v", sb)
+	}
+	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+busy, "acme", nil).JSON(t); sb["status"] != "running" {
+		t.Errorf("busy sandbox: %v", sb)
+	}
+	// A sandbox with a command in flight is not put to sleep.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.do("POST", "/v1/sandbox/"+busy+"/exec", "acme", map[string]any{"command": "sleep 3"})
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	e.must(http.StatusConflict, "POST", "/v1/sandbox/"+busy+"/pause", "acme", nil)
+	<-done
 }

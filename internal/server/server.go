@@ -32,6 +32,9 @@ type Config struct {
 	Ceiling  time.Duration // absolute lease bound; zero means 24 h
 	// ReapEvery is the reaper's interval; zero means one minute.
 	ReapEvery time.Duration
+	// IdleAfter puts a sandbox unused this long to sleep; zero means one
+	// hour, negative never.
+	IdleAfter time.Duration
 	// OperatorOrg is the reserved org that reads operator routes; empty
 	// means "system".
 	OperatorOrg string
@@ -57,6 +60,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	if cfg.ReapEvery <= 0 {
 		cfg.ReapEvery = time.Minute
+	}
+	if cfg.IdleAfter == 0 {
+		cfg.IdleAfter = time.Hour
 	}
 	if cfg.Images == "" {
 		cfg.Images = filepath.Join(cfg.Data, "images")
@@ -94,7 +100,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	return &Server{
 		Handler: api.New(svc, st, log, api.Options{OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler()}),
 		Store:   st, Runtime: rt, Service: svc, Metrics: m,
-		Reaper: &reaper.Reaper{Store: st, Ender: svc, Every: cfg.ReapEvery, Ceiling: cfg.Ceiling, Log: log},
+		Reaper: &reaper.Reaper{Store: st, Service: svc, Every: cfg.ReapEvery, Log: log,
+			Policy: reaper.Policy{Ceiling: cfg.Ceiling, IdleAfter: cfg.IdleAfter}},
 	}, nil
 }
 

@@ -34,6 +34,7 @@ type ExecResult struct {
 	Stderr   string `json:"stderr"`
 	TimedOut bool   `json:"timedOut,omitempty"`
 	Stopped  bool   `json:"stopped,omitempty"` // cancelled by POST .../stop
+	Woken    bool   `json:"woken,omitempty"`   // the call woke the sandbox from sleep
 }
 
 // Exec runs a program in a running sandbox and waits for it.
@@ -61,22 +62,21 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	if err != nil {
 		return nil, err
 	}
-	sb, err := s.running(ctx, id)
+	timeout := s.cfg.ExecTimeout
+	if req.TimeoutSec > 0 {
+		// Clamp before multiplying: a huge timeoutSec must not overflow.
+		timeout = time.Duration(min(int64(req.TimeoutSec), int64(s.cfg.MaxExecTimeout/time.Second))) * time.Second
+	}
+	timeout = min(timeout, s.cfg.MaxExecTimeout)
+	sb, workCtx, done, err := s.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	dir, err := sandbox.ResolvePath(sb.Workdir, req.Dir)
 	if err != nil {
 		return nil, err
 	}
-	timeout := s.cfg.ExecTimeout
-	if req.TimeoutSec > 0 {
-		timeout = time.Duration(req.TimeoutSec) * time.Second
-	}
-	timeout = min(timeout, s.cfg.MaxExecTimeout)
-
-	workCtx, done := s.cmds.start(ctx, sb.ID)
-	defer done()
 	runCtx, cancel := context.WithTimeout(workCtx, timeout)
 	defer cancel()
 	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
@@ -86,7 +86,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 		Argv: argv, Env: env, Dir: dir, Stdin: strings.NewReader(req.Stdin), Stdout: stdout, Stderr: stderr,
 	})
 	s.touch(ctx, sb)
-	res := &ExecResult{}
+	res := &ExecResult{Woken: sb.Woken}
 	var exit *runtime.ExitError
 	switch {
 	case err == nil:

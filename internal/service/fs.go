@@ -16,10 +16,12 @@ import (
 // there is no second way into a sandbox.
 
 // readScript tells a directory from a file by its exit status, never by
-// marker bytes in the output, so any file comes back byte for byte.
+// marker bytes in the output, so any file comes back byte for byte. Only
+// regular files are read: a FIFO or a device (/dev/zero) would never end.
 const readScript = `p=$1
 if [ -d "$p" ]; then ls -1Ap -- "$p" || exit 3; exit 10; fi
 [ -e "$p" ] || [ -L "$p" ] || exit 4
+[ -f "$p" ] || exit 8
 [ -r "$p" ] || exit 5
 exec cat -- "$p"`
 
@@ -27,17 +29,23 @@ const (
 	readDir        = 10
 	readNotFound   = 4
 	readNoAccess   = 5
+	readNotRegular = 8
 	writeNotDir    = 6
 	writeDirExists = 7
+	writeFailed    = 9
 )
 
 // writeScript creates the parents, refuses to overwrite a directory, and
-// copies stdin to the file.
+// writes stdin to a temporary file beside the target that replaces it only
+// once complete: a failed write never leaves a truncated file.
 const writeScript = `p=$1
 [ -d "$p" ] && exit 7
 d=$(dirname -- "$p")
 mkdir -p -- "$d" 2>/dev/null || exit 6
-exec cat > "$p"`
+t=$(mktemp "$d/.sandbox-write.XXXXXX") || exit 9
+if cat > "$t" && mv -f -- "$t" "$p"; then exit 0; fi
+rm -f -- "$t"
+exit 9`
 
 // MaxFileBytes bounds one fs read or write through the API.
 const MaxFileBytes = 64 << 20
@@ -49,35 +57,36 @@ type ReadResult struct {
 	Dir     bool
 	Data    []byte
 	Entries []string
+	Woken   bool
 }
 
-// Read reads a file or lists a directory.
+// Read reads a regular file or lists a directory.
 func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error) {
-	sb, err := s.running(ctx, id)
+	sb, wctx, done, err := s.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	full, err := sandbox.ResolvePath(sb.Workdir, path)
 	if err != nil {
 		return nil, err
 	}
-	ctx, done := s.cmds.start(ctx, sb.ID)
-	defer done()
 	defer func(start time.Time) { s.cfg.Metrics.Exec("fs_read", time.Since(start)) }(time.Now())
-	out := &limited{max: MaxFileBytes}
-	var errb capped
-	errb.max = 4096
-	err = s.rt.Exec(ctx, sb.Name, runtime.ExecRequest{
-		Argv: []string{"sh", "-c", readScript, "sh", full}, Dir: sb.Workdir, Stdout: out, Stderr: &errb,
+	runCtx, cancel := context.WithTimeout(wctx, s.cfg.ExecTimeout)
+	defer cancel()
+	out := &limited{max: MaxFileBytes, over: cancel}
+	errb := &capped{max: 4096}
+	err = s.rt.Exec(runCtx, sb.Name, runtime.ExecRequest{
+		Argv: []string{"sh", "-c", readScript, "sh", full}, Dir: sb.Workdir, Stdout: out, Stderr: errb,
 	})
-	defer s.touch(ctx, sb)
-	if out.over {
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is larger than %d MiB: read it in parts with exec", full, MaxFileBytes>>20)
+	s.touch(ctx, sb)
+	if out.exceeded {
+		return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB: read it in parts with exec", full, MaxFileBytes>>20)
 	}
 	var exit *runtime.ExitError
 	switch {
 	case err == nil:
-		return &ReadResult{Path: full, Data: out.buf.Bytes()}, nil
+		return &ReadResult{Path: full, Data: out.buf.Bytes(), Woken: sb.Woken}, nil
 	case errors.As(err, &exit):
 		switch exit.Code {
 		case readDir:
@@ -85,15 +94,17 @@ func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error
 			if len(entries) == 1 && entries[0] == "" {
 				entries = []string{}
 			}
-			return &ReadResult{Path: full, Dir: true, Data: out.buf.Bytes(), Entries: entries}, nil
+			return &ReadResult{Path: full, Dir: true, Data: out.buf.Bytes(), Entries: entries, Woken: sb.Woken}, nil
 		case readNotFound:
 			return nil, sandbox.Errorf(sandbox.KindNotFound, "no such file or directory: %s", full)
 		case readNoAccess:
 			return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is not readable", full)
+		case readNotRegular:
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is not a regular file or a directory", full)
 		}
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "reading %s failed: %s", full, firstLine(errb.String()))
 	default:
-		return nil, channelError(ctx, err)
+		return nil, channelError(wctx, runCtx, err)
 	}
 }
 
@@ -101,14 +112,25 @@ func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error
 type WriteResult struct {
 	Path  string `json:"path"`
 	Bytes int64  `json:"bytes"`
+	Woken bool   `json:"woken,omitempty"`
 }
 
 // Write replaces a file's content with body, creating parent directories.
+// The body is read whole (up to MaxFileBytes) before the sandbox is touched,
+// so a failed or oversized upload changes nothing.
 func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*WriteResult, error) {
-	sb, err := s.running(ctx, id)
+	data, err := io.ReadAll(io.LimitReader(body, MaxFileBytes+1))
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.KindInvalid, err, "reading the request body failed")
+	}
+	if len(data) > MaxFileBytes {
+		return nil, sandbox.Errorf(sandbox.KindTooLarge, "files written through the API are at most %d MiB", MaxFileBytes>>20)
+	}
+	sb, wctx, done, err := s.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	full, err := sandbox.ResolvePath(sb.Workdir, path)
 	if err != nil {
 		return nil, err
@@ -116,23 +138,18 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 	if full == sb.Workdir {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "path names the workdir itself; name a file under it")
 	}
-	ctx, done := s.cmds.start(ctx, sb.ID)
-	defer done()
 	defer func(start time.Time) { s.cfg.Metrics.Exec("fs_write", time.Since(start)) }(time.Now())
-	counter := &countingReader{r: body}
-	var errb capped
-	errb.max = 4096
-	err = s.rt.Exec(ctx, sb.Name, runtime.ExecRequest{
-		Argv: []string{"sh", "-c", writeScript, "sh", full}, Dir: sb.Workdir, Stdin: counter, Stderr: &errb,
+	runCtx, cancel := context.WithTimeout(wctx, s.cfg.ExecTimeout)
+	defer cancel()
+	errb := &capped{max: 4096}
+	err = s.rt.Exec(runCtx, sb.Name, runtime.ExecRequest{
+		Argv: []string{"sh", "-c", writeScript, "sh", full}, Dir: sb.Workdir, Stdin: bytes.NewReader(data), Stderr: errb,
 	})
-	defer s.touch(ctx, sb)
+	s.touch(ctx, sb)
 	var exit *runtime.ExitError
 	switch {
 	case err == nil:
-		return &WriteResult{Path: full, Bytes: counter.n}, nil
-	case counter.err != nil && !errors.Is(counter.err, io.EOF):
-		// The body failed (too large, or the client went away).
-		return nil, sandbox.Wrap(sandbox.KindInvalid, counter.err, "reading the request body failed: "+counter.err.Error())
+		return &WriteResult{Path: full, Bytes: int64(len(data)), Woken: sb.Woken}, nil
 	case errors.As(err, &exit):
 		switch exit.Code {
 		case writeDirExists:
@@ -142,8 +159,22 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 		}
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "writing %s failed: %s", full, firstLine(errb.String()))
 	default:
-		return nil, channelError(ctx, err)
+		return nil, channelError(wctx, runCtx, err)
 	}
+}
+
+// channelError classifies a failed exec that was not a program's exit:
+// stopped by the caller, out of time, the client gone, or the channel broken.
+func channelError(work, run context.Context, err error) error {
+	switch {
+	case errors.Is(context.Cause(work), errStopped):
+		return sandbox.Errorf(sandbox.KindConflict, "the command was stopped by a stop call")
+	case work.Err() != nil:
+		return work.Err()
+	case run.Err() != nil:
+		return sandbox.Errorf(sandbox.KindTimeout, "the file operation took longer than allowed and was killed")
+	}
+	return sandbox.Wrap(sandbox.KindBadGateway, err, "the channel to the sandbox broke; the sandbox may have died")
 }
 
 func firstLine(s string) string {
@@ -157,44 +188,23 @@ func firstLine(s string) string {
 	return s
 }
 
+// limited keeps up to max bytes; past that it calls over (which cancels the
+// program) and discards the rest, so the program never blocks on a full
+// pipe.
 type limited struct {
-	buf  bytes.Buffer
-	max  int
-	over bool
+	buf      bytes.Buffer
+	max      int
+	exceeded bool
+	over     func()
 }
 
 func (l *limited) Write(p []byte) (int, error) {
-	// Past the limit it keeps accepting and discarding, so the program
-	// inside finishes instead of blocking on a full pipe.
-	if l.over || l.buf.Len()+len(p) > l.max {
-		l.over = true
+	if l.exceeded || l.buf.Len()+len(p) > l.max {
+		if !l.exceeded {
+			l.exceeded = true
+			l.over()
+		}
 		return len(p), nil
 	}
 	return l.buf.Write(p)
-}
-
-type countingReader struct {
-	r   io.Reader
-	n   int64
-	err error
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if err != nil {
-		c.err = err
-	}
-	return n, err
-}
-
-// channelError classifies a failed exec that was not a program's exit.
-func channelError(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(context.Cause(ctx), errStopped):
-		return sandbox.Errorf(sandbox.KindConflict, "the command was stopped by a stop call")
-	case ctx.Err() != nil:
-		return ctx.Err()
-	}
-	return sandbox.Wrap(sandbox.KindBadGateway, err, "the channel to the sandbox broke; the sandbox may have died")
 }

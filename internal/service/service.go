@@ -7,10 +7,13 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/meter"
@@ -29,6 +32,7 @@ type Store interface {
 	CountLive(ctx context.Context, class string) (int, error)
 	Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) error
 	SetStatus(ctx context.Context, id string, st sandbox.Status, uid, reason string) error
+	SetRuntime(ctx context.Context, id string, st sandbox.Status, name, uid, checkpoint string) error
 	Touch(ctx context.Context, id string, at time.Time) error
 	SetExpiry(ctx context.Context, id string, at time.Time) error
 	Delete(ctx context.Context, id string) error
@@ -72,6 +76,9 @@ type Service struct {
 	meter Meter
 	log   *slog.Logger
 	cmds  inflight
+
+	locksMu sync.Mutex
+	locks   map[string]*sync.Mutex // per sandbox: sleep, wake and end
 }
 
 // New returns a Service. meter may be nil (free).
@@ -203,13 +210,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 		Image: image, Runtime: rt, Workdir: class.Workdir, Name: sandbox.NewName(),
 		CreatedAt: now, LastUsedAt: now, ExpiresAt: sandbox.ExpiryFor(class, req.TTLSec, now, now, s.cfg.Ceiling),
 	}
-	vol := runtime.Volume{Name: "scratch-" + sb.ID, Scratch: true}
-	if sb.Project != "" {
-		// Slug carries a hash of the raw name: orgs or projects that slug
-		// alike never share a volume.
-		vol = runtime.Volume{Name: "project-" + sandbox.Slug(org) + "-" + sandbox.Slug(sb.Project)}
-	}
-	sb.Volume = vol.Name
+	sb.Volume = volumeName(org, sb)
 	switch err := s.store.Insert(ctx, sb, class.LiveCapPerOrg); {
 	case errors.Is(err, store.ErrProjectBusy):
 		live, _ := s.store.LiveInProject(ctx, sb.Project)
@@ -229,36 +230,63 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 	// hangs up: a half-started container is exactly the orphan to avoid.
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
 	defer cancel()
-	obj, err := s.rt.Create(startCtx, runtime.Spec{
-		Name: sb.Name,
-		Labels: map[string]string{
-			runtime.LabelSandbox:   sb.ID,
-			runtime.LabelOrg:       sandbox.Slug(org),
-			runtime.LabelExpiresAt: sb.ExpiresAt.Format(time.RFC3339),
-		},
-		Image: image, Workdir: class.Workdir, Volume: vol,
-		CPUs: class.Limits.CPUs, MemoryMiB: class.Limits.MemoryMiB, Pids: class.Limits.Pids,
-		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,
-	})
+	// The outcome is recorded even when the start used up its time.
+	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancelRecord()
+	obj, err := s.rt.Create(startCtx, s.spec(sb, ""))
 	if err != nil {
 		log.Error("sandbox start failed", "err", err)
 		reason := "the sandbox could not be started"
-		if uerr := s.store.SetStatus(startCtx, sb.ID, sandbox.StatusError, "", reason); uerr != nil {
+		if uerr := s.store.SetStatus(recordCtx, sb.ID, sandbox.StatusError, "", reason); uerr != nil {
 			log.Error("recording start failure", "err", uerr)
 		}
 		return nil, sandbox.Wrap(sandbox.KindUnavailable, err, reason+"; it is kept as "+sb.ID+" with status error")
 	}
-	if err := s.store.SetStatus(startCtx, sb.ID, sandbox.StatusRunning, obj.UID, ""); err != nil {
+	if err := s.store.SetStatus(recordCtx, sb.ID, sandbox.StatusRunning, obj.UID, ""); err != nil {
+		// The row cannot say running: take the container down again so
+		// that nothing runs that no row claims.
+		if derr := s.rt.Delete(recordCtx, runtime.Ref{Name: obj.Name, UID: obj.UID}); derr != nil {
+			log.Error("removing a container whose row could not be updated", "err", derr)
+		}
 		return nil, err
 	}
 	sb.Status, sb.UID = sandbox.StatusRunning, obj.UID
 	charged = false
-	if err := s.store.AddUsage(startCtx, sb.Class, 1, 0); err != nil {
+	if err := s.store.AddUsage(recordCtx, sb.Class, 1, 0); err != nil {
 		log.Error("recording usage", "err", err)
 	}
 	s.cfg.Metrics.Live(sb.Class, 1)
 	log.Info("sandbox leased", "expiresAt", sb.ExpiresAt)
 	return sb, nil
+}
+
+// volumeName is the runtime volume of sb: per sandbox for scratch, or per
+// (org, project), hashed together in full so that no two pairs share one.
+func volumeName(org string, sb *sandbox.Sandbox) string {
+	if sb.Project == "" {
+		return "scratch-" + sb.ID
+	}
+	sum := sha256.Sum256([]byte(org + "\x00" + sb.Project))
+	return "project-" + hex.EncodeToString(sum[:20])
+}
+
+// spec is the runtime spec of sb: its class limits, labels and volume, and
+// the checkpoint to restore from, if any.
+func (s *Service) spec(sb *sandbox.Sandbox, restore string) runtime.Spec {
+	class := sandbox.MustClass(sb.Class)
+	return runtime.Spec{
+		Name: sb.Name,
+		Labels: map[string]string{
+			runtime.LabelSandbox:   sb.ID,
+			runtime.LabelOrg:       sandbox.Slug(sb.Org),
+			runtime.LabelExpiresAt: sb.ExpiresAt.Format(time.RFC3339),
+		},
+		Image: sb.Image, Workdir: sb.Workdir,
+		Volume: runtime.Volume{Name: sb.Volume, Scratch: sb.Project == ""},
+		CPUs:   class.Limits.CPUs, MemoryMiB: class.Limits.MemoryMiB, Pids: class.Limits.Pids,
+		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,
+		Restore: restore,
+	}
 }
 
 func projectBusy(project, id string) error {
@@ -283,21 +311,19 @@ func (s *Service) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) 
 func (s *Service) List(ctx context.Context, project, status string) ([]*sandbox.Sandbox, error) {
 	st := sandbox.Status(status)
 	if status != "" && !st.Known() {
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "unknown status %q: use pending, running or error", status)
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "unknown status %q: use pending, running, sleeping or error", status)
 	}
 	return s.store.List(ctx, store.Filter{Project: project, Status: st})
 }
 
 // Renew extends a lease by ttlSec from now (class default when <= 0), never
-// past the ceiling counted from creation.
+// past the ceiling counted from creation. A sleeping sandbox is woken.
 func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error) {
-	sb, err := s.Get(ctx, id)
+	sb, _, done, err := s.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if sb.Status != sandbox.StatusRunning {
-		return nil, notRunning(sb)
-	}
+	defer done()
 	class, err := sandbox.LookupClass(sb.Class)
 	if err != nil {
 		return nil, err
@@ -310,6 +336,9 @@ func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.
 }
 
 func notRunning(sb *sandbox.Sandbox) error {
+	if sb.Status == sandbox.StatusPending {
+		return sandbox.Errorf(sandbox.KindConflict, "sandbox %s is still starting; try again in a moment", sb.ID)
+	}
 	return sandbox.Errorf(sandbox.KindConflict, "sandbox %s is %s, not running", sb.ID, sb.Status)
 }
 
@@ -320,14 +349,26 @@ type StopResult struct {
 }
 
 // Stop ends the WORK: it cancels every in-flight command of the sandbox
-// (each killed inside the sandbox, not only its client) and answers how
-// many. The sandbox, its files and its lease stay.
+// (each killed inside the sandbox, not only its client), then kills every
+// other process a command left behind (background jobs, daemons), and
+// answers how many commands it cancelled. The sandbox, its files and its
+// lease stay.
 func (s *Service) Stop(ctx context.Context, id string) (*StopResult, error) {
 	sb, err := s.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	n := s.cmds.stop(sb.ID, 15*time.Second)
+	if sb.Status == sandbox.StatusRunning {
+		// kill(-1) reaches every process the caller may signal except
+		// itself and PID 1 (the sandbox's init).
+		killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		err := s.rt.Exec(killCtx, sb.Name, runtime.ExecRequest{Argv: []string{"sh", "-c", "kill -9 -1 2>/dev/null; exit 0"}, Dir: "/"})
+		if err != nil {
+			s.log.Warn("killing leftover processes", "sandbox", sb.ID, "err", err)
+		}
+	}
 	s.log.Info("sandbox work stopped", "sandbox", sb.ID, "commands", n)
 	return &StopResult{ID: sb.ID, Stopped: n}, nil
 }
@@ -342,16 +383,36 @@ type EndResult struct {
 // End removes the container and the row. The project volume is kept unless
 // purge is set; a scratch volume always dies with its sandbox. If the
 // container cannot be removed the row is kept, so that a later end or the
-// reaper can finish the job.
+// reaper can finish the job. A sandbox still starting is refused (409): its
+// lease call owns it until it answers.
 func (s *Service) End(ctx context.Context, id string, purge bool) (*EndResult, error) {
+	return s.EndIf(ctx, id, purge, nil)
+}
+
+// EndIf is End with a guard evaluated on the current row under the
+// sandbox's lock: when the guard says no, nothing happens and the result is
+// nil. The reaper uses it so that a lease renewed since its snapshot is
+// not ended.
+func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*sandbox.Sandbox) bool) (*EndResult, error) {
+	if !sandbox.ValidID(id) {
+		return nil, sandbox.Errorf(sandbox.KindNotFound, "sandbox not found")
+	}
+	unlock := s.lock(id)
+	defer unlock()
 	sb, err := s.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	if guard != nil && !guard(sb) {
+		return nil, nil
+	}
+	if sb.Status == sandbox.StatusPending && s.now().Sub(sb.CreatedAt) < s.cfg.StartTimeout+time.Minute {
+		return nil, notRunning(sb)
+	}
 	ctx = context.WithoutCancel(ctx)
 	log := s.log.With("sandbox", sb.ID)
 	s.cmds.stop(sb.ID, 5*time.Second)
-	if sb.Name != "" {
+	if sb.Status != sandbox.StatusSleeping && sb.UID != "" {
 		err := s.rt.Delete(ctx, runtime.Ref{Name: sb.Name, UID: sb.UID})
 		switch {
 		case err == nil, errors.Is(err, runtime.ErrNotFound):
@@ -363,36 +424,31 @@ func (s *Service) End(ctx context.Context, id string, purge bool) (*EndResult, e
 			return nil, sandbox.Wrap(sandbox.KindUnavailable, err, "the sandbox could not be ended; try again")
 		}
 	}
-	if purge && sb.Project != "" {
-		if err := s.rt.DeleteVolume(ctx, sb.Volume); err != nil {
-			log.Error("purging volume", "err", err)
-			return nil, sandbox.Wrap(sandbox.KindInternal, err, "purge failed")
-		}
+	var errs []error
+	if sb.Checkpoint != "" {
+		errs = append(errs, s.rt.DropCheckpoint(ctx, sb.Checkpoint))
+	}
+	if sb.Project == "" || purge {
+		errs = append(errs, s.rt.DeleteVolume(ctx, sb.Volume))
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.Error("dropping the sandbox's storage", "err", err)
+		return nil, sandbox.Wrap(sandbox.KindInternal, err, "the sandbox's storage could not be dropped")
 	}
 	if err := s.store.Delete(ctx, sb.ID); err != nil {
 		return nil, err
 	}
-	if sb.Status == sandbox.StatusRunning {
+	if sb.Status == sandbox.StatusRunning || sb.Status == sandbox.StatusSleeping {
 		if err := s.store.AddUsage(ctx, sb.Class, 0, s.now().Sub(sb.CreatedAt)); err != nil {
 			log.Error("recording usage", "err", err)
 		}
+	}
+	if sb.Status == sandbox.StatusRunning {
 		s.cfg.Metrics.Live(sb.Class, -1)
 	}
+	s.forget(id)
 	log.Info("sandbox ended", "purge", purge)
 	return &EndResult{ID: sb.ID, Ended: true, Purged: purge && sb.Project != ""}, nil
-}
-
-// running returns the caller's sandbox if it runs, stamping its last use.
-func (s *Service) running(ctx context.Context, id string) (*sandbox.Sandbox, error) {
-	sb, err := s.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if sb.Status != sandbox.StatusRunning {
-		return nil, notRunning(sb)
-	}
-	s.touch(ctx, sb)
-	return sb, nil
 }
 
 func (s *Service) touch(ctx context.Context, sb *sandbox.Sandbox) {

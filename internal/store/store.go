@@ -107,18 +107,19 @@ func (s *Store) orgDB(ctx context.Context) (*orgDB, string, error) {
 	return db, org, nil
 }
 
-const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error`
+const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error, checkpoint`
 
 func scan(row interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var status string
 	var created, used, expires int64
 	err := row.Scan(&sb.ID, &sb.Org, &sb.Class, &sb.Project, &status, &sb.Image, &sb.Runtime, &sb.Workdir,
-		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error)
+		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error, &sb.Checkpoint)
 	if err != nil {
 		return nil, err
 	}
 	sb.Status = sandbox.Status(status)
+	sb.MemoryKept = sb.Checkpoint != ""
 	sb.CreatedAt, sb.LastUsedAt, sb.ExpiresAt = fromMillis(created), fromMillis(used), fromMillis(expires)
 	return &sb, nil
 }
@@ -205,7 +206,7 @@ type querier interface {
 
 func liveInProject(ctx context.Context, q querier, org, project string) (*sandbox.Sandbox, error) {
 	sb, err := scan(q.QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes
-		WHERE org = ? AND project = ? AND status IN ('pending', 'running') LIMIT 1`, org, project))
+		WHERE org = ? AND project = ? AND status IN ('pending', 'running', 'sleeping') LIMIT 1`, org, project))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -227,7 +228,7 @@ func (s *Store) CountLive(ctx context.Context, class string) (int, error) {
 func countLive(ctx context.Context, q querier, org, class string) (int, error) {
 	var n int
 	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes
-		WHERE org = ? AND class = ? AND status IN ('pending', 'running')`, org, class).Scan(&n)
+		WHERE org = ? AND class = ? AND status IN ('pending', 'running', 'sleeping')`, org, class).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: count: %w", err)
 	}
@@ -273,9 +274,9 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) er
 			return ErrCapReached
 		}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, org, sb.Class, sb.Project, string(sb.Status), sb.Image, sb.Runtime, sb.Workdir, sb.Name, sb.UID, sb.Volume,
-		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error)
+		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error, sb.Checkpoint)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") && sb.Project != "" {
 			return ErrProjectBusy
@@ -289,6 +290,14 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) er
 // reason (empty clears it).
 func (s *Store) SetStatus(ctx context.Context, id string, st sandbox.Status, uid, reason string) error {
 	return s.exec(ctx, `UPDATE sandboxes SET status = ?, uid = ?, error = ? WHERE org = ? AND id = ?`, string(st), uid, reason, id)
+}
+
+// SetRuntime records where a sandbox lives after a sleep or a wake: its
+// status, its runtime object (name and identity; a wake mints a new name),
+// and the checkpoint holding its memory while it sleeps.
+func (s *Store) SetRuntime(ctx context.Context, id string, st sandbox.Status, name, uid, checkpoint string) error {
+	return s.exec(ctx, `UPDATE sandboxes SET status = ?, name = ?, uid = ?, checkpoint = ?, error = '' WHERE org = ? AND id = ?`,
+		string(st), name, uid, checkpoint, id)
 }
 
 // Touch stamps last use.

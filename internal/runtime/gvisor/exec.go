@@ -76,12 +76,19 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 				io.Copy(ptmx, req.Stdin)
 			}
 		}()
+		resizeDone := make(chan struct{})
+		defer close(resizeDone)
 		go func() {
-			if req.Resize == nil {
-				return
-			}
-			for sz := range req.Resize {
-				pty.Setsize(ptmx, &pty.Winsize{Cols: sz.Cols, Rows: sz.Rows})
+			for {
+				select {
+				case sz, ok := <-req.Resize: // a nil channel never delivers
+					if !ok {
+						return
+					}
+					pty.Setsize(ptmx, &pty.Winsize{Cols: sz.Cols, Rows: sz.Rows})
+				case <-resizeDone:
+					return
+				}
 			}
 		}()
 		outDone := make(chan struct{})
@@ -109,7 +116,7 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	select {
 	case err = <-waited:
 	case <-ctx.Done():
-		r.killInside(m, pidFile)
+		r.killInside(m, pidFile, waited)
 		cmd.Process.Kill()
 		<-waited
 		return ctx.Err()
@@ -142,14 +149,28 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 
 // killInside sends SIGKILL to the program's in-sandbox process group. It runs detached
 // from the caller's (already cancelled) context.
-func (r *Runtime) killInside(m *meta, pidFile string) {
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return
+//
+// A cancel can arrive before runsc has written the pid: the program may
+// still be starting, so killInside waits for the pid (while the client
+// lives, at most a few seconds) rather than leave the program running.
+func (r *Runtime) killInside(m *meta, pidFile string, clientExited chan error) {
+	var pid int
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(pidFile)
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			pid = n
+			break
+		}
+		select {
+		case err := <-clientExited:
+			clientExited <- err // the caller waits on it too
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

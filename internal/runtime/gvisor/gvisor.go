@@ -53,6 +53,7 @@ type Runtime struct {
 	root    string // runsc --root
 	bundles string
 	volumes string
+	checks  string // checkpoints
 
 	mu   sync.Mutex
 	meta map[string]*meta // cached bundle metadata by name
@@ -93,9 +94,10 @@ func New(cfg Config) (*Runtime, error) {
 		root:    filepath.Join(cfg.StateDir, "runsc"),
 		bundles: filepath.Join(cfg.StateDir, "bundles"),
 		volumes: filepath.Join(cfg.StateDir, "volumes"),
+		checks:  filepath.Join(cfg.StateDir, "checkpoints"),
 		meta:    map[string]*meta{},
 	}
-	for _, d := range []string{r.root, r.bundles, r.volumes} {
+	for _, d := range []string{r.root, r.bundles, r.volumes, r.checks} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
@@ -117,8 +119,17 @@ func (r *Runtime) globalFlags(rootfsMiB int64) []string {
 	return []string{"--root", r.root, "--network=none", "--overlay2=" + overlay, "--platform=" + r.cfg.Platform}
 }
 
+// runscTimeout bounds one runsc call whose caller set no deadline: a hung
+// runsc must not hold an end or the reaper forever.
+const runscTimeout = 2 * time.Minute
+
 // runsc runs one runsc command to completion and returns its stdout.
 func (r *Runtime) runsc(ctx context.Context, flags []string, args ...string) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, runscTimeout)
+		defer cancel()
+	}
 	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(append([]string{}, flags...), args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -187,16 +198,17 @@ func (r *Runtime) create(ctx context.Context, bundle, rootfs string, m *meta, sp
 	r.mu.Lock()
 	r.meta[m.Name] = m
 	r.mu.Unlock()
-	if err := r.start(ctx, bundle, m); err != nil {
+	if err := r.start(ctx, bundle, m, spec.Restore); err != nil {
 		return runtime.Object{}, err
 	}
 	return runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created, Running: true}, nil
 }
 
-// start creates and starts the container with one `runsc run --detach`.
+// start creates and starts the container with one `runsc run --detach`, or
+// creates it and restores a checkpoint into it.
 // Its stdio goes to files, never pipes: the sandbox inherits them and a pipe
 // it holds would hang Wait forever. stdout and stderr are separate files.
-func (r *Runtime) start(ctx context.Context, bundle string, m *meta) error {
+func (r *Runtime) start(ctx context.Context, bundle string, m *meta, restore string) error {
 	stdout, err := os.Create(filepath.Join(bundle, "runsc.out"))
 	if err != nil {
 		return err
@@ -207,14 +219,70 @@ func (r *Runtime) start(ctx context.Context, bundle string, m *meta) error {
 		return err
 	}
 	defer stderr.Close()
-	args := append(append([]string{}, m.Flags...), "run", "--detach", "--bundle", bundle, m.Name)
-	cmd := exec.CommandContext(ctx, r.cfg.Runsc, args...)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Run(); err != nil {
-		msg, _ := os.ReadFile(stderr.Name())
-		return fmt.Errorf("runsc run: %w: %s", err, lastLines(string(msg), 5))
+	steps := [][]string{{"run", "--detach", "--bundle", bundle, m.Name}}
+	if restore != "" {
+		dir, err := r.checkpointPath(restore)
+		if err != nil {
+			return err
+		}
+		steps = [][]string{
+			{"create", "--bundle", bundle, m.Name},
+			{"restore", "--detach", "--image-path", dir, "--bundle", bundle, m.Name},
+		}
+	}
+	for _, step := range steps {
+		cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(append([]string{}, m.Flags...), step...)...)
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		if err := cmd.Run(); err != nil {
+			msg, _ := os.ReadFile(stderr.Name())
+			return fmt.Errorf("runsc %s: %w: %s", step[0], err, lastLines(string(msg), 5))
+		}
 	}
 	return nil
+}
+
+var keyPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (r *Runtime) checkpointPath(key string) (string, error) {
+	if !keyPattern.MatchString(key) {
+		return "", fmt.Errorf("gvisor: invalid checkpoint key %q", key)
+	}
+	return filepath.Join(r.checks, key), nil
+}
+
+// Checkpoint saves the container's memory (processes, the in-memory rootfs
+// overlay, /tmp) with `runsc checkpoint`, which also stops it, and then
+// removes the container and its bundle. The volume stays where it is.
+func (r *Runtime) Checkpoint(ctx context.Context, ref runtime.Ref, key string) error {
+	m, err := r.loadMeta(ref.Name)
+	if err != nil {
+		return err
+	}
+	if m.UID != ref.UID {
+		return runtime.ErrConflict
+	}
+	dir, err := r.checkpointPath(key)
+	if err != nil {
+		return err
+	}
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	if _, err := r.runsc(ctx, m.Flags, "checkpoint", "--image-path", dir, m.Name); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	return r.teardown(ctx, m)
+}
+
+// DropCheckpoint deletes a saved checkpoint.
+func (r *Runtime) DropCheckpoint(ctx context.Context, key string) error {
+	dir, err := r.checkpointPath(key)
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 func (r *Runtime) volumePath(name string) (string, error) {
@@ -329,7 +397,7 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 	}
 	return map[string]any{
 		"ociVersion": "1.0.2",
-		"process":    r.process(m, []string{"sleep", "infinity"}, r.baseEnv(), spec.Workdir),
+		"process":    r.process(m, initArgs(), r.baseEnv(), spec.Workdir),
 		// The image is shared by every sandbox of its class; writes land in
 		// the per-sandbox in-memory overlay (--overlay2=root:memory).
 		"root":     map[string]any{"path": rootfs, "readonly": false},
@@ -353,6 +421,15 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 		"annotations": annotations,
 	}
 }
+
+// initScript is PID 1 of a sandbox. A plain `sleep` would never reap the
+// orphans that commands leave behind, and zombies would pile up until the
+// process limit refuses every fork; bash reaps any child it is sent a
+// SIGCHLD for. It also outlives its own sleeper: a stop's kill(-1), which
+// spares PID 1, only makes the loop start another one.
+const initScript = `trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
+
+func initArgs() []string { return []string{"/bin/bash", "-c", initScript} }
 
 // loadMeta returns the bundle metadata of name, from cache or disk.
 func (r *Runtime) loadMeta(name string) (*meta, error) {
@@ -395,26 +472,20 @@ func (r *Runtime) Delete(ctx context.Context, ref runtime.Ref) error {
 	return r.teardown(ctx, m)
 }
 
-// teardown is best effort and reports every failure.
+// teardown removes the container, then its bundle. When runsc cannot
+// delete the container the bundle (the only record of it) is kept, so a
+// later Delete or sweep can try again.
 func (r *Runtime) teardown(ctx context.Context, m *meta) error {
-	var errs []error
 	if _, err := r.runsc(ctx, m.Flags, "delete", "--force", m.Name); err != nil && !strings.Contains(err.Error(), "does not exist") && !strings.Contains(err.Error(), "not found") {
-		errs = append(errs, err)
-	}
-	if m.Volume.Scratch {
-		if p, err := r.volumePath(m.Volume.Name); err == nil {
-			if err := os.RemoveAll(p); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		return err
 	}
 	if err := os.RemoveAll(filepath.Join(r.bundles, m.Name)); err != nil {
-		errs = append(errs, err)
+		return fmt.Errorf("gvisor: %w", err)
 	}
 	r.mu.Lock()
 	delete(r.meta, m.Name)
 	r.mu.Unlock()
-	return errors.Join(errs...)
+	return nil
 }
 
 // DeleteVolume drops a volume directory.

@@ -158,3 +158,68 @@ func TestCancelKillsInside(t *testing.T) {
 		t.Errorf("cancelled program survives inside:\n%s", ps.String())
 	}
 }
+
+func sh(t *testing.T, r *Runtime, name, line string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := r.Exec(context.Background(), name, runtime.ExecRequest{Argv: []string{"sh", "-c", line}, Stdout: &out, Stderr: &errb}); err != nil {
+		t.Fatalf("%q: %v: %s", line, err, errb.String())
+	}
+	return out.String()
+}
+
+// TestCheckpointRestore: memory (the in-memory overlay, /tmp) and the volume
+// come back in a new container with a new name.
+//
+// Measured here: a detached process reparented to PID 1 survives a restore
+// when PID 1 is a bare `sleep`, but not when PID 1 is a reaping init (tini,
+// or a bash wait loop). The sandbox runs the bash loop, because a PID 1 that never
+// reaps lets zombies fill the process limit until every fork fails; so
+// files and the overlay are kept across sleep, detached processes are not.
+func TestCheckpointRestore(t *testing.T) {
+	r := newRuntime(t)
+	ctx := context.Background()
+	obj := create(t, r, "sbx-gvisortest000000006", "six")
+	sh(t, r, obj.Name, `echo overlay > /home/user/o; echo tmp > /tmp/t; echo vol > /mnt/data/v`)
+	if err := r.Checkpoint(ctx, runtime.Ref{Name: obj.Name, UID: "wrong"}, "six"); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("checkpoint with a wrong identity: %v", err)
+	}
+	if err := r.Checkpoint(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}, "six"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Status(ctx, obj.Name); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("the checkpointed container still exists: %v", err)
+	}
+	restored, err := r.Create(ctx, runtime.Spec{
+		Name: "sbx-gvisortest000000007", Labels: map[string]string{runtime.LabelSandbox: "six"}, Image: "exec", Workdir: "/mnt/data",
+		Volume: runtime.Volume{Name: "scratch-six", Scratch: true}, CPUs: 1, MemoryMiB: 512, Pids: 256, RootfsMiB: 256, FileMiB: 16,
+		Restore: "six",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := sh(t, r, restored.Name, `cat /home/user/o /tmp/t /mnt/data/v`)
+	if got != "overlay\ntmp\nvol\n" {
+		t.Errorf("after restore: %q", got)
+	}
+	if err := r.DropCheckpoint(ctx, "six"); err != nil {
+		t.Error(err)
+	}
+	if err := r.DropCheckpoint(ctx, "../x"); err == nil {
+		t.Error("a key with a path accepted")
+	}
+}
+
+// TestInitReapsOrphans: commands that leave background children behind do
+// not fill the process table with zombies (PID 1 reaps them).
+func TestInitReapsOrphans(t *testing.T) {
+	r := newRuntime(t)
+	obj := create(t, r, "sbx-gvisortest000000008", "eight")
+	// More orphans than the process limit (256) would allow as zombies.
+	sh(t, r, obj.Name, `i=0; while [ $i -lt 300 ]; do (true &); i=$((i+1)); done`)
+	ps := sh(t, r, obj.Name, "sleep 0.3; ps -eo stat,args")
+	if strings.Contains(ps, "\nZ") {
+		t.Errorf("zombies left:\n%s", ps)
+	}
+	sh(t, r, obj.Name, "true") // forks still work
+}
