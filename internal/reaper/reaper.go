@@ -74,6 +74,8 @@ type Service interface {
 type Reaper struct {
 	Store       Store
 	Service     Service
+	Runtime     Runtime       // for the orphan sweep
+	Grace       time.Duration // sweep grace; zero means DefaultGrace
 	Every       time.Duration
 	Policy      Policy
 	Concurrency int // zero means 4
@@ -85,14 +87,19 @@ type Reaper struct {
 	wg       sync.WaitGroup
 }
 
-// Run reaps once at start and then every interval until ctx ends, then waits
-// for in-flight ends.
+// Run reaps and sweeps once at start and then every interval until ctx ends,
+// then waits for in-flight ends.
 func (r *Reaper) Run(ctx context.Context) {
 	t := time.NewTicker(r.Every)
 	defer t.Stop()
 	defer r.wg.Wait()
 	for {
 		r.Once(ctx)
+		if r.Runtime != nil {
+			if _, err := r.Sweep(ctx); err != nil {
+				r.Log.Error("reaper: sweep", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return

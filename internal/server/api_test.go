@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -480,14 +477,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 	e := newEnv(t)
 	id := e.lease("acme", nil)
 	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=state.txt", "acme", "before restart")
-	e.http.Close()
-	e.srv.Close()
-
-	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), Runsc: runscPath()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv, e.http = srv, httptest.NewServer(srv.Handler)
+	e.restart(t)
 	if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=state.txt", "acme", nil); string(r.Body) != "before restart" {
 		t.Errorf("file after restart: %q", r.Body)
 	}

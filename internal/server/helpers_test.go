@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/store"
 )
 
 // runscPath is the pinned runsc; tests never fall back to another build.
@@ -239,3 +240,5 @@ func (e *env) sh(org, id, line string) string {
 	}
 	return a.Stdout
 }
+
+func storeFilter() store.Filter { return store.Filter{} }

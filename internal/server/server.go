@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/meter"
 	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/reaper"
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
@@ -93,6 +95,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		},
 		Metrics: m,
 	}, st, rt, &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st}, log)
+	if err := recoverAll(ctx, st, rt, svc, log); err != nil {
+		st.Close()
+		return nil, err
+	}
 	if err := countLive(ctx, st, m); err != nil {
 		st.Close()
 		return nil, err
@@ -100,9 +106,38 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	return &Server{
 		Handler: api.New(svc, st, log, api.Options{OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler()}),
 		Store:   st, Runtime: rt, Service: svc, Metrics: m,
-		Reaper: &reaper.Reaper{Store: st, Service: svc, Every: cfg.ReapEvery, Log: log,
+		Reaper: &reaper.Reaper{Store: st, Service: svc, Runtime: rt, Every: cfg.ReapEvery, Log: log,
 			Policy: reaper.Policy{Ceiling: cfg.Ceiling, IdleAfter: cfg.IdleAfter}},
 	}, nil
+}
+
+// recoverAll reconciles every org's rows with the runtime (see
+// service.Recover) before the server answers its first call.
+func recoverAll(ctx context.Context, st *store.Store, rt *gvisor.Runtime, svc *service.Service, log *slog.Logger) error {
+	list, err := rt.List(ctx, map[string]string{runtime.LabelSandbox: ""})
+	if err != nil {
+		return err
+	}
+	objs := map[string]runtime.Object{}
+	for _, o := range list {
+		objs[o.Name] = o
+	}
+	orgs, err := st.Orgs(ctx)
+	if err != nil {
+		return err
+	}
+	var total service.RecoverResult
+	for _, org := range orgs {
+		res, err := svc.Recover(sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "recover"}), objs)
+		if err != nil {
+			return fmt.Errorf("recovering org %q: %w", org, err)
+		}
+		total.Adopted += res.Adopted
+		total.Lost += res.Lost
+		total.Failed += res.Failed
+	}
+	log.Info("recovered sandboxes", "adopted", total.Adopted, "lost", total.Lost, "interrupted", total.Failed, "runtimeObjects", len(list))
+	return nil
 }
 
 // countLive starts the live gauge from the stores, so a restart does not

@@ -1,0 +1,71 @@
+package service
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+// RecoverResult counts what Recover found.
+type RecoverResult struct {
+	Adopted int // running (or half-started) sandboxes whose container runs
+	Lost    int // rows whose container is gone: now sleeping, files kept
+	Failed  int // half-started leases whose container never ran: now error
+}
+
+// Recover reconciles the rows of the org in ctx with the runtime after a
+// server start. Containers outlive the server, so a running row whose
+// container still runs is simply adopted, and a lease interrupted between
+// starting its container and recording it is completed. A row whose
+// container is gone (a host reboot, a crash of the sandbox) is put to sleep
+// without memory: its volume is intact and the next use wakes it. objs is
+// the runtime's view, listed once for every org.
+func (s *Service) Recover(ctx context.Context, objs map[string]runtime.Object) (RecoverResult, error) {
+	var res RecoverResult
+	rows, err := s.store.List(ctx, store.Filter{Limit: 1 << 30})
+	if err != nil {
+		return res, err
+	}
+	var errs []error
+	for _, sb := range rows {
+		obj, ok := objs[sb.Name]
+		alive := ok && obj.Running
+		log := s.log.With("sandbox", sb.ID)
+		switch sb.Status {
+		case sandbox.StatusRunning:
+			if alive && obj.UID == sb.UID {
+				res.Adopted++
+				continue
+			}
+			if ok {
+				errs = append(errs, ignoreGone(s.rt.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID})))
+			}
+			errs = append(errs, s.store.SetRuntime(ctx, sb.ID, sandbox.StatusSleeping, sb.Name, sb.UID, ""))
+			res.Lost++
+			log.Warn("recover: container gone; the sandbox sleeps and wakes fresh on its next use")
+		case sandbox.StatusPending:
+			if alive {
+				errs = append(errs, s.store.SetRuntime(ctx, sb.ID, sandbox.StatusRunning, sb.Name, obj.UID, ""))
+				res.Adopted++
+				log.Info("recover: completed a lease interrupted by the restart")
+				continue
+			}
+			if ok {
+				errs = append(errs, ignoreGone(s.rt.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID})))
+			}
+			errs = append(errs, s.store.SetStatus(ctx, sb.ID, sandbox.StatusError, "", "the start was interrupted by a server restart"))
+			res.Failed++
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+func ignoreGone(err error) error {
+	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrConflict) {
+		return nil
+	}
+	return err
+}
