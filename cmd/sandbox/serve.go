@@ -32,6 +32,7 @@ type serveConfig struct {
 	Debug     bool
 	Operator  string
 	IdleAfter time.Duration
+	Grace     time.Duration
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -44,6 +45,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Ceiling, "ceiling", 24*time.Hour, "absolute bound on any lease, counted from its creation")
 	fs.BoolVar(&c.Debug, "debug", false, "log every request")
 	fs.DurationVar(&c.IdleAfter, "idle-after", time.Hour, "put a sandbox unused this long to sleep (memory checkpointed); 0 never")
+	fs.DurationVar(&c.Grace, "sweep-grace", 5*time.Minute, "age before a runtime object no row claims is swept")
 	fs.StringVar(&c.Operator, "operator-org", "system", "the reserved operator org: its keys read /metrics")
 }
 
@@ -97,7 +99,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	app, err := server.New(ctx, server.Config{
 		Data: cfg.Data, Images: cfg.Images, Runsc: cfg.Runsc, Platform: cfg.Platform, Ceiling: cfg.Ceiling,
-		ReapEvery: cfg.ReapEvery, OperatorOrg: cfg.Operator, IdleAfter: idle,
+		ReapEvery: cfg.ReapEvery, OperatorOrg: cfg.Operator, IdleAfter: idle, SweepGrace: cfg.Grace,
 	}, log)
 	if err != nil {
 		return err

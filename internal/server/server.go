@@ -37,6 +37,9 @@ type Config struct {
 	// IdleAfter puts a sandbox unused this long to sleep; zero means one
 	// hour, negative never.
 	IdleAfter time.Duration
+	// SweepGrace is how old an unclaimed runtime object must be before the
+	// sweep deletes it; zero means reaper.DefaultGrace.
+	SweepGrace time.Duration
 	// OperatorOrg is the reserved org that reads operator routes; empty
 	// means "system".
 	OperatorOrg string
@@ -106,7 +109,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	return &Server{
 		Handler: api.New(svc, st, log, api.Options{OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler()}),
 		Store:   st, Runtime: rt, Service: svc, Metrics: m,
-		Reaper: &reaper.Reaper{Store: st, Service: svc, Runtime: rt, Every: cfg.ReapEvery, Log: log,
+		Reaper: &reaper.Reaper{Store: st, Service: svc, Runtime: rt, Every: cfg.ReapEvery, Grace: cfg.SweepGrace, Log: log,
 			Policy: reaper.Policy{Ceiling: cfg.Ceiling, IdleAfter: cfg.IdleAfter}},
 	}, nil
 }
