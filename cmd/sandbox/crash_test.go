@@ -152,7 +152,6 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 	srv = startServer(t, bin, data)
 	defer func() { srv.cmd.Process.Signal(syscall.SIGTERM); srv.cmd.Wait() }()
 	c.base = srv.base
-	time.Sleep(500 * time.Millisecond) // the first reap and sweep run at start
 
 	code, list, err := c.call("GET", "/v1/sandbox", "")
 	if err != nil || code != http.StatusOK {
@@ -181,17 +180,24 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 			t.Errorf("lease %s unusable after restart: %d %v %v", id, code, res, err)
 		}
 	}
-	// No orphan: the running containers are exactly the running rows.
-	out, err := exec.Command(runscBin(), "--root", root, "list", "--format=json").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var states []struct{ ID, Status string }
-	json.Unmarshal(out, &states)
-	alive := 0
-	for _, s := range states {
-		if s.Status == "running" {
-			alive++
+	// No orphan: the running containers are exactly the running rows (the
+	// first reap and sweep run in the background right after the start).
+	alive := -1
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		out, err := exec.Command(runscBin(), "--root", root, "list", "--format=json").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var states []struct{ ID, Status string }
+		json.Unmarshal(out, &states)
+		alive = 0
+		for _, s := range states {
+			if s.Status == "running" {
+				alive++
+			}
+		}
+		if alive == running {
+			break
 		}
 	}
 	if alive != running {

@@ -24,6 +24,7 @@ type Limits struct {
 	Pids      int64   // processes inside (RLIMIT_NPROC)
 	RootfsMiB int64   // writable overlay over the image
 	FileMiB   int64   // largest single file (RLIMIT_FSIZE)
+	VolumeMiB int64   // the workdir: a scratch tmpfs (memory) or a project filesystem (disk)
 }
 
 // Class is one row of the closed class table.
@@ -41,22 +42,22 @@ var classes = map[string]Class{
 	ClassExec: {
 		Name: ClassExec, Workdir: "/mnt/data", DefaultTTL: 900 * time.Second,
 		Image: "exec", LiveCapPerOrg: 16,
-		Limits: Limits{CPUs: 1, MemoryMiB: 1024, Pids: 256, RootfsMiB: 1024, FileMiB: 512},
+		Limits: Limits{CPUs: 1, MemoryMiB: 1024, Pids: 256, RootfsMiB: 512, FileMiB: 256, VolumeMiB: 512},
 	},
 	ClassDev: {
 		Name: ClassDev, Workdir: "/work", DefaultTTL: 4 * time.Hour, NeedsProject: true,
 		Image:  "dev",
-		Limits: Limits{CPUs: 2, MemoryMiB: 4096, Pids: 1024, RootfsMiB: 4096, FileMiB: 2048},
+		Limits: Limits{CPUs: 2, MemoryMiB: 4096, Pids: 1024, RootfsMiB: 2048, FileMiB: 2048, VolumeMiB: 10240},
 	},
 	ClassDesktop: {
 		Name: ClassDesktop, Workdir: "/work", DefaultTTL: 4 * time.Hour, NeedsProject: true,
 		Image:  "desktop",
-		Limits: Limits{CPUs: 2, MemoryMiB: 4096, Pids: 1024, RootfsMiB: 4096, FileMiB: 2048},
+		Limits: Limits{CPUs: 2, MemoryMiB: 4096, Pids: 1024, RootfsMiB: 2048, FileMiB: 2048, VolumeMiB: 10240},
 	},
 	ClassAndroid: {
 		Name: ClassAndroid, Workdir: "/work", DefaultTTL: 4 * time.Hour, NeedsProject: true,
 		Image:  "android",
-		Limits: Limits{CPUs: 2, MemoryMiB: 6144, Pids: 2048, RootfsMiB: 8192, FileMiB: 4096},
+		Limits: Limits{CPUs: 2, MemoryMiB: 6144, Pids: 2048, RootfsMiB: 4096, FileMiB: 4096, VolumeMiB: 20480},
 	},
 }
 

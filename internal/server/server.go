@@ -117,6 +117,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 // recoverAll reconciles every org's rows with the runtime (see
 // service.Recover) before the server answers its first call.
 func recoverAll(ctx context.Context, st *store.Store, rt *gvisor.Runtime, svc *service.Service, log *slog.Logger) error {
+	// A killed server's last runsc commands may still be finishing.
+	if err := rt.Settle(ctx); err != nil {
+		return err
+	}
 	list, err := rt.List(ctx, map[string]string{runtime.LabelSandbox: ""})
 	if err != nil {
 		return err

@@ -282,7 +282,7 @@ func (s *Service) spec(sb *sandbox.Sandbox, restore string) runtime.Spec {
 			runtime.LabelExpiresAt: sb.ExpiresAt.Format(time.RFC3339),
 		},
 		Image: sb.Image, Workdir: sb.Workdir,
-		Volume: runtime.Volume{Name: sb.Volume, Scratch: sb.Project == ""},
+		Volume: runtime.Volume{Name: sb.Volume, Scratch: sb.Project == "", SizeMiB: class.Limits.VolumeMiB},
 		CPUs:   class.Limits.CPUs, MemoryMiB: class.Limits.MemoryMiB, Pids: class.Limits.Pids,
 		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,
 		Restore: restore,
