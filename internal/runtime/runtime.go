@@ -126,4 +126,7 @@ type Runtime interface {
 	Checkpoint(ctx context.Context, ref Ref, key string) error
 	// DropCheckpoint deletes a checkpoint. Missing is not an error.
 	DropCheckpoint(ctx context.Context, key string) error
+	// KillAll kills every process in the sandbox but its init, even when
+	// the sandbox's user has exhausted its process limit (a fork bomb).
+	KillAll(ctx context.Context, name string) error
 }

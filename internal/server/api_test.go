@@ -391,23 +391,34 @@ func TestVolumeKeptOnEndDroppedOnPurge(t *testing.T) {
 	}
 }
 
+// TestBrokenChannelIs502: a sandbox killed behind the server's back answers
+// 502 saying it died; it is then put to sleep (files kept) and the next call
+// starts it again.
 func TestBrokenChannelIs502(t *testing.T) {
 	e := newEnv(t)
-	id := e.lease("acme", nil)
-	// Kill the container behind the server's back.
+	id := e.lease("acme", map[string]any{"project": "crashy"})
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=kept.txt", "acme", "kept")
 	objs, err := e.srv.Runtime.List(t.Context(), nil)
 	if err != nil || len(objs) != 1 {
 		t.Fatalf("runtime objects: %v %v", objs, err)
 	}
 	killContainer(t, e, objs[0].Name)
 	r := e.must(http.StatusBadGateway, "POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}})
-	if msg := r.JSON(t)["error"].(string); !strings.Contains(msg, "channel") {
+	if msg := r.JSON(t)["error"].(string); !strings.Contains(msg, "died") {
 		t.Errorf("502 message: %q", msg)
 	}
-	e.must(http.StatusBadGateway, "GET", "/v1/sandbox/"+id+"/fs?path=x", "acme", nil)
+	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "sleeping" {
+		t.Errorf("after the 502: %v", sb)
+	}
+	fr := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=kept.txt", "acme", nil)
+	if string(fr.Body) != "kept" || fr.Header.Get("X-Sandbox-Woken") != "1" {
+		t.Errorf("the next call: %q %v", fr.Body, fr.Header)
+	}
+	// The same for a file operation.
+	objs, _ = e.srv.Runtime.List(t.Context(), nil)
+	killContainer(t, e, objs[0].Name)
 	e.must(http.StatusBadGateway, "POST", "/v1/sandbox/"+id+"/fs?path=x", "acme", "x")
-	// Ending it still works and leaves nothing.
-	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id+"?purge=1", "acme", nil)
 }
 
 func TestUnknownRoute(t *testing.T) {

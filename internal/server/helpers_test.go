@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -242,3 +243,5 @@ func (e *env) sh(org, id, line string) string {
 }
 
 func storeFilter() store.Filter { return store.Filter{} }
+
+func fmtSscan(s string, n *int) (int, error) { return fmt.Sscan(strings.TrimSpace(s), n) }

@@ -102,7 +102,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 		return nil, ctx.Err()
 	default:
 		s.log.Error("exec channel broke", "sandbox", sb.ID, "err", err)
-		return nil, sandbox.Wrap(sandbox.KindBadGateway, err, "the channel to the sandbox broke; the sandbox may have died")
+		return nil, s.died(ctx, sb, err)
 	}
 	res.Stdout, res.Stderr = stdout.String(), stderr.String()
 	return res, nil

@@ -104,7 +104,7 @@ func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error
 		}
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "reading %s failed: %s", full, firstLine(errb.String()))
 	default:
-		return nil, channelError(wctx, runCtx, err)
+		return nil, s.channelError(sb, wctx, runCtx, err)
 	}
 }
 
@@ -159,13 +159,13 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 		}
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "writing %s failed: %s", full, firstLine(errb.String()))
 	default:
-		return nil, channelError(wctx, runCtx, err)
+		return nil, s.channelError(sb, wctx, runCtx, err)
 	}
 }
 
 // channelError classifies a failed exec that was not a program's exit:
 // stopped by the caller, out of time, the client gone, or the channel broken.
-func channelError(work, run context.Context, err error) error {
+func (s *Service) channelError(sb *sandbox.Sandbox, work, run context.Context, err error) error {
 	switch {
 	case errors.Is(context.Cause(work), errStopped):
 		return sandbox.Errorf(sandbox.KindConflict, "the command was stopped by a stop call")
@@ -174,7 +174,7 @@ func channelError(work, run context.Context, err error) error {
 	case run.Err() != nil:
 		return sandbox.Errorf(sandbox.KindTimeout, "the file operation took longer than allowed and was killed")
 	}
-	return sandbox.Wrap(sandbox.KindBadGateway, err, "the channel to the sandbox broke; the sandbox may have died")
+	return s.died(work, sb, err)
 }
 
 func firstLine(s string) string {

@@ -176,3 +176,33 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 	log.Info("sandbox sleeping", "memoryKept", sb.MemoryKept)
 	return sb, nil
 }
+
+// died handles a broken channel: if the sandbox's container is really gone
+// (gVisor takes the whole sandbox down when the host's memory cgroup kills
+// it), the sandbox is put to sleep without memory, so that its files stay
+// and the next call starts it again, and the answer says so. It returns the
+// error to answer with.
+func (s *Service) died(ctx context.Context, sb *sandbox.Sandbox, cause error) error {
+	ctx = context.WithoutCancel(ctx)
+	msg := "the channel to the sandbox broke; the sandbox may have died"
+	obj, err := s.rt.Status(ctx, sb.Name)
+	if err == nil && obj.Running {
+		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
+	}
+	unlock := s.lock(sb.ID)
+	defer unlock()
+	cur, err := s.store.Get(ctx, sb.ID)
+	if err != nil || cur.Status != sandbox.StatusRunning || cur.Name != sb.Name {
+		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
+	}
+	if err := s.rt.Delete(ctx, runtime.Ref{Name: cur.Name, UID: cur.UID}); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		s.log.Error("clearing a dead sandbox", "sandbox", sb.ID, "err", err)
+		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
+	}
+	if err := s.store.SetRuntime(ctx, cur.ID, sandbox.StatusSleeping, cur.Name, cur.UID, ""); err != nil {
+		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
+	}
+	s.cfg.Metrics.Live(cur.Class, -1)
+	s.log.Warn("sandbox died; it sleeps and starts again on its next use", "sandbox", sb.ID, "err", cause)
+	return sandbox.Wrap(sandbox.KindBadGateway, cause, "the sandbox died (it may have run out of memory); its files are kept and the next call starts it again")
+}

@@ -360,12 +360,9 @@ func (s *Service) Stop(ctx context.Context, id string) (*StopResult, error) {
 	}
 	n := s.cmds.stop(sb.ID, 15*time.Second)
 	if sb.Status == sandbox.StatusRunning {
-		// kill(-1) reaches every process the caller may signal except
-		// itself and PID 1 (the sandbox's init).
 		killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
-		err := s.rt.Exec(killCtx, sb.Name, runtime.ExecRequest{Argv: []string{"sh", "-c", "kill -9 -1 2>/dev/null; exit 0"}, Dir: "/"})
-		if err != nil {
+		if err := s.rt.KillAll(killCtx, sb.Name); err != nil {
 			s.log.Warn("killing leftover processes", "sandbox", sb.ID, "err", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,7 +105,11 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	} else {
 		cmd.Stdin = req.Stdin
 		cmd.Stdout = req.Stdout
-		cmd.Stderr = req.Stderr
+		if req.Stderr != nil {
+			red := &redactor{w: req.Stderr, old: []byte(name), new: []byte("sandbox")}
+			defer red.flush()
+			cmd.Stderr = red
+		}
 		cmd.WaitDelay = 2 * time.Second
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("gvisor: exec: %w", err)
@@ -121,6 +126,15 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		<-waited
 		return ctx.Err()
 	}
+	// Background processes that keep the program's stdout open make Wait
+	// give up after WaitDelay; the program itself has exited, and its
+	// status is what counts.
+	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil {
+		err = nil
+		if !cmd.ProcessState.Success() {
+			err = &exec.ExitError{ProcessState: cmd.ProcessState}
+		}
+	}
 	if err == nil {
 		return nil
 	}
@@ -130,21 +144,57 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	}
 	code := ee.ExitCode()
 	if code == runscFailed || code < 0 {
-		// A program may exit 128 itself; runsc failing never wrote a pid.
+		// runsc exits 128 when it fails itself, and so may a program.
+		// When the container no longer runs, the channel broke (the
+		// sandbox died, e.g. killed by the host for memory); when runsc
+		// never recorded a pid, the program could not be started (no such
+		// executable: the caller's mistake, answered like a shell's 127).
+		obj, serr := r.Status(context.WithoutCancel(ctx), name)
+		if serr != nil || !obj.Running {
+			return fmt.Errorf("gvisor: exec in %s: the container is not running (exit %d)", name, code)
+		}
 		if b, _ := os.ReadFile(pidFile); len(strings.TrimSpace(string(b))) == 0 {
-			// Either the program could not be started (no such executable:
-			// the caller's mistake, reported like a shell's 127) or the
-			// container is gone (the channel broke).
-			if obj, serr := r.Status(context.WithoutCancel(ctx), name); serr == nil && obj.Running {
-				return &runtime.ExitError{Code: 127}
-			}
-			return fmt.Errorf("gvisor: exec in %s failed before the program started (exit %d)", name, code)
+			return &runtime.ExitError{Code: 127}
 		}
 	}
 	if code < 0 {
 		code = 128 + 9
 	}
 	return &runtime.ExitError{Code: code}
+}
+
+// redactor replaces the runtime name of a sandbox in what runsc writes to a
+// program's stderr (its own error messages share the stream), so that no
+// answer ever carries it. It holds back the bytes that could start a match
+// split across two writes.
+type redactor struct {
+	w        io.Writer
+	old, new []byte
+	held     []byte
+}
+
+func (r *redactor) Write(p []byte) (int, error) {
+	buf := bytes.ReplaceAll(append(r.held, p...), r.old, r.new)
+	keep := 0
+	for k := min(len(r.old)-1, len(buf)); k > 0; k-- {
+		if bytes.HasSuffix(buf, r.old[:k]) {
+			keep = k
+			break
+		}
+	}
+	r.held = append(r.held[:0], buf[len(buf)-keep:]...)
+	if _, err := r.w.Write(buf[:len(buf)-keep]); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// flush writes what was held back.
+func (r *redactor) flush() {
+	if len(r.held) > 0 {
+		r.w.Write(r.held)
+		r.held = nil
+	}
 }
 
 // killInside sends SIGKILL to the program's in-sandbox process group. It runs detached
@@ -188,4 +238,36 @@ func hasEnv(env []string, key string) bool {
 		}
 	}
 	return false
+}
+
+// KillAll kills every process of the sandbox but PID 1. It runs `kill -9 -1`
+// as the sandbox's root with CAP_KILL alone: uid 1000 may have exhausted its
+// RLIMIT_NPROC (a fork bomb), and root's count is its own. The command is
+// ours, never a caller's.
+func (r *Runtime) KillAll(ctx context.Context, name string) error {
+	m, err := r.loadMeta(name)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(r.bundles, name), "kill-")
+	if err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	proc := r.process(m, []string{"/bin/kill", "-9", "-1"}, r.baseEnv(), "/")
+	proc.User = map[string]int{"uid": 0, "gid": 0}
+	proc.Rlimits = []rlimit{{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024}}
+	killCap := []string{"CAP_KILL"}
+	proc.Capabilities = map[string][]string{"bounding": killCap, "effective": killCap, "permitted": killCap, "inheritable": {}, "ambient": {}}
+	procFile := filepath.Join(tmp, "process.json")
+	if err := writeJSON(procFile, proc); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	// kill(-1) signals the killer too; its own death is the expected end.
+	_, err = r.runsc(ctx, m.Flags, "exec", "--process", procFile, name)
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return err
+	}
+	return nil
 }

@@ -597,6 +597,20 @@ func (r *Runtime) DeleteVolume(ctx context.Context, name string) error {
 type runscState struct {
 	ID     string `json:"id"`
 	Status string `json:"status"`
+	Pid    int    `json:"pid"`
+}
+
+// running reports whether a container runs: runsc's state file says so AND
+// its sandbox process exists. The state file alone keeps saying "running"
+// after the host killed the sandbox (for memory, say).
+func (s runscState) running() bool {
+	if s.Status != "running" {
+		return false
+	}
+	if s.Pid <= 0 {
+		return true
+	}
+	return unix.Kill(s.Pid, 0) != unix.ESRCH
 }
 
 // List returns the objects whose labels include selector. A bundle whose
@@ -615,7 +629,7 @@ func (r *Runtime) List(ctx context.Context, selector map[string]string) ([]runti
 	}
 	running := map[string]bool{}
 	for _, s := range states {
-		running[s.ID] = s.Status == "running"
+		running[s.ID] = s.running()
 	}
 	entries, err := os.ReadDir(r.bundles)
 	if err != nil {
@@ -644,7 +658,8 @@ func matches(labels, selector map[string]string) bool {
 	return true
 }
 
-// Status reads one container's state from runsc.
+// Status reads one container's state from runsc, and asks the sandbox
+// itself whether it still answers.
 func (r *Runtime) Status(ctx context.Context, name string) (runtime.Object, error) {
 	m, err := r.loadMeta(name)
 	if err != nil {
@@ -659,7 +674,15 @@ func (r *Runtime) Status(ctx context.Context, name string) (runtime.Object, erro
 	if err := json.Unmarshal(out, &s); err != nil {
 		return obj, fmt.Errorf("gvisor: runsc state: %w", err)
 	}
-	obj.Running = s.Status == "running"
+	obj.Running = s.running()
+	if obj.Running {
+		// A sandbox the host killed in part (its memory cgroup's OOM
+		// killer) can keep a process and a "running" state file while its
+		// control server is gone; asking that server is the real test.
+		if _, err := r.runsc(ctx, m.Flags, "ps", "--format=json", name); err != nil {
+			obj.Running = false
+		}
+	}
 	return obj, nil
 }
 
