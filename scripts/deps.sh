@@ -37,7 +37,9 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # mmdebstrap builds the images; git is what go uses for VCS stamping and
 # direct module fetches. Debian's runsc package is deliberately absent: it is
 # too old for current kernels (see the pinned build below).
-packages=(mmdebstrap ca-certificates iproute2 git)
+# e2fsprogs and util-linux format and loop-mount project volumes; procps for
+# the tests' process checks.
+packages=(mmdebstrap ca-certificates iproute2 git e2fsprogs util-linux procps)
 missing=()
 for p in "${packages[@]}"; do
 	installed "$p" || missing+=("$p")
