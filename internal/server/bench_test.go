@@ -199,3 +199,129 @@ func BenchmarkGetSandbox(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
 }
+
+// BenchmarkWake: resume of a paused sandbox whose memory was checkpointed,
+// the same without a checkpoint (a fresh start over the kept files), and a
+// fresh lease, side by side.
+func BenchmarkWake(b *testing.B) {
+	e := benchEnv(b)
+	ctx := sandbox.WithPrincipal(b.Context(), sandbox.Principal{Org: "acme", Subject: "bench"})
+	id := e.lease("acme", map[string]any{"project": "wake"})
+	e.sh("acme", id, "echo state > f")
+	b.Run("checkpointed", func(b *testing.B) {
+		var lat latencies
+		for b.Loop() {
+			b.StopTimer()
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+			b.StartTimer()
+			start := time.Now()
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil)
+			lat = append(lat, time.Since(start))
+		}
+		lat.report(b)
+	})
+	b.Run("fresh", func(b *testing.B) {
+		var lat latencies
+		for b.Loop() {
+			b.StopTimer()
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+			row, err := e.srv.Store.Get(ctx, id)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Forget the memory: the wake starts fresh over the kept files.
+			e.srv.Runtime.DropCheckpoint(ctx, row.Checkpoint)
+			e.srv.Store.SetRuntime(ctx, id, row.Status, row.Name, row.UID, "")
+			b.StartTimer()
+			start := time.Now()
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil)
+			lat = append(lat, time.Since(start))
+		}
+		lat.report(b)
+	})
+	b.Run("lease", func(b *testing.B) {
+		var lat latencies
+		for b.Loop() {
+			start := time.Now()
+			nid := e.lease("acme", nil)
+			lat = append(lat, time.Since(start))
+			b.StopTimer()
+			e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+nid, "acme", nil)
+			b.StartTimer()
+		}
+		lat.report(b)
+	})
+}
+
+// BenchmarkDensity leases SANDBOX_BENCH_DENSITY (default 500) idle exec
+// sandboxes across orgs of 16 (the per-org cap), reports the host memory
+// each costs, and the exec p50 of a `true` with 1, 100 and all of them
+// alive. It runs once whatever b.N is: run it with -benchtime 1x.
+func BenchmarkDensity(b *testing.B) {
+	target := 500
+	if v := os.Getenv("SANDBOX_BENCH_DENSITY"); v != "" {
+		fmt.Sscan(v, &target)
+	}
+	e := benchEnv(b)
+	for i := 0; i*16 < target; i++ {
+		org := fmt.Sprintf("dense-%03d", i)
+		key, err := e.srv.Store.CreateKey(b.Context(), org, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.keys[org] = key
+	}
+	execP50 := func(id, org string) float64 {
+		var lat latencies
+		for i := 0; i < 20; i++ {
+			start := time.Now()
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/exec", org, map[string]any{"argv": []string{"true"}})
+			lat = append(lat, time.Since(start))
+		}
+		slices.Sort(lat)
+		return float64(lat[len(lat)/2].Microseconds()) / 1000
+	}
+	for b.Loop() {
+		before := memAvailable(b)
+		first := e.lease("dense-000", nil)
+		at1 := execP50(first, "dense-000")
+		n, at100 := 1, 0.0
+		for n < target {
+			org := fmt.Sprintf("dense-%03d", n/16)
+			r := e.do("POST", "/v1/sandbox", org, nil)
+			if r.Status != http.StatusCreated {
+				b.Logf("lease %d refused: %d %s", n+1, r.Status, r.Body)
+				break
+			}
+			n++
+			if n == 100 {
+				at100 = execP50(first, "dense-000")
+			}
+		}
+		time.Sleep(2 * time.Second) // let the sandboxes settle idle
+		perSandbox := float64(before-memAvailable(b)) / float64(n) / (1 << 20)
+		atMax := execP50(first, "dense-000")
+		b.ReportMetric(float64(n), "sandboxes")
+		b.ReportMetric(perSandbox, "MiB/sandbox")
+		b.ReportMetric(at1, "exec-p50-ms@1")
+		b.ReportMetric(at100, "exec-p50-ms@100")
+		b.ReportMetric(atMax, "exec-p50-ms@max")
+		b.ReportMetric(0, "ns/op")
+	}
+}
+
+// memAvailable reads MemAvailable from /proc/meminfo, in bytes.
+func memAvailable(b *testing.B) int64 {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	b.Fatal("no MemAvailable")
+	return 0
+}
