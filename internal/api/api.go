@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,8 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 	opts Options
+
+	methods map[string][]string // path pattern → methods, for 405 answers
 }
 
 // Options are the optional parts of the API.
@@ -79,6 +82,7 @@ func (s *Server) routes() {
 			s.opts.Metrics.ServeHTTP(w, r)
 		}))
 	}
+	s.notAllowed()
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -86,13 +90,37 @@ func (s *Server) routes() {
 	})
 }
 
-// handle registers an authenticated JSON handler.
+// handle registers an authenticated JSON handler (and remembers its method
+// for the 405 answers of notAllowed).
 func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+	method, path, _ := strings.Cut(pattern, " ")
+	if s.methods == nil {
+		s.methods = map[string][]string{}
+	}
+	s.methods[path] = append(s.methods[path], method)
 	s.mux.Handle(pattern, s.authenticate(func(w http.ResponseWriter, r *http.Request) {
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
 	}))
+}
+
+// notAllowed answers the other methods of every registered path with a JSON
+// 405 (the mux's own is plain text). Each is registered per method, so it
+// never conflicts with a route of another method on a wider pattern.
+func (s *Server) notAllowed() {
+	for path, allowed := range s.methods {
+		allow := strings.Join(allowed, ", ")
+		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+			if slices.Contains(allowed, m) {
+				continue
+			}
+			s.mux.HandleFunc(m+" "+path, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Allow", allow)
+				writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: r.Method + " is not allowed here; use " + allow})
+			})
+		}
+	}
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -68,13 +68,13 @@ type Meter struct {
 // Charge debits the fee of one lease of class for org, or refuses with
 // KindPayment. The returned refund gives the fee back when the lease fails
 // after the gate (the caller must call it then, and only then).
-func (m *Meter) Charge(ctx context.Context, org, kind, class string) (refund func(context.Context), err error) {
+func (m *Meter) Charge(ctx context.Context, org, kind, class string) (refund func(context.Context) error, err error) {
 	fee := m.Fees.For(class)
 	if kind != Kind {
 		return nil, fmt.Errorf("meter: unknown kind %q", kind)
 	}
 	if fee == 0 {
-		return func(context.Context) {}, nil
+		return func(context.Context) error { return nil }, nil
 	}
 	ok, balance, err := m.Ledger.Debit(ctx, org, fee)
 	if err != nil {
@@ -83,5 +83,8 @@ func (m *Meter) Charge(ctx context.Context, org, kind, class string) (refund fun
 	if !ok {
 		return nil, sandbox.Errorf(sandbox.KindPayment, "a %s sandbox costs %d cents and the org's balance is %d cents", class, fee, balance)
 	}
-	return func(ctx context.Context) { m.Ledger.Credit(context.WithoutCancel(ctx), org, fee) }, nil
+	return func(ctx context.Context) error {
+		_, err := m.Ledger.Credit(context.WithoutCancel(ctx), org, fee)
+		return err
+	}, nil
 }

@@ -713,3 +713,15 @@ func TestReaperSleepsIdleSandboxes(t *testing.T) {
 	e.must(http.StatusConflict, "POST", "/v1/sandbox/"+busy+"/pause", "acme", nil)
 	<-done
 }
+
+func TestWrongMethodIsJSON405(t *testing.T) {
+	e := newEnv(t)
+	r := e.do("PUT", "/v1/sandbox", "acme", nil)
+	if r.Status != http.StatusMethodNotAllowed || !strings.Contains(r.Header.Get("Allow"), "POST") || r.JSON(t)["error"] == nil {
+		t.Errorf("PUT /v1/sandbox: %d %v %s", r.Status, r.Header, r.Body)
+	}
+	r = e.do("GET", "/v1/sandbox/"+strings.Repeat("a", 5)+"/exec", "acme", nil)
+	if r.Status != http.StatusMethodNotAllowed {
+		t.Errorf("GET exec: %d %s", r.Status, r.Body)
+	}
+}

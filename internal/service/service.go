@@ -43,7 +43,7 @@ type Store interface {
 // Meter gates and debits a lease (kind "sandbox"). The refund gives the fee
 // back when the lease fails after the gate. A nil Meter is free.
 type Meter interface {
-	Charge(ctx context.Context, org, kind, class string) (refund func(context.Context), err error)
+	Charge(ctx context.Context, org, kind, class string) (refund func(context.Context) error, err error)
 }
 
 // Config holds the service's policy. Zero values are documented per field.
@@ -186,7 +186,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 			return nil, capReached(class)
 		}
 	}
-	refund := func(context.Context) {}
+	refund := func(context.Context) error { return nil }
 	if s.meter != nil {
 		if refund, err = s.meter.Charge(ctx, org, meter.Kind, class.Name); err != nil {
 			return nil, err
@@ -196,7 +196,9 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 	charged := true
 	defer func() {
 		if charged {
-			refund(ctx)
+			if err := refund(ctx); err != nil {
+				s.log.Error("refunding a refused lease", "org", org, "class", class.Name, "err", err)
+			}
 		}
 	}()
 	rt, err := sandbox.DecideRuntime(req.Runtime, s.cfg.Runtime, []string{s.cfg.Runtime}, req.Project != "")
