@@ -54,29 +54,8 @@ fi
 
 # --- Go -----------------------------------------------------------------------
 
-# go_ok BIN: BIN is a Go of at least 1.21, the first that can fetch the
-# toolchain go.mod asks for (GOTOOLCHAIN=auto).
-go_ok() {
-	local v major rest minor
-	v=$(cd / && GOTOOLCHAIN=local "$1" env GOVERSION 2>/dev/null) || return 1
-	v=${v#go}
-	major=${v%%.*}
-	rest=${v#*.}
-	minor=${rest%%[!0-9]*}
-	[[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] || return 1
-	((major > 1 || (major == 1 && minor >= 21)))
-}
-
-find_go() {
-	local c
-	for c in "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go /usr/lib/go-1.*/bin/go; do
-		if [ -n "$c" ] && [ -x "$c" ] && go_ok "$c"; then
-			echo "$c"
-			return 0
-		fi
-	done
-	return 1
-}
+# go_ok and find_go live in lib.sh, shared with test.sh.
+. scripts/lib.sh
 
 install_go() {
 	local codename bp mirror pkg minor src=/etc/apt/sources.list.d/sandbox-backports.sources
@@ -123,11 +102,11 @@ log "go: $gobin ($(cd / && GOTOOLCHAIN=local go env GOVERSION)); toolchain for t
 
 # --- runsc --------------------------------------------------------------------
 
-# The pinned path is the server's const PinnedRunsc; its name carries the
+# The pinned path is the runtime's const PinnedRunsc; its name carries the
 # gVisor pseudo-version to build.
-RUNSC=$(sed -n 's/^const PinnedRunsc = "\(.*\)"$/\1/p' cmd/sandbox/serve.go)
+RUNSC=$(sed -n 's/^const PinnedRunsc = "\(.*\)"$/\1/p' internal/runtime/gvisor/gvisor.go)
 [[ $RUNSC =~ /runsc-([0-9]{14})-([0-9a-f]{12})$ ]] ||
-	die "cannot read PinnedRunsc from cmd/sandbox/serve.go (got '$RUNSC')"
+	die "cannot read PinnedRunsc from internal/runtime/gvisor/gvisor.go (got '$RUNSC')"
 RUNSC_VERSION="v0.0.0-${BASH_REMATCH[1]}-${BASH_REMATCH[2]}"
 
 if [ -n "${SANDBOX_RUNSC:-}" ] && [ "$SANDBOX_RUNSC" != "$RUNSC" ]; then

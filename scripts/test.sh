@@ -21,25 +21,9 @@ IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
 
 SANDBOX_IMAGES=$IMAGES bash scripts/deps.sh
 
-# The Go deps.sh found or installed (the same search, in the same order).
-go_ok() {
-	local v major rest minor
-	v=$(cd / && GOTOOLCHAIN=local "$1" env GOVERSION 2>/dev/null) || return 1
-	v=${v#go}
-	major=${v%%.*}
-	rest=${v#*.}
-	minor=${rest%%[!0-9]*}
-	[[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] || return 1
-	((major > 1 || (major == 1 && minor >= 21)))
-}
-gobin=
-for c in "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go /usr/lib/go-1.*/bin/go; do
-	if [ -n "$c" ] && [ -x "$c" ] && go_ok "$c"; then
-		gobin=$c
-		break
-	fi
-done
-[ -n "$gobin" ] || die "no Go >= 1.21 found after scripts/deps.sh"
+# The Go deps.sh found or installed (the same search: lib.sh).
+. scripts/lib.sh
+gobin=$(find_go) || die "no Go >= 1.21 found after scripts/deps.sh"
 PATH="$(dirname "$gobin"):$PATH"
 export PATH
 export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 )
 
 // server is one `sandbox serve` process of the real binary.
@@ -83,9 +85,9 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 	root := filepath.Join(data, "runtime", "runsc")
 	defer func() {
 		// Leave nothing running: every container of this data directory.
-		out, _ := exec.Command(runscBin(), "--root", root, "list", "-q").Output()
+		out, _ := exec.Command(gvisor.DefaultRunsc(), "--root", root, "list", "-q").Output()
 		for _, id := range strings.Fields(string(out)) {
-			exec.Command(runscBin(), "--root", root, "delete", "--force", id).Run()
+			exec.Command(gvisor.DefaultRunsc(), "--root", root, "delete", "--force", id).Run()
 		}
 		unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
 		os.RemoveAll(data)
@@ -184,7 +186,7 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 	// first reap and sweep run in the background right after the start).
 	alive := -1
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		out, err := exec.Command(runscBin(), "--root", root, "list", "--format=json").Output()
+		out, err := exec.Command(gvisor.DefaultRunsc(), "--root", root, "list", "--format=json").Output()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,11 +207,4 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 	}
 	t.Logf("%d leases answered before SIGKILL; after restart %d rows, %d running", len(leased), len(rows), running)
 	c.http.CloseIdleConnections()
-}
-
-func runscBin() string {
-	if p := os.Getenv("SANDBOX_RUNSC"); p != "" {
-		return p
-	}
-	return PinnedRunsc
 }

@@ -28,15 +28,12 @@ func credits(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.Usage()
 		return errors.New("--data, --org and a non-zero --cents are required")
 	}
-	st, err := store.Open(ctx, *data)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	bal, err := st.Credit(ctx, *org, *cents)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%s: balance %d cents\n", *org, bal)
-	return nil
+	return withStore(ctx, *data, func(st *store.Store) error {
+		bal, err := st.Credit(ctx, *org, *cents)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: balance %d cents\n", *org, bal)
+		return nil
+	})
 }

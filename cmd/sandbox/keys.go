@@ -26,15 +26,24 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("--data and --org are required")
 	}
-	st, err := store.Open(ctx, *data)
+	return withStore(ctx, *data, func(st *store.Store) error {
+		key, err := st.CreateKey(ctx, *org, *subject)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, key)
+		return nil
+	})
+}
+
+// withStore opens the store of a data directory for one CLI verb. The
+// server may be running on it at the same time: SQLite's WAL lets both
+// write.
+func withStore(ctx context.Context, data string, f func(*store.Store) error) error {
+	st, err := store.Open(ctx, data)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	key, err := st.CreateKey(ctx, *org, *subject)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, key)
-	return nil
+	return f(st)
 }

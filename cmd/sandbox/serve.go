@@ -13,12 +13,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/server"
 )
-
-// PinnedRunsc is where scripts/deps.sh installs the runsc build this server
-// is tested with. Debian's own runsc package is too old for current kernels.
-const PinnedRunsc = "/usr/local/libexec/sandbox/runsc-20260905035102-160fafc42237"
 
 // serveConfig is the server's configuration, from flags.
 type serveConfig struct {
@@ -40,7 +37,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
 	fs.StringVar(&c.Images, "images", "", "directory of built class images (default DATA/images)")
 	fs.DurationVar(&c.ReapEvery, "reap-every", time.Minute, "how often the reaper ends expired leases")
-	fs.StringVar(&c.Runsc, "runsc", envOr("SANDBOX_RUNSC", PinnedRunsc), "the runsc binary (env SANDBOX_RUNSC)")
+	fs.StringVar(&c.Runsc, "runsc", gvisor.DefaultRunsc(), "the runsc binary (env SANDBOX_RUNSC)")
 	fs.StringVar(&c.Platform, "platform", "systrap", "gVisor platform: systrap or ptrace (kvm hangs on nested VMs)")
 	fs.DurationVar(&c.Ceiling, "ceiling", 24*time.Hour, "absolute bound on any lease, counted from its creation")
 	fs.BoolVar(&c.Debug, "debug", false, "log every request")
@@ -67,13 +64,6 @@ func (c *serveConfig) Validate() error {
 		return fmt.Errorf("runsc not found at %s: run scripts/deps.sh, or pass --runsc", c.Runsc)
 	}
 	return nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {

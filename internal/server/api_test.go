@@ -378,17 +378,36 @@ func TestVolumeKeptOnEndDroppedOnPurge(t *testing.T) {
 	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/fs?path=notes/todo.txt", "acme", nil)
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id+"?purge=1", "acme", nil)
 
-	// A scratch volume dies with its exec sandbox.
+	// The project volume is a filesystem of its own, bounded (10 GiB for
+	// dev), not a directory of the host's disk.
+	id = e.lease("acme", map[string]any{"class": "dev", "project": "sized"})
+	if df := e.sh("acme", id, "df -k --output=size /work | tail -1"); strings.TrimSpace(df) == "" || parseKB(t, df) > 11<<20 {
+		t.Errorf("dev volume size %s KiB, want about 10 GiB", strings.TrimSpace(df))
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id+"?purge=1", "acme", nil)
+
+	// A scratch workdir lives inside the sandbox (a bounded tmpfs) and dies
+	// with it; the host keeps nothing of it.
 	id = e.lease("acme", nil)
+	if df := e.sh("acme", id, "df -k --output=fstype,size /mnt/data | tail -1"); !strings.HasPrefix(strings.TrimSpace(df), "tmpfs") || parseKB(t, strings.Fields(df)[1]) > 513<<10 {
+		t.Errorf("exec scratch: %q, want a tmpfs of 512 MiB", df)
+	}
+	before, _ := os.ReadDir(filepath.Join(e.data, "runtime", "volumes"))
 	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=tmp.txt", "acme", "gone soon")
+	after, _ := os.ReadDir(filepath.Join(e.data, "runtime", "volumes"))
+	if len(after) != len(before) {
+		t.Errorf("a scratch write created host volume entries: %v -> %v", before, after)
+	}
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-	if out := e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil); strings.Contains(string(out.Body), id) {
-		t.Errorf("ended sandbox still listed")
+}
+
+func parseKB(t *testing.T, s string) int64 {
+	t.Helper()
+	var n int64
+	if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil {
+		t.Fatalf("not a number: %q", s)
 	}
-	entries, _ := filepathGlob(e.data + "/runtime/volumes/scratch-*")
-	if len(entries) != 0 {
-		t.Errorf("scratch volumes left: %v", entries)
-	}
+	return n
 }
 
 // TestBrokenChannelIs502: a sandbox killed behind the server's back answers
@@ -427,7 +446,6 @@ func TestUnknownRoute(t *testing.T) {
 	if r.Status != http.StatusNotFound || !strings.Contains(string(r.Body), "no such route") {
 		t.Errorf("%d %s", r.Status, r.Body)
 	}
-	_ = fmt.Sprint()
 }
 
 func TestReaperEndsExpiredLeases(t *testing.T) {

@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"io"
 	"net/http"
 	"os"
@@ -63,7 +64,7 @@ func bundleOf(b *testing.B, e *env) (string, []string, string) {
 }
 
 func runsc(b *testing.B, flags []string, args ...string) {
-	cmd := exec.Command(runscPath(), append(slices.Clone(flags), args...)...)
+	cmd := exec.Command(gvisor.DefaultRunsc(), append(slices.Clone(flags), args...)...)
 	// Files, not pipes, for what a sandbox may inherit.
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	defer devnull.Close()

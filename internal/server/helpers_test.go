@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,17 +18,9 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/server"
-	"github.com/sandboxd/sandbox/internal/store"
 )
-
-// runscPath is the pinned runsc; tests never fall back to another build.
-func runscPath() string {
-	if p := os.Getenv("SANDBOX_RUNSC"); p != "" {
-		return p
-	}
-	return "/usr/local/libexec/sandbox/runsc-20260905035102-160fafc42237"
-}
 
 // imagesDir is where scripts/deps.sh builds the class images.
 func imagesDir() string {
@@ -68,8 +59,8 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 		cfg.Images = imagesDir()
 	}
 	images := cfg.Images
-	if _, err := os.Stat(runscPath()); err != nil {
-		t.Fatalf("runsc is not installed at %s: run scripts/deps.sh", runscPath())
+	if _, err := os.Stat(gvisor.DefaultRunsc()); err != nil {
+		t.Fatalf("runsc is not installed at %s: run scripts/deps.sh", gvisor.DefaultRunsc())
 	}
 	for _, name := range append([]string{"exec"}, needImages...) {
 		if _, err := image.Rootfs(images, name); err != nil {
@@ -85,7 +76,7 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	cfg.Data, cfg.Runsc = data, runscPath()
+	cfg.Data, cfg.Runsc = data, gvisor.DefaultRunsc()
 	srv, err := server.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +232,3 @@ func (e *env) sh(org, id, line string) string {
 	}
 	return a.Stdout
 }
-
-func storeFilter() store.Filter { return store.Filter{} }
-
-func fmtSscan(s string, n *int) (int, error) { return fmt.Sscan(strings.TrimSpace(s), n) }

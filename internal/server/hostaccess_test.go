@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"net"
 	"net/http"
 	"os"
@@ -13,11 +14,9 @@ import (
 	"github.com/sandboxd/sandbox/internal/image"
 )
 
-func filepathGlob(p string) ([]string, error) { return filepath.Glob(p) }
-
 func killContainer(t *testing.T, e *env, name string) {
 	t.Helper()
-	out, err := exec.Command(runscPath(), "--root", filepath.Join(e.data, "runtime", "runsc"), "delete", "--force", name).CombinedOutput()
+	out, err := exec.Command(gvisor.DefaultRunsc(), "--root", filepath.Join(e.data, "runtime", "runsc"), "delete", "--force", name).CombinedOutput()
 	if err != nil {
 		t.Fatalf("runsc delete: %v: %s", err, out)
 	}
@@ -94,7 +93,7 @@ sys.exit(0 if ok else 1)
 	defer os.Remove(marker)
 	hostname, _ := os.Hostname()
 	wd, _ := os.Getwd()
-	for _, p := range []string{e.data, filepath.Join(e.data, "control.db"), marker, runscPath(), wd, "/proc/1/root" + e.data} {
+	for _, p := range []string{e.data, filepath.Join(e.data, "control.db"), marker, gvisor.DefaultRunsc(), wd, "/proc/1/root" + e.data} {
 		if out := e.exec("acme", id, map[string]any{"argv": []string{"test", "-e", p}}); out.ExitCode == 0 {
 			t.Errorf("host path %s is visible inside", p)
 		}

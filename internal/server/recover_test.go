@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/store"
 )
 
 // restart replaces e's server with a new one on the same data directory,
@@ -23,7 +25,7 @@ func (e *env) restart(t *testing.T) {
 	t.Helper()
 	e.http.Close()
 	e.srv.Close()
-	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), Runsc: runscPath()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), Runsc: gvisor.DefaultRunsc()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestOrphanSweep(t *testing.T) {
 	broken := sandbox.WithPrincipal(context.Background(), sandbox.Principal{Org: "broken", Subject: "t"})
 	dbPath := filepath.Join(e.data, "orgs", sandbox.Slug("broken"), "sandbox.db")
 	os.MkdirAll(dbPath, 0o700) // a directory where the file should be
-	if _, err := e.srv.Store.List(broken, storeFilter()); err == nil {
+	if _, err := e.srv.Store.List(broken, store.Filter{}); err == nil {
 		t.Fatal("the broken store opened")
 	}
 	e.srv.Reaper.Grace = time.Nanosecond

@@ -33,6 +33,19 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
 
+// PinnedRunsc is where scripts/deps.sh installs the runsc build this backend
+// is tested with. Debian's own runsc package is too old for current kernels.
+const PinnedRunsc = "/usr/local/libexec/sandbox/runsc-20260905035102-160fafc42237"
+
+// DefaultRunsc is the runsc to use when none is named: $SANDBOX_RUNSC, else
+// the pinned build.
+func DefaultRunsc() string {
+	if p := os.Getenv("SANDBOX_RUNSC"); p != "" {
+		return p
+	}
+	return PinnedRunsc
+}
+
 // Config configures the backend. Zero values are documented per field.
 type Config struct {
 	// Runsc is the runsc binary. Required: Debian's runsc package is too old

@@ -22,10 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newRuntime(t *testing.T) *Runtime {
 	t.Helper()
-	runsc := os.Getenv("SANDBOX_RUNSC")
-	if runsc == "" {
-		runsc = "/usr/local/libexec/sandbox/runsc-20260905035102-160fafc42237"
-	}
+	runsc := DefaultRunsc()
 	images := os.Getenv("SANDBOX_TEST_IMAGES")
 	if images == "" {
 		images = image.DefaultDir
