@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 )
@@ -29,6 +30,7 @@ type Authenticator interface {
 // Server serves the HTTP API.
 type Server struct {
 	svc  *service.Service
+	ops  *ops.Ops
 	auth Authenticator
 	log  *slog.Logger
 	mux  *http.ServeMux
@@ -44,6 +46,11 @@ type Options struct {
 	OperatorOrg string
 	// Metrics serves /metrics; nil means no metrics route.
 	Metrics http.Handler
+	// Sessions are the narrated session logs; nil answers 404 to followers.
+	Sessions Sessions
+	// MCP serves the typed ops as MCP tools at /mcp; it authenticates on
+	// its own. Nil means no /mcp.
+	MCP http.Handler
 }
 
 // New builds the handler tree.
@@ -51,7 +58,7 @@ func New(svc *service.Service, auth Authenticator, log *slog.Logger, opts Option
 	if opts.OperatorOrg == "" {
 		opts.OperatorOrg = "system"
 	}
-	s := &Server{svc: svc, auth: auth, log: log, mux: http.NewServeMux(), opts: opts}
+	s := &Server{svc: svc, ops: ops.New(svc), auth: auth, log: log, mux: http.NewServeMux(), opts: opts}
 	s.routes()
 	return s
 }
@@ -71,6 +78,12 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/{id}/resume", s.resume)
 		s.handle("GET "+p+"/{id}/fs", s.readFS)
 		s.handle("POST "+p+"/{id}/fs", s.writeFS)
+		s.typedOps(p)
+	}
+	s.interpreter()
+	s.handle("GET /v1/sessions/{name}/events", s.sessionEvents)
+	if s.opts.MCP != nil {
+		s.mux.Handle("/mcp", s.opts.MCP)
 	}
 	if s.opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.authenticate(func(w http.ResponseWriter, r *http.Request) {

@@ -91,3 +91,32 @@ func Message(err error) string {
 	}
 	return "internal error"
 }
+
+// String names the kind for callers that speak no HTTP (MCP tool errors).
+func (k Kind) String() string {
+	switch k {
+	case KindInvalid:
+		return "invalid"
+	case KindUnauthorized:
+		return "unauthorized"
+	case KindNotFound:
+		return "not_found"
+	case KindConflict:
+		return "conflict"
+	case KindPayment:
+		return "payment_required"
+	case KindLimit:
+		return "rate_limited"
+	case KindUnavailable:
+		return "unavailable"
+	case KindBadGateway:
+		return "bad_gateway"
+	case KindForbidden:
+		return "forbidden"
+	case KindTooLarge:
+		return "too_large"
+	case KindTimeout:
+		return "timeout"
+	}
+	return "internal"
+}

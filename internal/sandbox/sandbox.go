@@ -151,3 +151,10 @@ func ValidateProject(p string) error {
 	}
 	return nil
 }
+
+// namePattern is the shape of a session name (narration, and a terminal's
+// tmux session): 1–64 letters, digits, '-' or '_', not starting with '-'.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$`)
+
+// ValidSessionName reports whether s is a valid session name.
+func ValidSessionName(s string) bool { return namePattern.MatchString(s) }

@@ -14,8 +14,11 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/mcpserver"
 	"github.com/sandboxd/sandbox/internal/meter"
 	"github.com/sandboxd/sandbox/internal/metrics"
+	"github.com/sandboxd/sandbox/internal/narrate"
+	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -56,7 +59,15 @@ type Server struct {
 	Service *service.Service
 	Reaper  *reaper.Reaper
 	Metrics *metrics.Metrics
+	// Sessions are the narrated session logs. Their writer runs from New
+	// to Close, so no event is lost between the two.
+	Sessions *narrate.Log
+
+	stopSessions context.CancelFunc
 }
+
+// Version is what the server says it is (MCP's implementation version).
+const Version = "0.2.0"
 
 // New opens the store and the runtime and builds the handler.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
@@ -90,7 +101,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		cfg.Getenv = os.Getenv
 	}
 	m := metrics.New()
+	sessions := narrate.New(st, log)
 	svc := service.New(service.Config{
+		Narrator: sessions,
 		Ceiling: cfg.Ceiling,
 		ImageReady: func(name string) error {
 			_, err := image.Rootfs(cfg.Images, name)
@@ -106,9 +119,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
+	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
+	go sessions.Run(sessCtx)
 	return &Server{
-		Handler: api.New(svc, st, log, api.Options{OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler()}),
-		Store:   st, Runtime: rt, Service: svc, Metrics: m,
+		Handler: api.New(svc, st, log, api.Options{
+			OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler(), Sessions: sessions,
+			MCP: mcpserver.New(ops.New(svc), st, log, Version),
+		}),
+		Store: st, Runtime: rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
 		Reaper: &reaper.Reaper{Store: st, Service: svc, Runtime: rt, Every: cfg.ReapEvery, Grace: cfg.SweepGrace, Log: log,
 			Policy: reaper.Policy{Ceiling: cfg.Ceiling, IdleAfter: cfg.IdleAfter}},
 	}, nil
@@ -171,5 +189,10 @@ func countLive(ctx context.Context, st *store.Store, m *metrics.Metrics) error {
 // it has drained.
 func (s *Server) Run(ctx context.Context) { s.Reaper.Run(ctx) }
 
-// Close closes the store. Sandboxes keep running: a restart re-adopts them.
-func (s *Server) Close() error { return s.Store.Close() }
+// Close stores the session events still queued and closes the store.
+// Sandboxes keep running: a restart re-adopts them.
+func (s *Server) Close() error {
+	s.stopSessions()
+	s.Sessions.Wait()
+	return s.Store.Close()
+}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/redact"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
@@ -16,7 +18,8 @@ import (
 // OutputCap bounds stdout and stderr of one exec, each.
 const OutputCap = 1 << 20
 
-// ExecRequest is the body of POST /v1/sandbox/{id}/exec.
+// ExecRequest is the body of POST /v1/sandbox/{id}/exec and of the typed
+// op run.
 type ExecRequest struct {
 	Argv       []string          `json:"argv,omitempty"`
 	Command    string            `json:"command,omitempty"`
@@ -24,6 +27,12 @@ type ExecRequest struct {
 	Dir        string            `json:"dir,omitempty"`
 	TimeoutSec int               `json:"timeoutSec,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	// Session names a live log of the caller's org that the output is
+	// appended to as it is produced (narration).
+	Session string `json:"session,omitempty"`
+	// Redact lists secrets replaced by "[redacted]" in the narration and in
+	// the answer.
+	Redact []string `json:"redact,omitempty"`
 }
 
 // ExecResult is a finished program. A non-zero exit is a result, not an
@@ -55,19 +64,20 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	default:
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "give argv (a list) or command (a shell line)")
 	}
-	if req.TimeoutSec < 0 {
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "timeoutSec must not be negative")
+	timeout, err := s.timeout(req.TimeoutSec)
+	if err != nil {
+		return nil, err
 	}
 	env, err := validEnv(req.Env)
 	if err != nil {
 		return nil, err
 	}
-	timeout := s.cfg.ExecTimeout
-	if req.TimeoutSec > 0 {
-		// Clamp before multiplying: a huge timeoutSec must not overflow.
-		timeout = time.Duration(min(int64(req.TimeoutSec), int64(s.cfg.MaxExecTimeout/time.Second))) * time.Second
+	if req.Session != "" && !sandbox.ValidSessionName(req.Session) {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "session must be 1-64 letters, digits, '-' or '_', not starting with '-'")
 	}
-	timeout = min(timeout, s.cfg.MaxExecTimeout)
+	if err := validRedact(req.Redact); err != nil {
+		return nil, err
+	}
 	sb, workCtx, done, err := s.use(ctx, id)
 	if err != nil {
 		return nil, err
@@ -77,16 +87,66 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	if err != nil {
 		return nil, err
 	}
+
+	// runtime → redactor → (answer buffer, narration). The narration writer
+	// drops rather than waits, so a slow log never slows the program.
+	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
+	var outW, errW io.Writer = stdout, stderr
+	narr := s.narration(ctx, req.Session, req.Redact)
+	if narr != nil {
+		narr.event("start", sb.ID+": "+commandLine(argv))
+		outW, errW = io.MultiWriter(stdout, narr.writer("stdout")), io.MultiWriter(stderr, narr.writer("stderr"))
+	}
+	rOut, rErr := redact.NewWriter(outW, req.Redact), redact.NewWriter(errW, req.Redact)
+	res, note, err := s.run(ctx, workCtx, sb, runtime.ExecRequest{
+		Argv: argv, Env: env, Dir: dir, Stdin: strings.NewReader(req.Stdin), Stdout: rOut, Stderr: rErr,
+	}, timeout, "exec")
+	rOut.Close()
+	rErr.Close()
+	if err != nil {
+		if narr != nil {
+			narr.event("error", sandbox.Message(err))
+		}
+		return nil, err
+	}
+	if note != "" {
+		stderr.WriteString(note)
+		if narr != nil {
+			narr.event("stderr", note)
+		}
+	}
+	if narr != nil {
+		narr.event("exit", strconv.Itoa(res.ExitCode))
+	}
+	res.Stdout, res.Stderr = stdout.String(), stderr.String()
+	return res, nil
+}
+
+// timeout turns a caller's timeoutSec into the run's deadline: the server's
+// default when zero, never past the server's maximum.
+func (s *Service) timeout(sec int) (time.Duration, error) {
+	if sec < 0 {
+		return 0, sandbox.Errorf(sandbox.KindInvalid, "timeoutSec must not be negative")
+	}
+	if sec == 0 {
+		return min(s.cfg.ExecTimeout, s.cfg.MaxExecTimeout), nil
+	}
+	// Clamp before multiplying: a huge timeoutSec must not overflow.
+	return time.Duration(min(int64(sec), int64(s.cfg.MaxExecTimeout/time.Second))) * time.Second, nil
+}
+
+// run executes req in sb (already in use by the caller, workCtx from use)
+// and sorts the outcome: an exit code, a timeout (124) or a stop (137) is a
+// result; a broken channel is an error (the sandbox died). note is the
+// service's own line for stderr, if any.
+func (s *Service) run(ctx, workCtx context.Context, sb *sandbox.Sandbox, req runtime.ExecRequest, timeout time.Duration, metric string) (res *ExecResult, note string, err error) {
 	runCtx, cancel := context.WithTimeout(workCtx, timeout)
 	defer cancel()
-	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
 	start := time.Now()
-	defer func() { s.cfg.Metrics.Exec("exec", time.Since(start)) }()
-	err = s.rt.Exec(runCtx, sb.Name, runtime.ExecRequest{
-		Argv: argv, Env: env, Dir: dir, Stdin: strings.NewReader(req.Stdin), Stdout: stdout, Stderr: stderr,
-	})
+	err = s.rt.Exec(runCtx, sb.Name, req)
+	s.cfg.Metrics.Exec(metric, time.Since(start))
 	s.touch(ctx, sb)
-	res := &ExecResult{Woken: sb.Woken}
+	res = &ExecResult{Woken: sb.Woken}
 	var exit *runtime.ExitError
 	switch {
 	case err == nil:
@@ -94,18 +154,38 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 		res.ExitCode = exit.Code
 	case errors.Is(context.Cause(workCtx), errStopped):
 		res.ExitCode, res.Stopped = 137, true
-		stderr.WriteString("\n[sandbox: stopped]\n")
+		note = "\n[sandbox: stopped]\n"
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 		res.ExitCode, res.TimedOut = 124, true
-		stderr.WriteString(fmt.Sprintf("\n[sandbox: killed after the %s timeout]\n", timeout))
+		note = fmt.Sprintf("\n[sandbox: killed after the %s timeout]\n", timeout)
 	case ctx.Err() != nil:
-		return nil, ctx.Err()
+		return nil, "", ctx.Err()
 	default:
 		s.log.Error("exec channel broke", "sandbox", sb.ID, "err", err)
-		return nil, s.died(ctx, sb, err)
+		return nil, "", s.died(ctx, sb, err)
 	}
-	res.Stdout, res.Stderr = stdout.String(), stderr.String()
-	return res, nil
+	return res, note, nil
+}
+
+// validRedact bounds the secrets a caller asks to redact.
+func validRedact(secrets []string) error {
+	if len(secrets) > redact.MaxSecrets {
+		return sandbox.Errorf(sandbox.KindInvalid, "redact takes at most %d secrets", redact.MaxSecrets)
+	}
+	for _, s := range secrets {
+		if len(s) > redact.MaxSecretLen {
+			return sandbox.Errorf(sandbox.KindInvalid, "a secret to redact is longer than %d bytes", redact.MaxSecretLen)
+		}
+	}
+	return nil
+}
+
+// commandLine is how a narration shows the command that starts.
+func commandLine(argv []string) string {
+	if len(argv) == 3 && argv[0] == "sh" && argv[1] == "-c" {
+		return argv[2]
+	}
+	return strings.Join(argv, " ")
 }
 
 // capped keeps the first max bytes written and counts the rest, so a

@@ -66,6 +66,8 @@ type Config struct {
 	// Metrics records leases, live sandboxes and command latency; nil
 	// records nothing.
 	Metrics *metrics.Metrics
+	// Narrator keeps the live logs of named sessions; nil narrates nothing.
+	Narrator Narrator
 }
 
 // Service implements the sandbox operations.

@@ -1,0 +1,136 @@
+package api
+
+import (
+	"context"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/sandboxd/sandbox/internal/interp"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// typedOps registers the typed ops (POST /v1/sandbox/{op}, JSON in and out)
+// under prefix p.
+func (s *Server) typedOps(p string) {
+	o := s.ops
+	s.handle("POST "+p+"/lease", op(o.Lease))
+	s.handle("POST "+p+"/run", op(o.Run))
+	s.handle("POST "+p+"/read", op(o.Read))
+	s.handle("POST "+p+"/write", op(o.Write))
+	s.handle("POST "+p+"/stop", op(o.Stop))
+	s.handle("POST "+p+"/end", op(o.End))
+}
+
+// op adapts a typed operation to a handler: one JSON object in, one out.
+func op[In, Out any](f func(context.Context, In) (Out, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var in In
+		if err := decode(r.Body, &in); err != nil {
+			return err
+		}
+		out, err := f(r.Context(), in)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+}
+
+// interpreter registers POST /v1/exec and the file routes of its sessions.
+func (s *Server) interpreter() {
+	s.handle("POST /v1/exec", op(s.ops.RunCode))
+	s.handle("GET /v1/exec/{session}/files", s.sessionFiles)
+	s.handle("POST /v1/exec/{session}/files", s.uploadFiles)
+	s.handle("GET /v1/exec/{session}/files/{path...}", s.downloadFile)
+}
+
+type filesBody struct {
+	SessionID string        `json:"session_id"`
+	Files     []interp.File `json:"files"`
+}
+
+func (s *Server) sessionFiles(w http.ResponseWriter, r *http.Request) error {
+	files, err := s.svc.SessionFiles(r.Context(), r.PathValue("session"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, filesBody{SessionID: r.PathValue("session"), Files: files})
+	return nil
+}
+
+// maxUpload bounds one multipart upload (each file is also bounded by
+// service.MaxFileBytes).
+const maxUpload = 256 << 20
+
+// uploadFiles writes every file part of a multipart/form-data body into the
+// session's workdir under the part's file name.
+func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/form-data" {
+		return sandbox.Errorf(sandbox.KindInvalid, "send the files as multipart/form-data (curl -F file=@name)")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxUpload)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return sandbox.Errorf(sandbox.KindInvalid, "malformed multipart body")
+	}
+	id := r.PathValue("session")
+	written := []interp.File{}
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return sandbox.Errorf(sandbox.KindInvalid, "malformed multipart body")
+		}
+		name := part.FileName() // the base name only: the part cannot pick a directory
+		if name == "" {
+			part.Close()
+			continue
+		}
+		res, err := s.svc.Write(r.Context(), id, name, part)
+		part.Close()
+		if err != nil {
+			return err
+		}
+		written = append(written, interp.File{Path: name, Size: res.Bytes})
+	}
+	if len(written) == 0 {
+		return sandbox.Errorf(sandbox.KindInvalid, "no file parts in the body (curl -F file=@name)")
+	}
+	writeJSON(w, http.StatusOK, filesBody{SessionID: id, Files: written})
+	return nil
+}
+
+func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.svc.Read(r.Context(), r.PathValue("session"), r.PathValue("path"))
+	if err != nil {
+		return err
+	}
+	if res.Dir {
+		return sandbox.Errorf(sandbox.KindInvalid, "%s is a directory; GET /v1/exec/{session}/files lists the files", res.Path)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": baseName(res.Path)}))
+	h.Set("Content-Length", strconv.Itoa(len(res.Data)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(res.Data)
+	return nil
+}
+
+func baseName(p string) string {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '/' {
+			return p[i+1:]
+		}
+	}
+	return p
+}
+
+

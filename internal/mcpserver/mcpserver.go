@@ -1,0 +1,101 @@
+// Package mcpserver serves the typed ops as MCP tools over the streamable
+// HTTP transport, with the official Go SDK. It is a second door onto
+// internal/ops: same operations, same bearer keys, same org scoping.
+//
+// A tool's input names sandboxes and paths only. The org is the caller's
+// key's, read from the request by the SDK's bearer middleware on every
+// call; no schema has a field a model could fill with an org or a key.
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandbox/internal/interp"
+	"github.com/sandboxd/sandbox/internal/ops"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// Authenticator resolves a bearer key to a principal.
+type Authenticator interface {
+	Principal(ctx context.Context, token string) (sandbox.Principal, error)
+}
+
+const principalKey = "principal"
+
+// New returns the /mcp handler.
+func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http.Handler {
+	s := mcp.NewServer(&mcp.Implementation{Name: "sandbox", Version: version}, &mcp.ServerOptions{
+		Instructions: "Lease an isolated sandbox, run commands in it, read and write its files, stop its work and end it. " +
+			"run_code runs a program in one of " + fmt.Sprint(interp.Names()) + " in a session that keeps its files.",
+		Logger: log,
+	})
+	add(s, "lease", "Lease a sandbox (class exec by default), or pass the id of one of yours to resume it and extend its lease.", o.Lease)
+	add(s, "run", "Run a command in a sandbox and wait for it. A non-zero exit is a result, not an error.", o.Run)
+	add(s, "read", "Read a file (text in data when it is UTF-8, always dataBase64) or list a directory of a sandbox.", o.Read)
+	add(s, "write", "Write a whole file in a sandbox (data for text, dataBase64 for bytes); parents are created.", o.Write)
+	add(s, "stop", "Stop every command running in a sandbox; the sandbox and its files stay.", o.Stop)
+	add(s, "end", "End a sandbox: it is removed; its project volume stays unless purge.", o.End)
+	add(s, "run_code", "Run a program in one of the interpreter's languages. Pass session_id again to keep the files of earlier runs; "+
+		"an answer with a different session_id means the old session ended.", o.RunCode)
+
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Logger: log})
+	verify := func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		p, err := authn.Principal(ctx, token)
+		if err != nil {
+			if sandbox.KindOf(err) == sandbox.KindUnauthorized {
+				return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, sandbox.Message(err))
+			}
+			return nil, err
+		}
+		// UserID binds an MCP session to the org that opened it: the SDK
+		// refuses the session's id presented with another org's key.
+		return &auth.TokenInfo{UserID: p.Org, Extra: map[string]any{principalKey: p}}, nil
+	}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+}
+
+// add registers one typed op as a tool. Its errors become tool errors (the
+// model reads them) with the same safe message the HTTP API sends.
+func add[In, Out any](s *mcp.Server, name, desc string, f func(context.Context, In) (Out, error)) {
+	mcp.AddTool(s, &mcp.Tool{Name: name, Description: desc}, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		var zero Out
+		p, ok := principal(req)
+		if !ok {
+			return failure(sandbox.Errorf(sandbox.KindUnauthorized, "no principal")), zero, nil
+		}
+		out, err := f(sandbox.WithPrincipal(ctx, p), in)
+		if err != nil {
+			return failure(err), zero, nil
+		}
+		return nil, out, nil
+	})
+}
+
+func principal(req *mcp.CallToolRequest) (sandbox.Principal, bool) {
+	if req.Extra == nil || req.Extra.TokenInfo == nil {
+		return sandbox.Principal{}, false
+	}
+	p, ok := req.Extra.TokenInfo.Extra[principalKey].(sandbox.Principal)
+	return p, ok && p.Org != ""
+}
+
+// failure is a tool error: "<kind>: <safe message>", e.g. "not_found:
+// sandbox not found" for another org's id, exactly as for an unknown one.
+func failure(err error) *mcp.CallToolResult {
+	kind := sandbox.KindOf(err)
+	if errors.Is(err, context.Canceled) {
+		kind = sandbox.KindUnavailable
+	}
+	return &mcp.CallToolResult{
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: kind.String() + ": " + sandbox.Message(err)}},
+	}
+}
+

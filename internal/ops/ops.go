@@ -1,0 +1,187 @@
+// Package ops is the typed face of the service for agents: lease, run,
+// read, write, stop and end (and run_code), each a function from one JSON
+// object to another, with ids and paths in the body. The HTTP routes
+// POST /v1/sandbox/{op} and the MCP tools at /mcp both call these, so the
+// two doors cannot drift apart; and these call the same service as the
+// REST routes.
+//
+// No input here names an org or a credential: the org comes from the
+// caller's key, in the context, and nothing else.
+package ops
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
+)
+
+// Ops implements the typed operations over a service.
+type Ops struct {
+	svc *service.Service
+}
+
+// New returns the typed operations of svc.
+func New(svc *service.Service) *Ops { return &Ops{svc: svc} }
+
+// LeaseIn asks for a sandbox, or (with ID) to keep one.
+type LeaseIn struct {
+	ID      string `json:"id,omitempty" jsonschema:"an existing sandbox of yours to resume and extend instead of leasing a new one"`
+	Class   string `json:"class,omitempty" jsonschema:"exec (default: short code runs), dev, desktop or android"`
+	Project string `json:"project,omitempty" jsonschema:"project whose volume is mounted; required for every class but exec"`
+	Image   string `json:"image,omitempty" jsonschema:"image name; defaults to the class's image"`
+	Runtime string `json:"runtime,omitempty" jsonschema:"isolation runtime; defaults to the server's"`
+	TTLSec  int64  `json:"ttlSec,omitempty" jsonschema:"lease length in seconds; defaults to the class's"`
+}
+
+// Lease leases a new sandbox, or with an ID resumes that sandbox (waking it
+// when asleep) and extends its lease: the caller's and alive, or an error.
+func (o *Ops) Lease(ctx context.Context, in LeaseIn) (*sandbox.Sandbox, error) {
+	if in.ID == "" {
+		return o.svc.Lease(ctx, service.LeaseRequest{Class: in.Class, Project: in.Project, Image: in.Image, Runtime: in.Runtime, TTLSec: in.TTLSec})
+	}
+	if in.Class != "" || in.Project != "" || in.Image != "" || in.Runtime != "" {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "with an id, only ttlSec may be given: the sandbox keeps its class, project and image")
+	}
+	return o.svc.Renew(ctx, in.ID, in.TTLSec)
+}
+
+// RunIn is a command to run in a sandbox.
+type RunIn struct {
+	ID         string            `json:"id" jsonschema:"the sandbox to run in"`
+	Argv       []string          `json:"argv,omitempty" jsonschema:"program and arguments, run as is; wins over command"`
+	Command    string            `json:"command,omitempty" jsonschema:"a shell line, run with sh -c"`
+	Stdin      string            `json:"stdin,omitempty"`
+	Dir        string            `json:"dir,omitempty" jsonschema:"working directory, under the sandbox's workdir"`
+	TimeoutSec int               `json:"timeoutSec,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Session    string            `json:"session,omitempty" jsonschema:"a session name: the output is appended to that session's live log as it is produced"`
+	Redact     []string          `json:"redact,omitempty" jsonschema:"strings replaced by [redacted] in the narration and in the answer"`
+}
+
+// Run runs a command and waits for it; a non-zero exit is a result.
+func (o *Ops) Run(ctx context.Context, in RunIn) (*service.ExecResult, error) {
+	if err := needID(in.ID); err != nil {
+		return nil, err
+	}
+	return o.svc.Exec(ctx, in.ID, service.ExecRequest{
+		Argv: in.Argv, Command: in.Command, Stdin: in.Stdin, Dir: in.Dir, TimeoutSec: in.TimeoutSec,
+		Env: in.Env, Session: in.Session, Redact: in.Redact,
+	})
+}
+
+// PathIn names a file or directory of a sandbox.
+type PathIn struct {
+	ID   string `json:"id" jsonschema:"the sandbox"`
+	Path string `json:"path,omitempty" jsonschema:"path under the sandbox's workdir; empty means the workdir"`
+}
+
+// ReadOut is a file (data when it is UTF-8 text, and always dataBase64) or
+// a directory (entries, directories ending in '/').
+type ReadOut struct {
+	Path       string   `json:"path"`
+	Kind       string   `json:"kind"` // "file" or "directory"
+	Size       int      `json:"size,omitempty"`
+	Data       *string  `json:"data,omitempty"`
+	DataBase64 string   `json:"dataBase64,omitempty"`
+	Entries    []string `json:"entries,omitempty"`
+	Woken      bool     `json:"woken,omitempty"`
+}
+
+// Read reads a file or lists a directory.
+func (o *Ops) Read(ctx context.Context, in PathIn) (*ReadOut, error) {
+	if err := needID(in.ID); err != nil {
+		return nil, err
+	}
+	r, err := o.svc.Read(ctx, in.ID, in.Path)
+	if err != nil {
+		return nil, err
+	}
+	out := &ReadOut{Path: r.Path, Woken: r.Woken}
+	if r.Dir {
+		out.Kind = "directory"
+		out.Entries = r.Entries
+		if out.Entries == nil {
+			out.Entries = []string{}
+		}
+		return out, nil
+	}
+	out.Kind, out.Size = "file", len(r.Data)
+	out.DataBase64 = base64.StdEncoding.EncodeToString(r.Data)
+	if utf8.Valid(r.Data) {
+		s := string(r.Data)
+		out.Data = &s
+	}
+	return out, nil
+}
+
+// WriteIn is a file to write: text in data, or bytes in dataBase64.
+type WriteIn struct {
+	ID         string  `json:"id" jsonschema:"the sandbox"`
+	Path       string  `json:"path" jsonschema:"path under the sandbox's workdir; parents are created"`
+	Data       *string `json:"data,omitempty" jsonschema:"the content as text"`
+	DataBase64 string  `json:"dataBase64,omitempty" jsonschema:"the content as standard base64, for bytes"`
+}
+
+// Write writes a whole file, atomically.
+func (o *Ops) Write(ctx context.Context, in WriteIn) (*service.WriteResult, error) {
+	if err := needID(in.ID); err != nil {
+		return nil, err
+	}
+	var data string
+	switch {
+	case in.Data != nil && in.DataBase64 != "":
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "give data or dataBase64, not both")
+	case in.Data != nil:
+		data = *in.Data
+	case in.DataBase64 != "":
+		b, err := base64.StdEncoding.DecodeString(in.DataBase64)
+		if err != nil {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "dataBase64 is not standard base64")
+		}
+		data = string(b)
+	}
+	return o.svc.Write(ctx, in.ID, in.Path, strings.NewReader(data))
+}
+
+// IDIn names a sandbox.
+type IDIn struct {
+	ID string `json:"id" jsonschema:"the sandbox"`
+}
+
+// Stop cancels every command running in the sandbox; the sandbox stays.
+func (o *Ops) Stop(ctx context.Context, in IDIn) (*service.StopResult, error) {
+	if err := needID(in.ID); err != nil {
+		return nil, err
+	}
+	return o.svc.Stop(ctx, in.ID)
+}
+
+// EndIn ends a sandbox.
+type EndIn struct {
+	ID    string `json:"id" jsonschema:"the sandbox"`
+	Purge bool   `json:"purge,omitempty" jsonschema:"also delete the project volume"`
+}
+
+// End removes the sandbox; its project volume stays unless purge.
+func (o *Ops) End(ctx context.Context, in EndIn) (*service.EndResult, error) {
+	if err := needID(in.ID); err != nil {
+		return nil, err
+	}
+	return o.svc.End(ctx, in.ID, in.Purge)
+}
+
+// RunCode runs a program in one of the interpreter's languages.
+func (o *Ops) RunCode(ctx context.Context, in service.CodeRequest) (*service.CodeResult, error) {
+	return o.svc.RunCode(ctx, in)
+}
+
+func needID(id string) error {
+	if id == "" {
+		return sandbox.Errorf(sandbox.KindInvalid, "id is required: the sandbox to act on")
+	}
+	return nil
+}
