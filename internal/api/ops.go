@@ -132,5 +132,3 @@ func baseName(p string) string {
 	}
 	return p
 }
-
-

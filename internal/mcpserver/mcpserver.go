@@ -98,4 +98,3 @@ func failure(err error) *mcp.CallToolResult {
 		Content: []mcp.Content{&mcp.TextContent{Text: kind.String() + ": " + sandbox.Message(err)}},
 	}
 }
-

@@ -104,7 +104,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	sessions := narrate.New(st, log)
 	svc := service.New(service.Config{
 		Narrator: sessions,
-		Ceiling: cfg.Ceiling,
+		Ceiling:  cfg.Ceiling,
 		ImageReady: func(name string) error {
 			_, err := image.Rootfs(cfg.Images, name)
 			return err
