@@ -30,6 +30,7 @@ type serveConfig struct {
 	Operator  string
 	IdleAfter time.Duration
 	Grace     time.Duration
+	Runner    string
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -44,6 +45,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdleAfter, "idle-after", time.Hour, "put a sandbox unused this long to sleep (memory checkpointed); 0 never")
 	fs.DurationVar(&c.Grace, "sweep-grace", 5*time.Minute, "age before a runtime object no row claims is swept")
 	fs.StringVar(&c.Operator, "operator-org", "system", "the reserved operator org: its keys read /metrics")
+	fs.StringVar(&c.Runner, "runner", server.DefaultRunner(), "the code interpreter's in-sandbox runner (cmd/sandbox-runner); \"none\" runs programs through sh instead")
 }
 
 // Validate checks the configuration and fills the documented defaults.
@@ -62,6 +64,15 @@ func (c *serveConfig) Validate() error {
 	}
 	if _, err := os.Stat(c.Runsc); err != nil {
 		return fmt.Errorf("runsc not found at %s: run scripts/deps.sh, or pass --runsc", c.Runsc)
+	}
+	switch c.Runner {
+	case "none":
+		c.Runner = ""
+	case "":
+	default:
+		if st, err := os.Stat(c.Runner); err != nil || !st.Mode().IsRegular() {
+			return fmt.Errorf("runner not found at %s: run scripts/deps.sh, or pass --runner none", c.Runner)
+		}
 	}
 	return nil
 }
@@ -90,6 +101,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app, err := server.New(ctx, server.Config{
 		Data: cfg.Data, Images: cfg.Images, Runsc: cfg.Runsc, Platform: cfg.Platform, Ceiling: cfg.Ceiling,
 		ReapEvery: cfg.ReapEvery, OperatorOrg: cfg.Operator, IdleAfter: idle, SweepGrace: cfg.Grace,
+		Runner: cfg.Runner,
 	}, log)
 	if err != nil {
 		return err

@@ -22,38 +22,42 @@ import (
 	"strings"
 )
 
-// Lang is one language of the interpreter.
+// Lang is one language of the interpreter. Its commands are argv lists in
+// which "{d}" stands for the run's private directory (source and build
+// products, removed after the run) and "{cwd}" for the working directory;
+// the caller's args are appended to Run and reach the program only.
 type Lang struct {
 	Name   string // the API name: "py", "rs", ...
-	Source string // file name of the source, in the run's private directory
-	// Build and Run are sh fragments. $d is the run's private directory
-	// (source and build products, removed after the run) and the program's
-	// arguments are "$@". Build may be empty.
-	Build string
-	Run   string
+	Source string // file name of the source in {d}
+	Build  [][]string
+	Run    []string
+	Env    []string // added to the environment of Build and Run
 }
 
 // Languages is the closed table, in the order the errors list them.
 var Languages = []Lang{
-	{Name: "py", Source: "main.py", Run: `PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 "$d/main.py" "$@"`},
-	{Name: "js", Source: "main.js", Run: `NODE_PATH="$PWD" node "$d/main.js" "$@"`},
+	// Local modules next to the program's data import as they would from
+	// the working directory.
+	{Name: "py", Source: "main.py", Run: []string{"python3", "{d}/main.py"}, Env: []string{"PYTHONPATH={cwd}"}},
+	{Name: "js", Source: "main.js", Run: []string{"node", "{d}/main.js"}, Env: []string{"NODE_PATH={cwd}"}},
 	{Name: "ts", Source: "main.ts",
-		Build: `tsc --pretty false --skipLibCheck --target es2020 --module commonjs --typeRoots /usr/share/nodejs/@types --types node --outDir "$d/out" "$d/main.ts"`,
-		Run:   `NODE_PATH="$PWD" node "$d/out/main.js" "$@"`},
-	{Name: "bash", Source: "main.sh", Run: `bash "$d/main.sh" "$@"`},
-	{Name: "r", Source: "main.R", Run: `Rscript "$d/main.R" "$@"`},
-	{Name: "php", Source: "main.php", Run: `php "$d/main.php" "$@"`},
-	{Name: "go", Source: "main.go",
-		// A single file outside any module, as `go run main.go` would build it.
-		Build: `GO111MODULE=off GOFLAGS= go build -o "$d/main" "$d/main.go"`, Run: `"$d/main" "$@"`},
-	{Name: "rs", Source: "main.rs", Build: `rustc --edition 2021 -o "$d/main" "$d/main.rs"`, Run: `"$d/main" "$@"`},
-	{Name: "c", Source: "main.c", Build: `gcc -O2 -o "$d/main" "$d/main.c" -lm`, Run: `"$d/main" "$@"`},
-	{Name: "cpp", Source: "main.cpp", Build: `g++ -O2 -o "$d/main" "$d/main.cpp"`, Run: `"$d/main" "$@"`},
-	// Java's source-file launcher (JEP 330): the first class declared is run;
-	// its name need not match the file's.
-	{Name: "java", Source: "Main.java", Run: `java "$d/Main.java" "$@"`},
-	{Name: "d", Source: "main.d", Build: `gdc -O2 -o "$d/main" "$d/main.d"`, Run: `"$d/main" "$@"`},
-	{Name: "f90", Source: "main.f90", Build: `gfortran -O2 -o "$d/main" "$d/main.f90"`, Run: `"$d/main" "$@"`},
+		Build: [][]string{{"tsc", "--pretty", "false", "--skipLibCheck", "--target", "es2020", "--module", "commonjs",
+			"--typeRoots", "/usr/share/nodejs/@types", "--types", "node", "--outDir", "{d}/out", "{d}/main.ts"}},
+		Run: []string{"node", "{d}/out/main.js"}, Env: []string{"NODE_PATH={cwd}"}},
+	{Name: "bash", Source: "main.sh", Run: []string{"bash", "{d}/main.sh"}},
+	{Name: "r", Source: "main.R", Run: []string{"Rscript", "{d}/main.R"}},
+	{Name: "php", Source: "main.php", Run: []string{"php", "{d}/main.php"}},
+	// A single file outside any module, as `go run main.go` builds it.
+	{Name: "go", Source: "main.go", Build: [][]string{{"go", "build", "-o", "{d}/main", "{d}/main.go"}},
+		Run: []string{"{d}/main"}, Env: []string{"GO111MODULE=off", "GOFLAGS="}},
+	{Name: "rs", Source: "main.rs", Build: [][]string{{"rustc", "--edition", "2021", "-o", "{d}/main", "{d}/main.rs"}}, Run: []string{"{d}/main"}},
+	{Name: "c", Source: "main.c", Build: [][]string{{"gcc", "-O2", "-o", "{d}/main", "{d}/main.c", "-lm"}}, Run: []string{"{d}/main"}},
+	{Name: "cpp", Source: "main.cpp", Build: [][]string{{"g++", "-O2", "-o", "{d}/main", "{d}/main.cpp"}}, Run: []string{"{d}/main"}},
+	// Java's source-file launcher (JEP 330): the first class declared is
+	// run; its name need not match the file's.
+	{Name: "java", Source: "Main.java", Run: []string{"java", "{d}/Main.java"}},
+	{Name: "d", Source: "main.d", Build: [][]string{{"gdc", "-O2", "-o", "{d}/main", "{d}/main.d"}}, Run: []string{"{d}/main"}},
+	{Name: "f90", Source: "main.f90", Build: [][]string{{"gfortran", "-O2", "-o", "{d}/main", "{d}/main.f90"}}, Run: []string{"{d}/main"}},
 }
 
 // Names lists the language names, in table order.
@@ -77,28 +81,83 @@ func Lookup(name string) (Lang, bool) {
 // MaxFiles bounds the changed-files list of one run.
 const MaxFiles = 1000
 
-// Script is the sh program of one run of l. It runs with the workdir as
-// its directory; $0 is the run's private directory (see RunDir) and the
-// rest of its argv are the program's arguments; its stdin is the nonce line
+// RunSpec is the first line of a run's stdin for cmd/sandbox-runner.
+type RunSpec struct {
+	Nonce  string     `json:"nonce"`
+	Dir    string     `json:"dir"`
+	Source string     `json:"source"`
+	Build  [][]string `json:"build,omitempty"`
+	Run    []string   `json:"run"`
+	Env    []string   `json:"env,omitempty"`
+	Args   []string   `json:"args,omitempty"`
+}
+
+// Spec is the runner's spec of one run of l.
+func (l Lang) Spec(nonce, dir string, args []string) RunSpec {
+	return RunSpec{Nonce: nonce, Dir: dir, Source: l.Source, Build: l.Build, Run: l.Run, Env: l.Env, Args: args}
+}
+
+// Script is the same run as a POSIX sh program, for a server without the
+// runner (it costs a handful of process starts more). It runs with the
+// workdir as its directory; $0 is the run's private directory and the rest
+// of its argv are the program's arguments; its stdin is the nonce line
 // followed by the source.
 func (l Lang) Script() string {
-	build := ":"
-	if l.Build != "" {
-		// Compilers print diagnostics on stdout too (tsc does); the program's
-		// stdout is the program's alone.
-		build = "{ " + l.Build + "; } </dev/null >&2"
+	var b strings.Builder
+	b.WriteString("set -u\nd=$0\nIFS= read -r n || exit 125\nmkdir -m 0700 \"$d\" || exit 125\n")
+	fmt.Fprintf(&b, "cat >\"$d/%s\" || exit 125\n: >\"$d/.start\"\n", l.Source)
+	for _, e := range l.Env {
+		fmt.Fprintf(&b, "export %s\n", shWord(e))
 	}
-	return fmt.Sprintf(`set -u
-d=$0
-IFS= read -r n || exit 125
-mkdir -m 0700 "$d" || exit 125
-cat >"$d/%s" || exit 125
-: >"$d/.start"
-%s && { %s; } </dev/null
-c=$?
-printf '%%s%%d\n' "$n" "$c"
-%s
-`, l.Source, build, l.Run, ChangedScript)
+	for _, c := range l.Build {
+		// Compilers print diagnostics on stdout too (tsc does); the
+		// program's stdout is the program's alone.
+		fmt.Fprintf(&b, "%s </dev/null >&2 &&\n", shLine(c))
+	}
+	fmt.Fprintf(&b, "%s \"$@\" </dev/null\nc=$?\nprintf '%%s%%d\\n' \"$n\" \"$c\"\n%s\n", shLine(l.Run), ChangedScript)
+	return b.String()
+}
+
+func shLine(argv []string) string {
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		words[i] = shWord(a)
+	}
+	return strings.Join(words, " ")
+}
+
+// shWord quotes a for sh, with {d} and {cwd} turned into "$d" and "$PWD".
+func shWord(a string) string {
+	var b strings.Builder
+	lit := func(s string) {
+		if s != "" {
+			b.WriteString("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
+		}
+	}
+	for a != "" {
+		i := strings.IndexByte(a, '{')
+		if i < 0 {
+			lit(a)
+			break
+		}
+		switch rest := a[i:]; {
+		case strings.HasPrefix(rest, "{d}"):
+			lit(a[:i])
+			b.WriteString(`"$d"`)
+			a = rest[len("{d}"):]
+		case strings.HasPrefix(rest, "{cwd}"):
+			lit(a[:i])
+			b.WriteString(`"$PWD"`)
+			a = rest[len("{cwd}"):]
+		default:
+			lit(a[:i+1])
+			a = rest[1:]
+		}
+	}
+	if b.Len() == 0 {
+		return "''"
+	}
+	return b.String()
 }
 
 // ChangedScript prints, as ParseFiles reads them, the files under the

@@ -12,11 +12,26 @@ func TestTable(t *testing.T) {
 		t.Fatalf("languages %q, want %q", got, want)
 	}
 	for _, l := range Languages {
-		if !strings.Contains(l.Run, `"$@"`) {
-			t.Errorf("%s: args do not reach the program", l.Name)
+		if l.Source == "" || len(l.Run) == 0 {
+			t.Errorf("%s: no source name or run command", l.Name)
 		}
-		if strings.Contains(l.Build, `"$@"`) {
-			t.Errorf("%s: args reach the compiler", l.Name)
+		// In the script, the args follow the run command and nothing else.
+		sc := l.Script()
+		if strings.Count(sc, `"$@"`) != 1 || !strings.Contains(sc, shLine(l.Run)+` "$@"`) {
+			t.Errorf("%s: args do not reach the program alone:\n%s", l.Name, sc)
+		}
+	}
+}
+
+func TestShWord(t *testing.T) {
+	for in, want := range map[string]string{
+		"{d}/main":         `"$d"'/main'`,
+		"PYTHONPATH={cwd}": `'PYTHONPATH='"$PWD"`,
+		"it's":             `'it'\''s'`,
+		"-O2":              `'-O2'`,
+	} {
+		if got := shWord(in); got != want {
+			t.Errorf("shWord(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

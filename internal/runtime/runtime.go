@@ -45,6 +45,10 @@ type Volume struct {
 	SizeMiB int64
 }
 
+// RunnerPath is where a backend makes cmd/sandbox-runner available inside
+// a sandbox, when it has one.
+const RunnerPath = "/.sandbox/runner"
+
 // Spec is everything a backend needs to create a sandbox.
 type Spec struct {
 	Name      string            // minted per sandbox, never reused

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,6 +80,12 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	cfg.Data, cfg.Runsc = data, gvisor.DefaultRunsc()
+	switch cfg.Runner {
+	case "":
+		cfg.Runner = runnerBin(t)
+	case "none":
+		cfg.Runner = ""
+	}
 	srv, err := server.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +100,35 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 		e.keys[org] = key
 	}
 	return e
+}
+
+var (
+	runnerOnce sync.Once
+	runnerPath string
+	runnerErr  error
+)
+
+// runnerBin builds cmd/sandbox-runner once per test binary, the way
+// scripts/deps.sh does (static).
+func runnerBin(t testing.TB) string {
+	t.Helper()
+	runnerOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sbt-runner-")
+		if err != nil {
+			runnerErr = err
+			return
+		}
+		runnerPath = filepath.Join(dir, "sandbox-runner")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", runnerPath, "github.com/sandboxd/sandbox/cmd/sandbox-runner")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			runnerErr = fmt.Errorf("building the runner: %v: %s", err, out)
+		}
+	})
+	if runnerErr != nil {
+		t.Fatal(runnerErr)
+	}
+	return runnerPath
 }
 
 // close deletes every container the test left, then the data directory.

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandbox/internal/server"
 )
 
 type codeAnswer struct {
@@ -129,8 +131,14 @@ end program hello`,
 // through POST /v1/exec, all in one session: its stdout, a non-zero exit,
 // args reaching the program (one with a space in it), and the file it
 // created listed in files. The session keeps every earlier run's file.
+// It runs twice: with the in-sandbox runner, and through the shell script a
+// server without it uses.
 func TestInterpreterConformance(t *testing.T) {
-	e := newEnv(t)
+	t.Run("runner", func(t *testing.T) { conformance(t, newEnv(t)) })
+	t.Run("sh", func(t *testing.T) { conformance(t, newEnvConfig(t, server.Config{Runner: "none"})) })
+}
+
+func conformance(t *testing.T, e *env) {
 	langs := []string{"py", "js", "ts", "bash", "r", "php", "go", "rs", "c", "cpp", "java", "d", "f90"}
 	session := ""
 	for _, lang := range langs {

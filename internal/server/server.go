@@ -46,6 +46,10 @@ type Config struct {
 	// OperatorOrg is the reserved org that reads operator routes; empty
 	// means "system".
 	OperatorOrg string
+	// Runner is the host path of cmd/sandbox-runner, mounted into every
+	// sandbox for the code interpreter; empty runs interpreter programs
+	// through a shell script instead (slower, same answers).
+	Runner string
 	// Getenv reads the fee settings (SANDBOX_FEE_CENTS...); nil means
 	// os.Getenv.
 	Getenv func(string) string
@@ -92,6 +96,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		StateDir:    filepath.Join(cfg.Data, "runtime"),
 		Platform:    cfg.Platform,
 		ImageRootfs: func(name string) (string, error) { return image.Rootfs(cfg.Images, name) },
+		Runner:      cfg.Runner,
 	})
 	if err != nil {
 		st.Close()
@@ -104,6 +109,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	sessions := narrate.New(st, log)
 	svc := service.New(service.Config{
 		Narrator: sessions,
+		Runner:   runnerIn(cfg.Runner),
 		Ceiling:  cfg.Ceiling,
 		ImageReady: func(name string) error {
 			_, err := image.Rootfs(cfg.Images, name)
@@ -131,6 +137,34 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			Policy: reaper.Policy{Ceiling: cfg.Ceiling, IdleAfter: cfg.IdleAfter}},
 	}, nil
 }
+
+// runnerIn is where the runner is inside a sandbox, if there is one.
+func runnerIn(host string) string {
+	if host == "" {
+		return ""
+	}
+	return runtime.RunnerPath
+}
+
+// DefaultRunner finds cmd/sandbox-runner: beside the running executable
+// (bin/ of a checkout), else where scripts/deps.sh installs it; "" when
+// neither exists.
+func DefaultRunner() string {
+	var candidates []string
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "sandbox-runner"))
+	}
+	candidates = append(candidates, InstalledRunner)
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() {
+			return c
+		}
+	}
+	return ""
+}
+
+// InstalledRunner is where scripts/deps.sh installs the runner.
+const InstalledRunner = "/usr/local/libexec/sandbox/sandbox-runner"
 
 // recoverAll reconciles every org's rows with the runtime (see
 // service.Recover) before the server answers its first call.

@@ -1,8 +1,10 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -101,12 +103,19 @@ func (s *Service) RunCode(ctx context.Context, req CodeRequest) (*CodeResult, er
 	nonce, dir := interp.Nonce(), interp.RunDir()
 	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
 	split := interp.NewSplitter(stdout, nonce)
-	run, note, err := s.run(ctx, workCtx, sb, runtime.ExecRequest{
-		Argv:   append([]string{"sh", "-c", lang.Script(), dir}, req.Args...),
-		Dir:    sb.Workdir,
-		Stdin:  io.MultiReader(strings.NewReader(nonce+"\n"), strings.NewReader(req.Code)),
-		Stdout: split, Stderr: stderr,
-	}, timeout, "interp_"+lang.Name)
+	req2 := runtime.ExecRequest{Dir: sb.Workdir, Stdout: split, Stderr: stderr}
+	if s.cfg.Runner != "" {
+		spec, err := json.Marshal(lang.Spec(nonce, dir, req.Args))
+		if err != nil {
+			return nil, err
+		}
+		req2.Argv = []string{s.cfg.Runner}
+		req2.Stdin = io.MultiReader(bytes.NewReader(append(spec, '\n')), strings.NewReader(req.Code))
+	} else {
+		req2.Argv = append([]string{"sh", "-c", lang.Script(), dir}, req.Args...)
+		req2.Stdin = io.MultiReader(strings.NewReader(nonce+"\n"), strings.NewReader(req.Code))
+	}
+	run, note, err := s.run(ctx, workCtx, sb, req2, timeout, "interp_"+lang.Name)
 	if err != nil {
 		return nil, err
 	}

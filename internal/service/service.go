@@ -68,6 +68,10 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Narrator keeps the live logs of named sessions; nil narrates nothing.
 	Narrator Narrator
+	// Runner is the path inside a sandbox of cmd/sandbox-runner, which runs
+	// an interpreter program in one process start; empty runs the same
+	// steps as a shell script.
+	Runner string
 }
 
 // Service implements the sandbox operations.

@@ -60,6 +60,9 @@ type Config struct {
 	ImageRootfs func(name string) (string, error)
 	// UID and GID the sandboxed programs run as; zero means 1000.
 	UID, GID int
+	// Runner is the host path of cmd/sandbox-runner, bind-mounted read-only
+	// at runtime.RunnerPath in every sandbox; empty mounts nothing.
+	Runner string
 }
 
 // Runtime is the gvisor backend.
@@ -506,7 +509,7 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 		// the per-sandbox in-memory overlay (--overlay2=root:memory).
 		"root":     map[string]any{"path": rootfs, "readonly": false},
 		"hostname": "sandbox",
-		"mounts": []map[string]any{
+		"mounts": append([]map[string]any{
 			{"destination": "/proc", "type": "proc", "source": "proc"},
 			{"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 			{"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
@@ -514,7 +517,7 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"nosuid", "noexec", "nodev", "ro"}},
 			{"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "nodev", "mode=1777", tmpSize}},
 			workdirMount(spec, hostDir),
-		},
+		}, r.runnerMount()...),
 		"linux": map[string]any{
 			"namespaces": []map[string]string{
 				{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
@@ -524,6 +527,15 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 		},
 		"annotations": annotations,
 	}
+}
+
+// runnerMount is the read-only bind of the interpreter's runner, if any.
+func (r *Runtime) runnerMount() []map[string]any {
+	if r.cfg.Runner == "" {
+		return nil
+	}
+	return []map[string]any{{"destination": runtime.RunnerPath, "type": "bind", "source": r.cfg.Runner,
+		"options": []string{"bind", "ro", "nosuid", "nodev"}}}
 }
 
 // initScript is PID 1 of a sandbox. A plain `sleep` would never reap the
