@@ -16,6 +16,7 @@ package interp
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -32,13 +33,18 @@ type Lang struct {
 	Build  [][]string
 	Run    []string
 	Env    []string // added to the environment of Build and Run
+	// Inline, when set, is an argv that does the runner's whole job in the
+	// language's own process (reading the RunSpec line from stdin), saving
+	// the runner's process start where the program itself is cheap.
+	Inline []string
 }
 
 // Languages is the closed table, in the order the errors list them.
 var Languages = []Lang{
 	// Local modules next to the program's data import as they would from
 	// the working directory.
-	{Name: "py", Source: "main.py", Run: []string{"python3", "{d}/main.py"}, Env: []string{"PYTHONPATH={cwd}"}},
+	{Name: "py", Source: "main.py", Run: []string{"python3", "{d}/main.py"}, Env: []string{"PYTHONPATH={cwd}", "PYTHONDONTWRITEBYTECODE=1"},
+		Inline: []string{"python3", "-c", pythonPrelude}},
 	{Name: "js", Source: "main.js", Run: []string{"node", "{d}/main.js"}, Env: []string{"NODE_PATH={cwd}"}},
 	{Name: "ts", Source: "main.ts",
 		Build: [][]string{{"tsc", "--pretty", "false", "--skipLibCheck", "--target", "es2020", "--module", "commonjs",
@@ -95,6 +101,20 @@ type RunSpec struct {
 // Spec is the runner's spec of one run of l.
 func (l Lang) Spec(nonce, dir string, args []string) RunSpec {
 	return RunSpec{Nonce: nonce, Dir: dir, Source: l.Source, Build: l.Build, Run: l.Run, Env: l.Env, Args: args}
+}
+
+// InlineHeader is the first stdin line of an Inline run: the nonce, then
+// the run's directory, the source's name and each arg, hex-encoded (exact
+// bytes, no quoting to get wrong, and nothing to import to read it).
+func (l Lang) InlineHeader(nonce, dir string, args []string) string {
+	var b strings.Builder
+	b.WriteString(hex.EncodeToString([]byte(nonce)))
+	for _, f := range append([]string{dir, l.Source}, args...) {
+		b.WriteByte(' ')
+		b.WriteString(hex.EncodeToString([]byte(f)))
+	}
+	b.WriteByte('\n')
+	return b.String()
 }
 
 // Script is the same run as a POSIX sh program, for a server without the

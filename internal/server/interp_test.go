@@ -244,3 +244,47 @@ func TestInterpreterSessions(t *testing.T) {
 		t.Errorf("ended session: %+v", d)
 	}
 }
+
+// TestInterpreterPython: Python runs in the process that reports on it;
+// it must still behave as `python3 main.py` does.
+func TestInterpreterPython(t *testing.T) {
+	e := newEnv(t)
+	a := e.code("acme", map[string]any{"language": "py", "files": []map[string]any{{"path": "helper.py", "data": "X = 41\n"}},
+		"code": `import atexit, sys, threading, time
+import helper
+assert __name__ == "__main__" and __file__.endswith("main.py"), (__name__, __file__)
+atexit.register(lambda: print("atexit ran"))
+def late():
+    time.sleep(0.2)
+    open("late.txt", "w").write("x")
+    print("thread done")
+threading.Thread(target=late).start()
+print(helper.X + 1, sys.argv[1:], sys.stdin.read() == "")
+`, "args": []string{"a b", "-c"}})
+	if a.ExitCode != 0 || a.Stdout != "42 ['a b', '-c'] True\nthread done\natexit ran\n" {
+		t.Fatalf("python run: %+v", a)
+	}
+	if len(a.Files) != 1 || a.Files[0].Path != "late.txt" {
+		t.Errorf("files written by a thread before exit: %+v", a.Files)
+	}
+	s := a.SessionID
+	b := e.code("acme", map[string]any{"language": "py", "session_id": s, "code": "def f():\n    raise ValueError('boom')\nf()\n"})
+	if b.ExitCode != 1 || !strings.Contains(b.Stderr, `main.py", line 3, in <module>`) || !strings.Contains(b.Stderr, "ValueError: boom") ||
+		strings.Contains(b.Stderr, "_sandbox") {
+		t.Errorf("uncaught exception: %+v", b)
+	}
+	c := e.code("acme", map[string]any{"language": "py", "session_id": s, "code": "import sys\nsys.exit('bad input')"})
+	if c.ExitCode != 1 || c.Stderr != "bad input\n" {
+		t.Errorf("sys.exit(str): %+v", c)
+	}
+	d := e.code("acme", map[string]any{"language": "py", "session_id": s, "code": "print(1 +"})
+	if d.ExitCode != 1 || !strings.Contains(d.Stderr, "SyntaxError") {
+		t.Errorf("syntax error: %+v", d)
+	}
+	// Killed mid-run: the answer still lists what it wrote.
+	k := e.code("acme", map[string]any{"language": "py", "session_id": s, "timeoutSec": 1,
+		"code": "open('partial.txt','w').write('p')\nimport time\ntime.sleep(30)"})
+	if !k.TimedOut || k.ExitCode != 124 || len(k.Files) != 1 || k.Files[0].Path != "partial.txt" {
+		t.Errorf("timed out run: %+v", k)
+	}
+}

@@ -104,14 +104,18 @@ func (s *Service) RunCode(ctx context.Context, req CodeRequest) (*CodeResult, er
 	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
 	split := interp.NewSplitter(stdout, nonce)
 	req2 := runtime.ExecRequest{Dir: sb.Workdir, Stdout: split, Stderr: stderr}
-	if s.cfg.Runner != "" {
+	switch {
+	case lang.Inline != nil:
+		req2.Argv = lang.Inline
+		req2.Stdin = io.MultiReader(strings.NewReader(lang.InlineHeader(nonce, dir, req.Args)), strings.NewReader(req.Code))
+	case s.cfg.Runner != "":
 		spec, err := json.Marshal(lang.Spec(nonce, dir, req.Args))
 		if err != nil {
 			return nil, err
 		}
 		req2.Argv = []string{s.cfg.Runner}
 		req2.Stdin = io.MultiReader(bytes.NewReader(append(spec, '\n')), strings.NewReader(req.Code))
-	} else {
+	default:
 		req2.Argv = append([]string{"sh", "-c", lang.Script(), dir}, req.Args...)
 		req2.Stdin = io.MultiReader(strings.NewReader(nonce+"\n"), strings.NewReader(req.Code))
 	}
