@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh — install everything the sandbox server and its tests need on a
-# Debian 12 host, then build bin/sandbox and the exec and dev images.
+# Debian 12 host, then build bin/sandbox, bin/sandbox-runner and the exec and
+# dev images.
 # Idempotent: a second run only rebuilds what changed.
 #
 #   sudo scripts/deps.sh
@@ -130,6 +131,10 @@ fi
 
 log "go build -o bin/sandbox ./cmd/sandbox (in $repo)"
 go build -o bin/sandbox ./cmd/sandbox
+# The interpreter's in-sandbox runner: static (it runs on the image's libc,
+# not the host's), found by `sandbox serve` beside bin/sandbox.
+log "go build -o bin/sandbox-runner ./cmd/sandbox-runner (static)"
+CGO_ENABLED=0 go build -trimpath -o bin/sandbox-runner ./cmd/sandbox-runner
 
 install -d -m 0755 "$IMAGES"
 for name in exec dev; do
