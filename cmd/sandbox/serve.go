@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -31,6 +32,7 @@ type serveConfig struct {
 	IdleAfter time.Duration
 	Grace     time.Duration
 	Runner    string
+	Frames    string
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -45,6 +47,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdleAfter, "idle-after", time.Hour, "put a sandbox unused this long to sleep (memory checkpointed); 0 never")
 	fs.DurationVar(&c.Grace, "sweep-grace", 5*time.Minute, "age before a runtime object no row claims is swept")
 	fs.StringVar(&c.Operator, "operator-org", "system", "the reserved operator org: its keys read /metrics")
+	fs.StringVar(&c.Frames, "frame-ancestors", "'self'", "who may embed the terminal and screen pages in a frame (a CSP source list, e.g. \"'self' https://app.example.com\")")
 	fs.StringVar(&c.Runner, "runner", server.DefaultRunner(), "the code interpreter's in-sandbox runner (cmd/sandbox-runner); \"none\" runs programs through sh instead")
 }
 
@@ -64,6 +67,9 @@ func (c *serveConfig) Validate() error {
 	}
 	if _, err := os.Stat(c.Runsc); err != nil {
 		return fmt.Errorf("runsc not found at %s: run scripts/deps.sh, or pass --runsc", c.Runsc)
+	}
+	if strings.ContainsAny(c.Frames, ";,\r\n") {
+		return errors.New("--frame-ancestors is one CSP source list: no ';' or ','")
 	}
 	switch c.Runner {
 	case "none":
@@ -101,7 +107,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app, err := server.New(ctx, server.Config{
 		Data: cfg.Data, Images: cfg.Images, Runsc: cfg.Runsc, Platform: cfg.Platform, Ceiling: cfg.Ceiling,
 		ReapEvery: cfg.ReapEvery, OperatorOrg: cfg.Operator, IdleAfter: idle, SweepGrace: cfg.Grace,
-		Runner: cfg.Runner,
+		Runner: cfg.Runner, FrameAncestors: cfg.Frames,
 	}, log)
 	if err != nil {
 		return err

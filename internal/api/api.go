@@ -51,12 +51,18 @@ type Options struct {
 	// MCP serves the typed ops as MCP tools at /mcp; it authenticates on
 	// its own. Nil means no /mcp.
 	MCP http.Handler
+	// FrameAncestors is the CSP frame-ancestors source list of the
+	// terminal and screen pages; empty means "'self'".
+	FrameAncestors string
 }
 
 // New builds the handler tree.
 func New(svc *service.Service, auth Authenticator, log *slog.Logger, opts Options) *Server {
 	if opts.OperatorOrg == "" {
 		opts.OperatorOrg = "system"
+	}
+	if opts.FrameAncestors == "" {
+		opts.FrameAncestors = "'self'"
 	}
 	s := &Server{svc: svc, ops: ops.New(svc), auth: auth, log: log, mux: http.NewServeMux(), opts: opts}
 	s.routes()
@@ -79,6 +85,7 @@ func (s *Server) routes() {
 		s.handle("GET "+p+"/{id}/fs", s.readFS)
 		s.handle("POST "+p+"/{id}/fs", s.writeFS)
 		s.typedOps(p)
+		s.consoles(p)
 	}
 	s.interpreter()
 	s.handle("GET /v1/sessions/{name}/events", s.sessionEvents)

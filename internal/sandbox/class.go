@@ -35,6 +35,7 @@ type Class struct {
 	NeedsProject  bool          // every class but exec needs a project volume
 	Image         string        // the image built for it (see internal/image)
 	LiveCapPerOrg int           // 0 = no cap
+	Display       bool          // runs a desktop: a screen can be opened
 	Limits        Limits
 }
 
@@ -51,12 +52,12 @@ var classes = map[string]Class{
 	},
 	ClassDesktop: {
 		Name: ClassDesktop, Workdir: "/work", DefaultTTL: 4 * time.Hour, NeedsProject: true,
-		Image:  "desktop",
+		Image: "desktop", Display: true,
 		Limits: Limits{CPUs: 2, MemoryMiB: 4096, Pids: 1024, RootfsMiB: 2048, FileMiB: 2048, VolumeMiB: 10240},
 	},
 	ClassAndroid: {
 		Name: ClassAndroid, Workdir: "/work", DefaultTTL: 4 * time.Hour, NeedsProject: true,
-		Image:  "android",
+		Image: "android", Display: true,
 		Limits: Limits{CPUs: 2, MemoryMiB: 6144, Pids: 2048, RootfsMiB: 4096, FileMiB: 4096, VolumeMiB: 20480},
 	},
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// sandbox for the code interpreter; empty runs interpreter programs
 	// through a shell script instead (slower, same answers).
 	Runner string
+	// FrameAncestors is who may frame the terminal and screen pages (a CSP
+	// source list); empty means "'self'".
+	FrameAncestors string
 	// Getenv reads the fee settings (SANDBOX_FEE_CENTS...); nil means
 	// os.Getenv.
 	Getenv func(string) string
@@ -129,7 +132,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	go sessions.Run(sessCtx)
 	return &Server{
 		Handler: api.New(svc, st, log, api.Options{
-			OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler(), Sessions: sessions,
+			OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler(), Sessions: sessions, FrameAncestors: cfg.FrameAncestors,
 			MCP: mcpserver.New(ops.New(svc), st, log, Version),
 		}),
 		Store: st, Runtime: rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,

@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/ticket"
 )
 
 // Store is the part of the store the service needs. Every call is scoped to
@@ -83,6 +84,8 @@ type Service struct {
 	log   *slog.Logger
 	cmds  inflight
 
+	tickets *ticket.Book
+
 	locksMu sync.Mutex
 	locks   map[string]*sync.Mutex // per sandbox: sleep, wake and end
 }
@@ -107,7 +110,7 @@ func New(cfg Config, st Store, rt runtime.Runtime, meter Meter, log *slog.Logger
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{cfg: cfg, store: st, rt: rt, meter: meter, log: log}
+	return &Service{cfg: cfg, store: st, rt: rt, meter: meter, log: log, tickets: ticket.New(cfg.Now)}
 }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }

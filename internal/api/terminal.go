@@ -1,0 +1,239 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/sandboxd/sandbox/internal/pages"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/ticket"
+)
+
+// consoles registers the terminal and screen routes under prefix p: the
+// tickets (authenticated), the pages (public: they hold no secret) and the
+// sockets (the ticket is the credential).
+func (s *Server) consoles(p string) {
+	s.handle("POST "+p+"/{id}/terminal/ticket", s.mintTicket(ticket.Terminal))
+	s.handle("POST "+p+"/{id}/screen/ticket", s.mintTicket(ticket.Screen))
+	s.public("GET "+p+"/{id}/terminal", func(w http.ResponseWriter, r *http.Request) {
+		pages.Terminal.Serve(w, s.opts.FrameAncestors)
+	})
+	s.public("GET "+p+"/{id}/screen", func(w http.ResponseWriter, r *http.Request) {
+		pages.Screen.Serve(w, s.opts.FrameAncestors)
+	})
+	s.public("GET "+p+"/{id}/terminal/ws", s.terminalSocket)
+	s.public("GET "+p+"/{id}/screen/ws", s.screenSocket)
+}
+
+// public registers a handler that does its own authentication (or needs
+// none), remembering its method for the 405 answers.
+func (s *Server) public(pattern string, h http.HandlerFunc) {
+	method, path, _ := strings.Cut(pattern, " ")
+	if s.methods == nil {
+		s.methods = map[string][]string{}
+	}
+	s.methods[path] = append(s.methods[path], method)
+	s.mux.HandleFunc(pattern, h)
+}
+
+func (s *Server) mintTicket(kind string) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := decode(r.Body, &struct{}{}); err != nil {
+			return err
+		}
+		id := r.PathValue("id")
+		tok, err := s.svc.Ticket(r.Context(), id, kind)
+		if err != nil {
+			return err
+		}
+		prefix := strings.TrimSuffix(r.URL.Path, "/"+kind+"/ticket")
+		writeJSON(w, http.StatusCreated, service.TicketResult{
+			Ticket: tok, ExpiresIn: int(ticket.TTL / time.Second), URL: prefix + "/" + kind + "?ticket=" + tok,
+		})
+		return nil
+	}
+}
+
+// pingEvery keeps idle sockets (and what is between) alive and finds dead
+// peers.
+const pingEvery = 20 * time.Second
+
+// socket is one upgraded console connection: the reader turns frames into
+// stdin (and resizes), and output goes back in binary frames.
+type socket struct {
+	c      *websocket.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	stdin  *io.PipeReader
+	resize chan runtime.Size
+	wg     sync.WaitGroup
+}
+
+// open spends the ticket (refusing with 401 and no upgrade), then upgrades.
+// nil means the answer has been written.
+func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resizable bool) *socket {
+	ctx, err := s.svc.SpendTicket(r.Context(), r.URL.Query().Get("ticket"), r.PathValue("id"), kind)
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:    []string{"binary"}, // noVNC asks for it
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return nil // Accept has answered
+	}
+	c.SetReadLimit(1 << 20)
+	ctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8)}
+	k.wg.Add(2)
+	go func() { // frames → stdin
+		defer k.wg.Done()
+		defer cancel()
+		defer pw.Close()
+		for {
+			typ, data, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			if typ == websocket.MessageText && resizable {
+				if sz, ok := parseResize(data); ok {
+					select {
+					case k.resize <- sz:
+					default: // a flood of resizes: the latest few are enough
+					}
+					continue
+				}
+			}
+			if _, err := pw.Write(data); err != nil {
+				return
+			}
+		}
+	}()
+	go func() { // pings
+		defer k.wg.Done()
+		t := time.NewTicker(pingEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				pctx, pcancel := context.WithTimeout(ctx, pingEvery/2)
+				err := c.Ping(pctx)
+				pcancel()
+				if err != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return k
+}
+
+// Write sends output as one binary frame.
+func (k *socket) Write(p []byte) (int, error) {
+	if err := k.c.Write(k.ctx, websocket.MessageBinary, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// close ends the connection with a status and a reason (at most 123 bytes
+// by the protocol) and waits for the socket's goroutines.
+func (k *socket) close(code websocket.StatusCode, reason string) {
+	if len(reason) > 120 {
+		reason = reason[:120]
+	}
+	k.c.Close(code, reason)
+	k.cancel()
+	k.stdin.Close()
+	k.wg.Wait()
+	k.c.CloseNow()
+}
+
+// parseResize reads a frame that is exactly {"resize":{"cols":N,"rows":M}}.
+func parseResize(b []byte) (runtime.Size, bool) {
+	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte(`{"resize"`)) {
+		return runtime.Size{}, false
+	}
+	var m struct {
+		Resize *struct {
+			Cols *uint16 `json:"cols"`
+			Rows *uint16 `json:"rows"`
+		} `json:"resize"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&m) != nil || dec.More() || m.Resize == nil || m.Resize.Cols == nil || m.Resize.Rows == nil ||
+		*m.Resize.Cols == 0 || *m.Resize.Rows == 0 {
+		return runtime.Size{}, false
+	}
+	return runtime.Size{Cols: *m.Resize.Cols, Rows: *m.Resize.Rows}, true
+}
+
+func (s *Server) terminalSocket(w http.ResponseWriter, r *http.Request) {
+	// The arg is checked before the ticket is spent: a typo costs no ticket.
+	arg := r.URL.Query().Get("arg")
+	if arg != "" && !sandbox.ValidSessionName(arg) {
+		s.writeError(w, r, sandbox.Errorf(sandbox.KindInvalid, "arg names a tmux session: 1-64 letters, digits, '-' or '_', not starting with '-'"))
+		return
+	}
+	k := s.open(w, r, ticket.Terminal, true)
+	if k == nil {
+		return
+	}
+	code, err := s.svc.Terminal(k.ctx, r.PathValue("id"), arg, k.stdin, k, k.resize)
+	if err != nil {
+		k.close(websocket.StatusInternalError, sandbox.Message(err))
+		return
+	}
+	k.close(websocket.StatusNormalClosure, fmt.Sprintf("the shell exited (%d)", code))
+}
+
+func (s *Server) screenSocket(w http.ResponseWriter, r *http.Request) {
+	k := s.open(w, r, ticket.Screen, false)
+	if k == nil {
+		return
+	}
+	var stderr bytes.Buffer
+	code, err := s.svc.Screen(k.ctx, r.PathValue("id"), k.stdin, k, &limitedBuffer{b: &stderr, max: 4096})
+	switch {
+	case err != nil:
+		k.close(websocket.StatusInternalError, sandbox.Message(err))
+	case code != 0:
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = fmt.Sprintf("the display relay exited (%d)", code)
+		}
+		k.close(websocket.StatusInternalError, msg)
+	default:
+		k.close(websocket.StatusNormalClosure, "the display closed the connection")
+	}
+}
+
+type limitedBuffer struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}

@@ -1,0 +1,87 @@
+// Package ticket mints the single-use credentials that open a terminal or
+// a screen: a browser cannot send an Authorization header on a WebSocket,
+// so the API key buys a ticket, and the ticket — bound to one org, one
+// sandbox and one kind, good for 30 seconds — buys one connection.
+//
+// A ticket is spent BEFORE it is checked: whatever the check says, the same
+// ticket never opens a second connection, so a leaked URL is worth nothing
+// once used or refused. Tickets live in memory only; a restart invalidates
+// them, which costs a caller one new ticket.
+package ticket
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"sync"
+	"time"
+)
+
+// TTL is how long a ticket is good for.
+const TTL = 30 * time.Second
+
+// Kinds of tickets.
+const (
+	Terminal = "terminal"
+	Screen   = "screen"
+)
+
+// Ticket is what a ticket grants.
+type Ticket struct {
+	Org     string
+	Sandbox string
+	Kind    string
+	Expires time.Time
+}
+
+// Book holds the outstanding tickets.
+type Book struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	tickets map[string]Ticket
+}
+
+// New returns an empty Book; now nil means time.Now.
+func New(now func() time.Time) *Book {
+	if now == nil {
+		now = time.Now
+	}
+	return &Book{now: now, tickets: map[string]Ticket{}}
+}
+
+// Mint issues a ticket for kind on a sandbox of org.
+func (b *Book) Mint(org, sandbox, kind string) (string, Ticket) {
+	t := Ticket{Org: org, Sandbox: sandbox, Kind: kind, Expires: b.now().Add(TTL)}
+	token := "tk_" + rand.Text() + rand.Text() // 260 random bits
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.prune()
+	b.tickets[token] = t
+	return token, t
+}
+
+// Spend removes the ticket and then says whether it grants kind on sandbox
+// now. A missing, expired, foreign or already spent ticket grants nothing.
+func (b *Book) Spend(token, sandbox, kind string) (Ticket, bool) {
+	b.mu.Lock()
+	t, ok := b.tickets[token]
+	delete(b.tickets, token)
+	b.mu.Unlock()
+	if !ok || !b.now().Before(t.Expires) {
+		return Ticket{}, false
+	}
+	if subtle.ConstantTimeCompare([]byte(t.Sandbox), []byte(sandbox)) != 1 || t.Kind != kind {
+		return Ticket{}, false
+	}
+	return t, true
+}
+
+// prune drops expired tickets; b.mu is held.
+func (b *Book) prune() {
+	now := b.now()
+	for k, t := range b.tickets {
+		if !now.Before(t.Expires) {
+			delete(b.tickets, k)
+		}
+	}
+}
