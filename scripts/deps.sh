@@ -41,6 +41,10 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # e2fsprogs and util-linux format and loop-mount project volumes; procps for
 # the tests' process checks.
 packages=(mmdebstrap ca-certificates iproute2 git e2fsprogs util-linux procps)
+# The tests drive the terminal and screen pages in a real headless browser.
+if [ "${SANDBOX_TEST_DEPS:-}" = 1 ]; then
+	packages+=(chromium)
+fi
 missing=()
 for p in "${packages[@]}"; do
 	installed "$p" || missing+=("$p")
@@ -137,7 +141,7 @@ log "go build -o bin/sandbox-runner ./cmd/sandbox-runner (static)"
 CGO_ENABLED=0 go build -trimpath -o bin/sandbox-runner ./cmd/sandbox-runner
 
 install -d -m 0755 "$IMAGES"
-for name in exec dev; do
+for name in exec dev desktop; do
 	log "image $name in $IMAGES (first build ~1.5 min and ~2 GB each; fast when up to date)"
 	bin/sandbox image build "$name" --images "$IMAGES"
 done

@@ -19,7 +19,7 @@ die() { printf '[test] error: %s\n' "$*" >&2; exit 1; }
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
 
-SANDBOX_IMAGES=$IMAGES bash scripts/deps.sh
+SANDBOX_IMAGES=$IMAGES SANDBOX_TEST_DEPS=1 bash scripts/deps.sh
 
 # The Go deps.sh found or installed (the same search: lib.sh).
 . scripts/lib.sh
