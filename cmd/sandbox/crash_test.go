@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,11 +86,36 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 	root := filepath.Join(data, "runtime", "runsc")
 	defer func() {
 		// Leave nothing running: every container of this data directory.
-		out, _ := exec.Command(gvisor.DefaultRunsc(), "--root", root, "list", "-q").Output()
-		for _, id := range strings.Fields(string(out)) {
-			exec.Command(gvisor.DefaultRunsc(), "--root", root, "delete", "--force", id).Run()
+		out, err := exec.Command(gvisor.DefaultRunsc(), "--root", root, "list", "-quiet").Output()
+		if err != nil {
+			t.Errorf("listing leftovers: %v", err)
 		}
-		unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
+		for _, id := range strings.Fields(string(out)) {
+			if out, err := exec.Command(gvisor.DefaultRunsc(), "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
+				t.Errorf("deleting %s: %v: %s", id, err, out)
+			}
+		}
+		// Nothing of this data directory may outlive the test.
+		if out, _ := exec.Command("pgrep", "-f", "root="+root).Output(); len(strings.TrimSpace(string(out))) > 0 {
+			t.Errorf("runsc processes of this test still run: %s", out)
+			exec.Command("pkill", "-9", "-f", "root="+root).Run()
+		}
+		// Project volumes stay mounted while their sandboxes were alive (the
+		// killed server never released them); unmount everything below data.
+		if raw, err := os.ReadFile("/proc/self/mounts"); err == nil {
+			var below []string
+			for _, line := range strings.Split(string(raw), "\n") {
+				if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], data+"/") {
+					below = append(below, f[1])
+				}
+			}
+			slices.Sort(below)
+			for _, m := range slices.Backward(below) {
+				if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+					t.Errorf("unmounting %s: %v", m, err)
+				}
+			}
+		}
 		os.RemoveAll(data)
 	}()
 	keyOut, err := exec.Command(bin, "keys", "create", "--data", data, "--org", "acme").Output()

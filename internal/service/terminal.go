@@ -92,6 +92,7 @@ func (s *Service) Terminal(ctx context.Context, id, arg string, stdin io.Reader,
 // display; this brings it back. Failures are said on stderr.
 const displayScript = `export DISPLAY=:0
 if ! pgrep -x Xvfb >/dev/null 2>&1; then
+  mkdir -p -m 1777 /tmp/.X11-unix # Xvfb makes it only as root
   setsid Xvfb :0 -screen 0 1280x800x24 -nolisten tcp >/tmp/.xvfb.log 2>&1 < /dev/null &
   for i in $(seq 50); do [ -e /tmp/.X11-unix/X0 ] && break; sleep 0.1; done
   setsid openbox >/dev/null 2>&1 < /dev/null &

@@ -1,0 +1,94 @@
+package server_test
+
+import (
+	"context"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/creack/pty"
+
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+)
+
+// Keystroke echo through the terminal socket, against the same through a
+// raw `runsc exec` TTY (the floor):
+//
+//	go test -run '^$' -bench 'TerminalEcho' -benchtime 200x ./internal/server/
+//
+// Each iteration types one character into an interactive bash and waits for
+// the pty's echo of it.
+
+func BenchmarkTerminalEcho(b *testing.B) {
+	e := benchEnv(b)
+	id := e.lease("acme", nil)
+	tk, _ := e.ticketFor("acme", id, "terminal")
+	ctx := context.Background()
+	c, _, err := websocket.Dial(ctx, e.wsURL(id, "terminal", tk, ""), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.CloseNow()
+	readUntil := func(want string) {
+		var got strings.Builder
+		for !strings.Contains(got.String(), want) {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, p, err := c.Read(rctx)
+			cancel()
+			if err != nil {
+				b.Fatalf("waiting for %q: %v (%q)", want, err, got.String())
+			}
+			got.Write(p)
+		}
+	}
+	c.Write(ctx, websocket.MessageBinary, []byte("echo ready-$((1+1))\r"))
+	readUntil("ready-2")
+	var lat latencies
+	for i := 0; b.Loop(); i++ {
+		ch := string(rune('a' + i%26))
+		start := time.Now()
+		c.Write(ctx, websocket.MessageBinary, []byte(ch))
+		readUntil(ch)
+		lat = append(lat, time.Since(start))
+	}
+	lat.report(b)
+}
+
+func BenchmarkTerminalEchoFloor(b *testing.B) {
+	e := benchEnv(b)
+	e.lease("acme", nil)
+	_, flags, name := bundleOf(b, e)
+	cmd := exec.Command(gvisor.DefaultRunsc(), append(slices.Clone(flags), "exec", "--user", "1000:1000", "--cwd", "/mnt/data", name, "bash", "-l")...)
+	cmd.Env = []string{"TERM=xterm-256color"}
+	f, err := pty.Start(cmd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait(); f.Close() }()
+	buf := make([]byte, 4096)
+	readUntil := func(want string) {
+		var got strings.Builder
+		f.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for !strings.Contains(got.String(), want) {
+			n, err := f.Read(buf)
+			if err != nil {
+				b.Fatalf("waiting for %q: %v (%q)", want, err, got.String())
+			}
+			got.Write(buf[:n])
+		}
+	}
+	f.Write([]byte("echo ready-$((1+1))\r"))
+	readUntil("ready-2")
+	var lat latencies
+	for i := 0; b.Loop(); i++ {
+		ch := string(rune('a' + i%26))
+		start := time.Now()
+		f.Write([]byte(ch))
+		readUntil(ch)
+		lat = append(lat, time.Since(start))
+	}
+	lat.report(b)
+}
