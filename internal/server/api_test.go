@@ -181,8 +181,7 @@ func TestLeaseChecks(t *testing.T) {
 	}{
 		{"unknown class", map[string]any{"class": "gpu"}, 400, "android, desktop, dev, exec"},
 		{"image not allowed", map[string]any{"image": "ubuntu:latest"}, 400, "not allowed"},
-		{"image not built", map[string]any{"class": "android", "project": "p"}, 400, "not built"},
-		{"desktop not built", map[string]any{"class": "desktop", "project": "p"}, 400, "not built"},
+		{"image not buildable here", map[string]any{"class": "android", "project": "p"}, 400, "needs /dev/kvm"},
 		{"dev without project", map[string]any{"class": "dev"}, 400, "needs a project"},
 		{"bad project name", map[string]any{"project": "../etc"}, 400, "project"},
 		{"runc refused", map[string]any{"runtime": "runc"}, 400, "never granted"},
@@ -206,6 +205,21 @@ func TestLeaseChecks(t *testing.T) {
 	if len(l.Sandboxes) != 0 {
 		t.Errorf("refusals left rows: %v", l.Sandboxes)
 	}
+
+	t.Run("image not built", func(t *testing.T) {
+		// A server whose images directory has exec and dev only.
+		dir := t.TempDir()
+		for _, name := range []string{"exec", "dev"} {
+			if err := os.Symlink(filepath.Join(imagesDir(), name), filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e2 := newEnvImages(t, dir)
+		r := e2.must(http.StatusBadRequest, "POST", "/v1/sandbox", "acme", map[string]any{"class": "desktop", "project": "p"})
+		if !strings.Contains(string(r.Body), "sandbox image build desktop") {
+			t.Errorf("answer does not say how to build it: %s", r.Body)
+		}
+	})
 
 	t.Run("project busy", func(t *testing.T) {
 		id := e.lease("acme", map[string]any{"project": "shared"})

@@ -116,6 +116,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Ceiling:  cfg.Ceiling,
 		ImageReady: func(name string) error {
 			_, err := image.Rootfs(cfg.Images, name)
+			if r, rerr := image.RecipeFor(name); err != nil && rerr == nil && !r.Buildable {
+				// Never a hung sandbox: say what is missing, now.
+				return sandbox.Errorf(sandbox.KindInvalid, "class %s cannot run on this server: %s", name, r.Missing)
+			}
 			return err
 		},
 		Metrics: m,

@@ -168,6 +168,10 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 	}
 	if s.cfg.ImageReady != nil {
 		if err := s.cfg.ImageReady(image); err != nil {
+			var se *sandbox.Error
+			if errors.As(err, &se) {
+				return nil, err // the checker said it for the caller
+			}
 			return nil, sandbox.Wrap(sandbox.KindInvalid, err, fmt.Sprintf("image %q of class %s is not built on this server: the operator runs `sandbox image build %s`", image, class.Name, image))
 		}
 	}
