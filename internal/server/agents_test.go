@@ -302,14 +302,15 @@ while [ ! -e go.flag ]; do sleep 0.05; done; echo after-flag; echo oops >&2`
 	var seen strings.Builder
 	var kinds []string
 	var lastID string
+	flagged := false
 	for ev := range events {
 		kinds = append(kinds, ev.Kind)
 		lastID = ev.ID
 		if ev.Kind == "stdout" {
 			seen.WriteString(ev.Text)
 		}
-		if strings.Contains(seen.String(), "first line") && !strings.Contains(seen.String(), "flagged") {
-			seen.WriteString("flagged")
+		if strings.Contains(seen.String(), "first line") && !flagged {
+			flagged = true
 			// The command is still running: it waits for this file.
 			select {
 			case a := <-answer:
