@@ -33,6 +33,8 @@ type serveConfig struct {
 	Grace     time.Duration
 	Runner    string
 	Frames    string
+	Backend   string
+	Kube      server.KubeConfig
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -47,6 +49,13 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdleAfter, "idle-after", time.Hour, "put a sandbox unused this long to sleep (memory checkpointed); 0 never")
 	fs.DurationVar(&c.Grace, "sweep-grace", 5*time.Minute, "age before a runtime object no row claims is swept")
 	fs.StringVar(&c.Operator, "operator-org", "system", "the reserved operator org: its keys read /metrics")
+	fs.StringVar(&c.Backend, "runtime", "gvisor", "where sandboxes run: gvisor (runsc on this machine) or kube (pods on a cluster)")
+	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default: the in-cluster config of the server's pod)")
+	fs.StringVar(&c.Kube.Namespace, "namespace", "sandboxes", "kube: namespace of the sandbox pods (never default, kube-* or the server's own)")
+	fs.StringVar(&c.Kube.RuntimeClass, "runtime-class", "gvisor", "kube: RuntimeClass of the gvisor runtime (\"\" runs pods without one)")
+	fs.StringVar(&c.Kube.ServerNamespace, "server-namespace", os.Getenv("POD_NAMESPACE"), "kube: the server's own namespace, refused for sandboxes (env POD_NAMESPACE)")
+	fs.StringVar(&c.Kube.ServiceAccount, "service-account", "sandbox-pod", "kube: service account of the sandbox pods (its token is never mounted)")
+	fs.StringVar(&c.Kube.StorageClass, "storage-class", "", "kube: StorageClass of project volumes (default: the cluster's)")
 	fs.StringVar(&c.Frames, "frame-ancestors", "'self'", "who may embed the terminal and screen pages in a frame (a CSP source list, e.g. \"'self' https://app.example.com\")")
 	fs.StringVar(&c.Runner, "runner", server.DefaultRunner(), "the code interpreter's in-sandbox runner (cmd/sandbox-runner); \"none\" runs programs through sh instead")
 }
@@ -65,8 +74,14 @@ func (c *serveConfig) Validate() error {
 	if c.Ceiling <= 0 {
 		return errors.New("--ceiling must be positive")
 	}
-	if _, err := os.Stat(c.Runsc); err != nil {
-		return fmt.Errorf("runsc not found at %s: run scripts/deps.sh, or pass --runsc", c.Runsc)
+	switch c.Backend {
+	case server.BackendGVisor:
+		if _, err := os.Stat(c.Runsc); err != nil {
+			return fmt.Errorf("runsc not found at %s: run scripts/deps.sh, or pass --runsc", c.Runsc)
+		}
+	case server.BackendKube:
+	default:
+		return fmt.Errorf("--runtime must be gvisor or kube, not %q", c.Backend)
 	}
 	if strings.ContainsAny(c.Frames, ";,\r\n") {
 		return errors.New("--frame-ancestors is one CSP source list: no ';' or ','")
@@ -107,7 +122,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app, err := server.New(ctx, server.Config{
 		Data: cfg.Data, Images: cfg.Images, Runsc: cfg.Runsc, Platform: cfg.Platform, Ceiling: cfg.Ceiling,
 		ReapEvery: cfg.ReapEvery, OperatorOrg: cfg.Operator, IdleAfter: idle, SweepGrace: cfg.Grace,
-		Runner: cfg.Runner, FrameAncestors: cfg.Frames,
+		Runner: cfg.Runner, FrameAncestors: cfg.Frames, Backend: cfg.Backend, Kube: cfg.Kube,
 	}, log)
 	if err != nil {
 		return err

@@ -54,6 +54,7 @@ type Spec struct {
 	Name      string            // minted per sandbox, never reused
 	Labels    map[string]string // must include LabelSandbox
 	Image     string            // class image name
+	Runtime   string            // the decided runtime (gvisor, kata-clh, ...)
 	Workdir   string            // mount point of Volume inside
 	Volume    Volume
 	CPUs      float64

@@ -21,7 +21,6 @@ import (
 	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/runtime"
-	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -53,6 +52,10 @@ type Config struct {
 	// FrameAncestors is who may frame the terminal and screen pages (a CSP
 	// source list); empty means "'self'".
 	FrameAncestors string
+	// Backend is "gvisor" (runsc on this machine, the default) or "kube"
+	// (pods through client-go; see Kube).
+	Backend string
+	Kube    KubeConfig
 	// Getenv reads the fee settings (SANDBOX_FEE_CENTS...); nil means
 	// os.Getenv.
 	Getenv func(string) string
@@ -62,7 +65,7 @@ type Config struct {
 type Server struct {
 	Handler http.Handler
 	Store   *store.Store
-	Runtime *gvisor.Runtime
+	Runtime runtime.Runtime
 	Service *service.Service
 	Reaper  *reaper.Reaper
 	Metrics *metrics.Metrics
@@ -94,13 +97,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := gvisor.New(gvisor.Config{
-		Runsc:       cfg.Runsc,
-		StateDir:    filepath.Join(cfg.Data, "runtime"),
-		Platform:    cfg.Platform,
-		ImageRootfs: func(name string) (string, error) { return image.Rootfs(cfg.Images, name) },
-		Runner:      cfg.Runner,
-	})
+	rt, settle, err := newBackend(cfg)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -112,9 +109,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	sessions := narrate.New(st, log)
 	svc := service.New(service.Config{
 		Narrator: sessions,
-		Runner:   runnerIn(cfg.Runner),
+		Runner:   runnerIn(cfg.Runner, cfg.Backend),
 		Ceiling:  cfg.Ceiling,
+		Runtime: runtimeName(cfg),
 		ImageReady: func(name string) error {
+			if cfg.Backend == BackendKube {
+				return nil // the cluster's nodes hold the images; a missing one fails the pod with the cluster's reason
+			}
 			_, err := image.Rootfs(cfg.Images, name)
 			if r, rerr := image.RecipeFor(name); err != nil && rerr == nil && !r.Buildable {
 				// Never a hung sandbox: say what is missing, now.
@@ -124,7 +125,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		},
 		Metrics: m,
 	}, st, rt, &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st}, log)
-	if err := recoverAll(ctx, st, rt, svc, log); err != nil {
+	if err := recoverAll(ctx, st, rt, settle, svc, log); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -145,9 +146,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}, nil
 }
 
-// runnerIn is where the runner is inside a sandbox, if there is one.
-func runnerIn(host string) string {
-	if host == "" {
+// runnerIn is where the runner is inside a sandbox, if there is one (the
+// kube backend mounts none: its programs run through the shell script).
+func runnerIn(host, backend string) string {
+	if host == "" || backend == BackendKube {
 		return ""
 	}
 	return runtime.RunnerPath
@@ -175,10 +177,12 @@ const InstalledRunner = "/usr/local/libexec/sandbox/sandbox-runner"
 
 // recoverAll reconciles every org's rows with the runtime (see
 // service.Recover) before the server answers its first call.
-func recoverAll(ctx context.Context, st *store.Store, rt *gvisor.Runtime, svc *service.Service, log *slog.Logger) error {
-	// A killed server's last runsc commands may still be finishing.
-	if err := rt.Settle(ctx); err != nil {
-		return err
+func recoverAll(ctx context.Context, st *store.Store, rt runtime.Runtime, settle func(context.Context) error, svc *service.Service, log *slog.Logger) error {
+	// A killed server's last runtime commands may still be finishing.
+	if settle != nil {
+		if err := settle(ctx); err != nil {
+			return err
+		}
 	}
 	list, err := rt.List(ctx, map[string]string{runtime.LabelSandbox: ""})
 	if err != nil {

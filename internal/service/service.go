@@ -296,7 +296,7 @@ func (s *Service) spec(sb *sandbox.Sandbox, restore string) runtime.Spec {
 			runtime.LabelOrg:       sandbox.Slug(sb.Org),
 			runtime.LabelExpiresAt: sb.ExpiresAt.Format(time.RFC3339),
 		},
-		Image: sb.Image, Workdir: sb.Workdir,
+		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
 		Volume: runtime.Volume{Name: sb.Volume, Scratch: sb.Project == "", SizeMiB: class.Limits.VolumeMiB},
 		CPUs:   class.Limits.CPUs, MemoryMiB: class.Limits.MemoryMiB, Pids: class.Limits.Pids,
 		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,

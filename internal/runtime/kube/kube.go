@@ -1,0 +1,500 @@
+// Package kube is the Kubernetes backend of the runtime interface: each
+// sandbox is a pod in one namespace (see Scope), under the RuntimeClass of
+// its decided runtime, reached only through the pod exec subresource with
+// client-go's WebSocket executor — by pod name, never by IP. Project
+// volumes are PVCs named per (org, project); scratch is a size-limited
+// emptyDir.
+//
+// Nothing here holds a tenant credential: pods run as a dedicated service
+// account with no token mounted, as uid 1000 with every capability
+// dropped, and their environment carries nothing secret.
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+)
+
+// Config configures the backend. Zero values are documented per field.
+type Config struct {
+	Client kubernetes.Interface // required
+	Rest   *rest.Config         // required: the exec subresource needs it
+	Scope  Scope                // required (NewScope)
+	// RuntimeClasses maps a decided runtime ("gvisor", "kata-clh", ...) to
+	// its RuntimeClass name; a runtime absent from the map runs without a
+	// runtimeClassName (the node's default handler).
+	RuntimeClasses map[string]string
+	// ServiceAccount the pods run as (with no token mounted); empty means
+	// "sandbox-pod".
+	ServiceAccount string
+	// Image maps a class image name to the container image; nil means
+	// "sandbox/NAME:local".
+	Image func(name string) string
+	// StorageClass of project PVCs; empty means the cluster's default.
+	StorageClass string
+	// StartTimeout bounds a pod's way to Running; zero means 2 minutes.
+	StartTimeout time.Duration
+}
+
+// Runtime is the Kubernetes backend.
+type Runtime struct {
+	cfg Config
+	ns  string
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New checks cfg and returns the backend.
+func New(cfg Config) (*Runtime, error) {
+	ns, err := cfg.Scope.Namespace()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Client == nil || cfg.Rest == nil {
+		return nil, errors.New("kube: a client and its rest config are required")
+	}
+	if cfg.ServiceAccount == "" {
+		cfg.ServiceAccount = "sandbox-pod"
+	}
+	if cfg.Image == nil {
+		cfg.Image = func(name string) string { return "sandbox/" + name + ":local" }
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 2 * time.Minute
+	}
+	return &Runtime{cfg: cfg, ns: ns}, nil
+}
+
+const container = "sandbox"
+
+// UID and GID every sandbox process runs as.
+const uid, gid = 1000, 1000
+
+// initScript is PID 1: it reaps orphans and never exits on a signal.
+const initScript = `trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
+
+// labelsFor turns runtime labels into Kubernetes label values (the expiry,
+// an RFC 3339 time, becomes Unix seconds: label values allow no ':').
+func labelsFor(in map[string]string) map[string]string {
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		if k == runtime.LabelExpiresAt {
+			if t, err := time.Parse(time.RFC3339, v); err == nil {
+				v = strconv.FormatInt(t.Unix(), 10)
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func mib(n int64) resource.Quantity { return *resource.NewQuantity(n<<20, resource.BinarySI) }
+
+// pod is the pod of spec.
+func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
+	no, yes := false, true
+	u, g := int64(uid), int64(gid)
+	grace := int64(2)
+	res := corev1.ResourceList{}
+	if spec.CPUs > 0 {
+		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(spec.CPUs*1000), resource.DecimalSI)
+	}
+	if spec.MemoryMiB > 0 {
+		res[corev1.ResourceMemory] = mib(spec.MemoryMiB)
+	}
+	if spec.RootfsMiB > 0 {
+		res[corev1.ResourceEphemeralStorage] = mib(spec.RootfsMiB)
+	}
+	work := corev1.VolumeSource{}
+	if spec.Volume.Scratch {
+		size := mib(max(spec.Volume.SizeMiB, 1))
+		work.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: &size}
+	} else {
+		work.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.Volume.Name}
+	}
+	tmp := mib(512)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: r.ns, Labels: labelsFor(spec.Labels)},
+		Spec: corev1.PodSpec{
+			ServiceAccountName:            r.cfg.ServiceAccount,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no, // no service addresses in the environment
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			Hostname:                      "sandbox",
+			TerminationGracePeriodSeconds: &grace,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: &yes, RunAsUser: &u, RunAsGroup: &g, FSGroup: &g,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            container,
+				Image:           r.cfg.Image(spec.Image),
+				ImagePullPolicy: pullPolicy(r.cfg.Image(spec.Image)),
+				Command:         []string{"/bin/bash", "-c", initScript},
+				WorkingDir:      spec.Workdir,
+				Env:             []corev1.EnvVar{{Name: "HOME", Value: "/home/user"}, {Name: "USER", Value: "user"}, {Name: "LANG", Value: "C.UTF-8"}},
+				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot: &yes, RunAsUser: &u, RunAsGroup: &g,
+					AllowPrivilegeEscalation: &no,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: spec.Workdir}, {Name: "tmp", MountPath: "/tmp"}},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "work", VolumeSource: work},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &tmp}}},
+			},
+		},
+	}
+	if rc := r.cfg.RuntimeClasses[spec.Runtime]; rc != "" {
+		p.Spec.RuntimeClassName = &rc
+	}
+	return p
+}
+
+// pullPolicy: locally imported images (":local") are never pulled.
+func pullPolicy(image string) corev1.PullPolicy {
+	if strings.HasSuffix(image, ":local") {
+		return corev1.PullNever
+	}
+	return corev1.PullIfNotPresent
+}
+
+// Create ensures the project PVC, creates the pod, and waits for Running.
+// A pod that does not get there is deleted, and the error carries the
+// cluster's own reason.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object, error) {
+	if spec.Restore != "" {
+		return runtime.Object{}, runtime.ErrUnsupported
+	}
+	if !spec.Volume.Scratch {
+		if err := r.ensureClaim(ctx, spec.Volume); err != nil {
+			return runtime.Object{}, err
+		}
+	}
+	created, err := r.cfg.Client.CoreV1().Pods(r.ns).Create(ctx, r.pod(spec), metav1.CreateOptions{})
+	if err != nil {
+		return runtime.Object{}, fmt.Errorf("kube: creating pod: %w", err)
+	}
+	ref := runtime.Ref{Name: created.Name, UID: string(created.UID)}
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	defer cancel()
+	p, err := r.waitRunning(wctx, created.Name)
+	if err != nil {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer dcancel()
+		if derr := r.Delete(dctx, ref); derr != nil && !errors.Is(derr, runtime.ErrNotFound) {
+			err = fmt.Errorf("%w (and removing the pod: %v)", err, derr)
+		}
+		return runtime.Object{}, err
+	}
+	return object(p), nil
+}
+
+// waitRunning polls the pod until it runs, fails, or ctx ends.
+func (r *Runtime) waitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
+	var last *corev1.Pod
+	for {
+		p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			last = p
+			if running(p) {
+				return p, nil
+			}
+			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+				return nil, fmt.Errorf("kube: pod %s stopped before running: %s", name, reason(p))
+			}
+		case ctx.Err() != nil:
+		default:
+			return nil, fmt.Errorf("kube: reading pod %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			why := "no status yet"
+			if last != nil {
+				why = reason(last)
+			}
+			return nil, fmt.Errorf("kube: pod %s did not run within the start timeout: %s", name, why)
+		case <-time.After(150 * time.Millisecond):
+		}
+	}
+}
+
+func running(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == container {
+			return c.State.Running != nil
+		}
+	}
+	return false
+}
+
+// reason is the cluster's own account of a pod that does not run.
+func reason(p *corev1.Pod) string {
+	for _, c := range p.Status.ContainerStatuses {
+		if w := c.State.Waiting; w != nil && w.Reason != "" {
+			return strings.TrimSpace(w.Reason + ": " + w.Message)
+		}
+		if t := c.State.Terminated; t != nil {
+			return strings.TrimSpace(fmt.Sprintf("%s (exit %d): %s", t.Reason, t.ExitCode, t.Message))
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			return fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+	}
+	return "phase " + string(p.Status.Phase)
+}
+
+func object(p *corev1.Pod) runtime.Object {
+	return runtime.Object{Name: p.Name, UID: string(p.UID), Labels: p.Labels, Created: p.CreationTimestamp.Time, Running: running(p)}
+}
+
+// ensureClaim creates the project's PVC when it does not exist yet.
+func (r *Runtime) ensureClaim(ctx context.Context, v runtime.Volume) error {
+	claims := r.cfg.Client.CoreV1().PersistentVolumeClaims(r.ns)
+	if _, err := claims.Get(ctx, v.Name, metav1.GetOptions{}); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kube: reading claim %s: %w", v.Name, err)
+	}
+	c := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: v.Name, Namespace: r.ns, Labels: map[string]string{"sandbox.dev/volume": "project"}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: mib(max(v.SizeMiB, 1))}},
+		},
+	}
+	if r.cfg.StorageClass != "" {
+		c.Spec.StorageClassName = &r.cfg.StorageClass
+	}
+	if _, err := claims.Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kube: creating claim %s: %w", v.Name, err)
+	}
+	return nil
+}
+
+// Delete deletes the pod by name with a UID precondition and waits until
+// it is gone. NotFound and Conflict (another pod under the name) mean stop.
+func (r *Runtime) Delete(ctx context.Context, ref runtime.Ref) error {
+	uid := types.UID(ref.UID)
+	grace := int64(0)
+	err := r.cfg.Client.CoreV1().Pods(r.ns).Delete(ctx, ref.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid}, GracePeriodSeconds: &grace,
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return runtime.ErrNotFound
+	case apierrors.IsConflict(err):
+		return runtime.ErrConflict
+	case err != nil:
+		return fmt.Errorf("kube: deleting pod %s: %w", ref.Name, err)
+	}
+	for {
+		p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && p.UID != uid) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube: pod %s is still terminating: %w", ref.Name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// List returns the pods of the scope carrying selector's labels.
+func (r *Runtime) List(ctx context.Context, selector map[string]string) ([]runtime.Object, error) {
+	sel, err := r.cfg.Scope.Selector(labelsFor(selector))
+	if err != nil {
+		return nil, err
+	}
+	pods, err := r.cfg.Client.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("kube: listing pods: %w", err)
+	}
+	out := make([]runtime.Object, 0, len(pods.Items))
+	for i := range pods.Items {
+		out = append(out, object(&pods.Items[i]))
+	}
+	return out, nil
+}
+
+// Status reads one pod.
+func (r *Runtime) Status(ctx context.Context, name string) (runtime.Object, error) {
+	p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return runtime.Object{}, runtime.ErrNotFound
+	}
+	if err != nil {
+		return runtime.Object{}, fmt.Errorf("kube: reading pod %s: %w", name, err)
+	}
+	if p.Labels[runtime.LabelSandbox] == "" {
+		return runtime.Object{}, runtime.ErrNotFound // not ours
+	}
+	return object(p), nil
+}
+
+// DeleteVolume deletes a project PVC; scratch lives and dies with its pod.
+func (r *Runtime) DeleteVolume(ctx context.Context, name string) error {
+	if strings.HasPrefix(name, "scratch-") {
+		return nil
+	}
+	err := r.cfg.Client.CoreV1().PersistentVolumeClaims(r.ns).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kube: deleting claim %s: %w", name, err)
+	}
+	return nil
+}
+
+// Checkpoint is not offered: a sleeping pod is deleted and started fresh
+// over its volume when woken.
+func (r *Runtime) Checkpoint(context.Context, runtime.Ref, string) error {
+	return runtime.ErrUnsupported
+}
+
+// DropCheckpoint has nothing to drop.
+func (r *Runtime) DropCheckpoint(context.Context, string) error { return nil }
+
+// KillAll kills every process of the sandbox user but PID 1 (a namespace's
+// init ignores a SIGKILL sent from inside it).
+func (r *Runtime) KillAll(ctx context.Context, name string) error {
+	err := r.stream(ctx, name, []string{"/bin/kill", "-9", "-1"}, false, nil, io.Discard, io.Discard, nil)
+	var exit *runtime.ExitError
+	if errors.As(err, &exit) {
+		return nil // kill also signals itself
+	}
+	return err
+}
+
+// baseEnv is the environment of every exec.
+var baseEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/home/user", "USER=user", "LOGNAME=user", "LANG=C.UTF-8", "HOSTNAME=sandbox",
+}
+
+// execWrapper runs the program in its directory and environment (the exec
+// subresource has neither), after writing its pid where a cancel finds it.
+const execWrapper = `echo $$ >"$0"; exec env -i "$@"`
+
+// Exec runs a program through the exec subresource.
+func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
+	if len(req.Argv) == 0 {
+		return errors.New("kube: empty argv")
+	}
+	if strings.Contains(req.Argv[0], "=") {
+		return &runtime.ExitError{Code: 127} // env(1) would read it as an assignment
+	}
+	env := append(append([]string{}, baseEnv...), req.Env...)
+	if req.TTY && !hasEnv(env, "TERM") {
+		env = append(env, "TERM=xterm-256color")
+	}
+	pidFile := "/tmp/.sandbox-exec-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ".pid"
+	argv := []string{"/bin/sh", "-c", execWrapper, pidFile}
+	if req.Dir != "" {
+		argv = append(argv, "-C", req.Dir)
+	}
+	argv = append(append(argv, env...), req.Argv...)
+	stdout, stderr := req.Stdout, req.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil && !req.TTY {
+		stderr = io.Discard
+	}
+	err := r.stream(ctx, name, argv, req.TTY, req.Stdin, stdout, stderr, req.Resize)
+	if ctx.Err() != nil {
+		// The stream is gone; the program may not be. Kill it inside.
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		r.stream(kctx, name, []string{"/bin/sh", "-c", `p=$(cat "$0" 2>/dev/null) && kill -9 -- -"$p" "$p" 2>/dev/null; rm -f "$0"`, pidFile},
+			false, nil, io.Discard, io.Discard, nil)
+		return ctx.Err()
+	}
+	go r.stream(context.WithoutCancel(ctx), name, []string{"/bin/rm", "-f", pidFile}, false, nil, io.Discard, io.Discard, nil)
+	return err
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// stream runs argv over the exec subresource.
+func (r *Runtime) stream(ctx context.Context, name string, argv []string, tty bool, stdin io.Reader, stdout, stderr io.Writer, resize <-chan runtime.Size) error {
+	u := r.cfg.Client.CoreV1().RESTClient().Post().Resource("pods").Name(name).Namespace(r.ns).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{
+			Container: container, Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: !tty, TTY: tty,
+		}, scheme.ParameterCodec).URL()
+	ex, err := remotecommand.NewWebSocketExecutor(r.cfg.Rest, "GET", u.String())
+	if err != nil {
+		return fmt.Errorf("kube: exec: %w", err)
+	}
+	opts := remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Tty: tty}
+	if !tty {
+		opts.Stderr = stderr
+	}
+	if tty && resize != nil {
+		opts.TerminalSizeQueue = sizeQueue{ctx: ctx, c: resize}
+	}
+	err = ex.StreamWithContext(ctx, opts)
+	var code utilexec.CodeExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &code):
+		return &runtime.ExitError{Code: code.Code}
+	case apierrors.IsNotFound(err):
+		return runtime.ErrNotFound
+	}
+	if st, gerr := r.Status(context.WithoutCancel(ctx), name); errors.Is(gerr, runtime.ErrNotFound) || (gerr == nil && !st.Running) {
+		return runtime.ErrNotFound
+	}
+	return fmt.Errorf("kube: exec in %s: %w", name, err)
+}
+
+// sizeQueue feeds resizes to the executor until ctx ends.
+type sizeQueue struct {
+	ctx context.Context
+	c   <-chan runtime.Size
+}
+
+func (q sizeQueue) Next() *remotecommand.TerminalSize {
+	select {
+	case s, ok := <-q.c:
+		if !ok {
+			return nil
+		}
+		return &remotecommand.TerminalSize{Width: s.Cols, Height: s.Rows}
+	case <-q.ctx.Done():
+		return nil
+	}
+}

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/runtime/kube"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// Backends.
+const (
+	BackendGVisor = "gvisor"
+	BackendKube   = "kube"
+)
+
+// KubeConfig configures the kube backend.
+type KubeConfig struct {
+	// Kubeconfig is a kubeconfig file; empty means the in-cluster config
+	// (the server running as a pod).
+	Kubeconfig string
+	// Namespace of the sandbox pods (required; never a system namespace).
+	Namespace string
+	// ServerNamespace is the server's own namespace, which the sandboxes
+	// must not share; empty means unknown.
+	ServerNamespace string
+	// RuntimeClass is the RuntimeClass of the default runtime (gvisor);
+	// empty runs pods without one.
+	RuntimeClass string
+	// ServiceAccount the pods run as; empty means "sandbox-pod".
+	ServiceAccount string
+	// StorageClass of project volumes; empty means the cluster's default.
+	StorageClass string
+}
+
+// runtimeName is the runtime a lease gets by default.
+func runtimeName(cfg Config) string { return sandbox.RuntimeGVisor }
+
+// newBackend builds the runtime of cfg.Backend, and its settle step (what
+// must finish before recovery), if any.
+func newBackend(cfg Config) (runtime.Runtime, func(context.Context) error, error) {
+	switch cfg.Backend {
+	case "", BackendGVisor:
+		rt, err := gvisor.New(gvisor.Config{
+			Runsc:       cfg.Runsc,
+			StateDir:    filepath.Join(cfg.Data, "runtime"),
+			Platform:    cfg.Platform,
+			ImageRootfs: func(name string) (string, error) { return image.Rootfs(cfg.Images, name) },
+			Runner:      cfg.Runner,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return rt, rt.Settle, nil
+	case BackendKube:
+		k := cfg.Kube
+		scope, err := kube.NewScope(k.Namespace, k.ServerNamespace)
+		if err != nil {
+			return nil, nil, err
+		}
+		var rc *rest.Config
+		if k.Kubeconfig != "" {
+			rc, err = clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
+		} else {
+			rc, err = rest.InClusterConfig()
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("kube: loading the cluster config: %w", err)
+		}
+		rc.QPS, rc.Burst = 50, 100
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kube: %w", err)
+		}
+		classes := map[string]string{}
+		if k.RuntimeClass != "" {
+			classes[sandbox.RuntimeGVisor] = k.RuntimeClass
+		}
+		// The other runtimes are RuntimeClasses of their own name.
+		classes[sandbox.RuntimeKataCLH] = sandbox.RuntimeKataCLH
+		classes[sandbox.RuntimeKataFC] = sandbox.RuntimeKataFC
+		rt, err := kube.New(kube.Config{
+			Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
+			ServiceAccount: k.ServiceAccount, StorageClass: k.StorageClass,
+		})
+		return rt, nil, err
+	}
+	return nil, nil, fmt.Errorf("unknown backend %q: gvisor or kube", cfg.Backend)
+}
