@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Narrator: sessions,
 		Runner:   runnerIn(cfg.Runner, cfg.Backend),
 		Ceiling:  cfg.Ceiling,
-		Runtime: runtimeName(cfg),
+		Runtime:  runtimeName(cfg),
 		ImageReady: func(name string) error {
 			if cfg.Backend == BackendKube {
 				return nil // the cluster's nodes hold the images; a missing one fails the pod with the cluster's reason
