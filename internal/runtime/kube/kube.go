@@ -12,6 +12,7 @@ package kube
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -224,6 +225,9 @@ func (r *Runtime) waitRunning(ctx context.Context, name string) (*corev1.Pod, er
 			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 				return nil, fmt.Errorf("kube: pod %s stopped before running: %s", name, reason(p))
 			}
+			if hopeless(p) {
+				return nil, fmt.Errorf("kube: pod %s cannot start: %s", name, reason(p))
+			}
 		case ctx.Err() != nil:
 		default:
 			return nil, fmt.Errorf("kube: reading pod %s: %w", name, err)
@@ -238,6 +242,21 @@ func (r *Runtime) waitRunning(ctx context.Context, name string) (*corev1.Pod, er
 		case <-time.After(150 * time.Millisecond):
 		}
 	}
+}
+
+// hopeless reports a pod whose container waits for something that will not
+// come by itself (an image that is never pulled, a bad spec): failing now
+// beats a lease hanging until the start timeout.
+func hopeless(p *corev1.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if w := c.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func running(p *corev1.Pod) bool {
@@ -397,24 +416,25 @@ var baseEnv = []string{
 	"HOME=/home/user", "USER=user", "LOGNAME=user", "LANG=C.UTF-8", "HOSTNAME=sandbox",
 }
 
-// execWrapper runs the program in its directory and environment (the exec
-// subresource has neither), after writing its pid where a cancel finds it.
-const execWrapper = `echo $$ >"$0"; exec env -i "$@"`
-
-// Exec runs a program through the exec subresource.
+// Exec runs a program through the exec subresource, which has no working
+// directory, environment or user of its own: env(1) sets the first two (the
+// container runs as uid 1000). Every exec carries a random SANDBOX_EXEC
+// token in its environment, inherited by whatever it starts; cancelling
+// kills every process holding the token, inside the pod.
 func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
 	if len(req.Argv) == 0 {
 		return errors.New("kube: empty argv")
 	}
-	if strings.Contains(req.Argv[0], "=") {
-		return &runtime.ExitError{Code: 127} // env(1) would read it as an assignment
+	if strings.Contains(req.Argv[0], "=") || strings.HasPrefix(req.Argv[0], "-") {
+		return &runtime.ExitError{Code: 127} // env(1) would read it as an assignment or an option
 	}
+	token := rand.Text()
 	env := append(append([]string{}, baseEnv...), req.Env...)
 	if req.TTY && !hasEnv(env, "TERM") {
 		env = append(env, "TERM=xterm-256color")
 	}
-	pidFile := "/tmp/.sandbox-exec-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ".pid"
-	argv := []string{"/bin/sh", "-c", execWrapper, pidFile}
+	env = append(env, "SANDBOX_EXEC="+token)
+	argv := []string{"/usr/bin/env", "-i"}
 	if req.Dir != "" {
 		argv = append(argv, "-C", req.Dir)
 	}
@@ -431,13 +451,17 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		// The stream is gone; the program may not be. Kill it inside.
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
-		r.stream(kctx, name, []string{"/bin/sh", "-c", `p=$(cat "$0" 2>/dev/null) && kill -9 -- -"$p" "$p" 2>/dev/null; rm -f "$0"`, pidFile},
-			false, nil, io.Discard, io.Discard, nil)
+		r.stream(kctx, name, []string{"/bin/sh", "-c", killScript, "SANDBOX_EXEC=" + token}, false, nil, io.Discard, io.Discard, nil)
 		return ctx.Err()
 	}
-	go r.stream(context.WithoutCancel(ctx), name, []string{"/bin/rm", "-f", pidFile}, false, nil, io.Discard, io.Discard, nil)
 	return err
 }
+
+// killScript kills every process whose environment holds $0.
+const killScript = `for p in /proc/[0-9]*; do
+  grep -qxz -- "$0" "$p/environ" 2>/dev/null && kill -9 "${p#/proc/}" 2>/dev/null
+done
+exit 0`
 
 func hasEnv(env []string, key string) bool {
 	for _, e := range env {

@@ -1,0 +1,220 @@
+package server_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/server"
+)
+
+// The kube suite runs the API against --runtime kube on a real cluster:
+// scripts/test.sh brings one up (scripts/kube-up.sh), imports the images,
+// and sets SANDBOX_TEST_KUBECONFIG.
+
+// kubeClient is the test's own view of the cluster, to assert from its side.
+func kubeClient(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	path := os.Getenv("SANDBOX_TEST_KUBECONFIG")
+	if path == "" {
+		t.Skip("no cluster: scripts/test.sh starts one and sets SANDBOX_TEST_KUBECONFIG")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newKubeEnv is a server on the kube backend, in a fresh namespace (with
+// the pods' service account) that is deleted afterwards.
+func newKubeEnv(t testing.TB) (*env, kubernetes.Interface, string) {
+	t.Helper()
+	c := kubeClient(t)
+	ctx := context.Background()
+	ns := "sbt-" + strings.ToLower(sandbox.NewID()[3:15])
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: "sandbox-pod"}, AutomountServiceAccountToken: &no,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvConfig(t, server.Config{Backend: server.BackendKube, Kube: server.KubeConfig{
+		Kubeconfig: os.Getenv("SANDBOX_TEST_KUBECONFIG"), Namespace: ns, RuntimeClass: "gvisor",
+	}})
+	t.Cleanup(func() { // after e.close (cleanups run last-in first-out)
+		c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	return e, c, ns
+}
+
+// TestKubeAPI: the API over pods — lease, exec, files, the interpreter, a
+// timeout killed inside, stop, cross-org 404, end — and from the cluster's
+// side: the RuntimeClass, no service-account token, the labels, the
+// security context, the pod gone after end.
+func TestKubeAPI(t *testing.T) {
+	e, c, ns := newKubeEnv(t)
+	ctx := context.Background()
+	id := e.lease("acme", map[string]any{"ttlSec": 300})
+
+	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: runtime.LabelSandbox + "=" + id})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods of %s: %v %v", id, pods, err)
+	}
+	p := pods.Items[0]
+	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor" {
+		t.Errorf("runtimeClassName %v", p.Spec.RuntimeClassName)
+	}
+	if p.Spec.AutomountServiceAccountToken == nil || *p.Spec.AutomountServiceAccountToken || p.Spec.ServiceAccountName != "sandbox-pod" {
+		t.Errorf("service account: %s, automount %v", p.Spec.ServiceAccountName, p.Spec.AutomountServiceAccountToken)
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.Projected != nil || v.Secret != nil {
+			t.Errorf("pod mounts a token or secret: %+v", v)
+		}
+	}
+	sc := p.Spec.Containers[0].SecurityContext
+	if sc == nil || *sc.RunAsUser != 1000 || *sc.AllowPrivilegeEscalation || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+		p.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("security context %+v, restart %s", sc, p.Spec.RestartPolicy)
+	}
+	if p.Labels[runtime.LabelOrg] != "acme" || p.Spec.Containers[0].Resources.Limits.Memory().Value() != 1<<30 {
+		t.Errorf("labels %v, limits %v", p.Labels, p.Spec.Containers[0].Resources.Limits)
+	}
+	for _, env := range p.Spec.Containers[0].Env {
+		if strings.Contains(strings.ToLower(env.Name), "token") || strings.Contains(env.Value, e.keys["acme"]) {
+			t.Errorf("a credential in the pod's environment: %s", env.Name)
+		}
+	}
+
+	if out := e.sh("acme", id, "id -u; cat /etc/hostname; ls /var/run/secrets/kubernetes.io 2>&1 || true; pwd"); !strings.HasPrefix(out, "1000\nsandbox\n") ||
+		!strings.Contains(out, "No such file") || !strings.HasSuffix(out, "/mnt/data\n") {
+		t.Errorf("inside the pod: %q", out)
+	}
+	if a := e.exec("acme", id, map[string]any{"argv": []string{"sh", "-c", "echo $FOO; cat; exit 3"}, "env": map[string]string{"FOO": "bar"}, "stdin": "in"}); a.ExitCode != 3 || a.Stdout != "bar\nin" {
+		t.Errorf("exec: %+v", a)
+	}
+	bin := []byte{0x00, 0x0d, 0xff, 'x'}
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=d/b.bin", "acme", bin)
+	if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=d/b.bin", "acme", nil); string(r.Body) != string(bin) {
+		t.Errorf("fs round trip: %q", r.Body)
+	}
+	if a := e.code("acme", map[string]any{"language": "py", "session_id": id, "code": "open('k.txt','w').write('k')\nprint(6*7)"}); a.Stdout != "42\n" || len(a.Files) != 1 {
+		t.Errorf("interpreter: %+v", a)
+	}
+	// A timeout kills the program inside the pod, not only the stream.
+	if a := e.exec("acme", id, map[string]any{"command": "sleep 4321", "timeoutSec": 1}); a.ExitCode != 124 {
+		t.Errorf("timeout: %+v", a)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if out := e.sh("acme", id, "ps -eo args | grep -c '^sleep 4321' || true"); out != "0\n" {
+		t.Errorf("the timed-out program still runs: %q", out)
+	}
+	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id, "globex", nil)
+	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/exec", "globex", map[string]any{"command": "true"})
+
+	// A terminal, over the exec subresource's TTY.
+	tk, _ := e.ticketFor("acme", id, "terminal")
+	k, _, err := e.dialTerm(t, id, tk, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.send(websocket.MessageText, `{"resize":{"cols":99,"rows":33}}`)
+	k.send(websocket.MessageBinary, "stty size; echo kube-$((6*7))\r")
+	k.expect("33 99")
+	k.expect("kube-42")
+	k.c.Close(websocket.StatusNormalClosure, "")
+
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	if _, err := c.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod after end: %v", err)
+	}
+}
+
+// TestKubeDeleteUIDPrecondition: a delete that names the UID of a pod that
+// was since recreated under the same name is refused, and the new pod stays.
+func TestKubeDeleteUIDPrecondition(t *testing.T) {
+	e, c, ns := newKubeEnv(t)
+	ctx := context.Background()
+	spec := runtime.Spec{
+		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()},
+		Image: "exec", Runtime: "gvisor", Workdir: "/mnt/data",
+		Volume: runtime.Volume{Name: "scratch-x", Scratch: true, SizeMiB: 64}, CPUs: 0.5, MemoryMiB: 256,
+	}
+	first, err := e.srv.Runtime.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Runtime.Delete(ctx, runtime.Ref{Name: first.Name, UID: first.UID}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.srv.Runtime.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.UID == first.UID {
+		t.Fatal("a recreated pod kept its UID")
+	}
+	if err := e.srv.Runtime.Delete(ctx, runtime.Ref{Name: first.Name, UID: first.UID}); !errors.Is(err, runtime.ErrConflict) {
+		t.Errorf("delete with the old UID: %v, want ErrConflict", err)
+	}
+	if p, err := c.CoreV1().Pods(ns).Get(ctx, second.Name, metav1.GetOptions{}); err != nil || string(p.UID) != second.UID {
+		t.Errorf("the recreated pod: %v", err)
+	}
+	if err := e.srv.Runtime.Delete(ctx, runtime.Ref{Name: second.Name, UID: second.UID}); err != nil {
+		t.Error(err)
+	}
+	if err := e.srv.Runtime.Delete(ctx, runtime.Ref{Name: second.Name, UID: second.UID}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("deleting it again: %v, want ErrNotFound", err)
+	}
+}
+
+// TestKubeStartFailure: a pod that cannot start is reported with the
+// cluster's reason, answered 503, and left nowhere.
+func TestKubeStartFailure(t *testing.T) {
+	e, c, ns := newKubeEnv(t)
+	_ = e
+	ctx := context.Background()
+	spec := runtime.Spec{
+		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()},
+		Image: "no-such-image", Runtime: "gvisor", Workdir: "/mnt/data",
+		Volume: runtime.Volume{Name: "scratch-y", Scratch: true, SizeMiB: 64},
+	}
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	_, err := e.srv.Runtime.Create(cctx, spec)
+	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") {
+		t.Errorf("start failure: %v (want the cluster's reason, ErrImageNeverPull)", err)
+	}
+	if pods, _ := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Errorf("a failed start left %d pods", len(pods.Items))
+	}
+}
+
+// projectClaim is the claim name the service gives (org, project).
+func projectClaim(org, project string) string {
+	sum := sha256.Sum256([]byte(org + "\x00" + project))
+	return "project-" + hex.EncodeToString(sum[:20])
+}
