@@ -9,6 +9,10 @@
 # Environment:
 #   SANDBOX_IMAGES  built class images (default /var/lib/sandbox/images);
 #                   passed to the tests as SANDBOX_TEST_IMAGES
+#   SANDBOX_KUBE    1 (default): bring up the single-node cluster
+#                   (scripts/kube-up.sh), import the images, run the kube
+#                   suite against it, and tear it down; 0: skip the kube suite
+#   SANDBOX_KUBE_ROOT  where the cluster lives (default /var/lib/sandbox/kube)
 set -euo pipefail
 
 log() { printf '[test] %s\n' "$*"; }
@@ -48,5 +52,20 @@ for a in "$@"; do
 	./* | ../* | github.com/sandboxd/sandbox*) pkgs=() ;;
 	esac
 done
-log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_IMAGES=$IMAGES)"
-SANDBOX_TEST_IMAGES=$IMAGES go test -count=1 -timeout 60m "$@" "${pkgs[@]}"
+# The kube suite needs a real cluster: bring one up (about 7 minutes cold,
+# one minute warm), import the images it runs, and tear it down at the end.
+kubeconfig=
+if [ "${SANDBOX_KUBE:-1}" = 1 ]; then
+	KROOT=${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}
+	trap 'bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
+	log "scripts/kube-up.sh $KROOT"
+	KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT"
+	for name in exec; do
+		log "import sandbox/$name:local into the cluster"
+		bash scripts/kube-image.sh "$KROOT" "sandbox/$name:local" "$IMAGES/$name/rootfs"
+	done
+	kubeconfig=$KROOT/etc/admin.kubeconfig
+fi
+
+log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig)"
+SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig go test -count=1 -timeout 60m "$@" "${pkgs[@]}"

@@ -100,7 +100,7 @@ func TestKubeAPI(t *testing.T) {
 		p.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Errorf("security context %+v, restart %s", sc, p.Spec.RestartPolicy)
 	}
-	if p.Labels[runtime.LabelOrg] != "acme" || p.Spec.Containers[0].Resources.Limits.Memory().Value() != 1<<30 {
+	if p.Labels[runtime.LabelOrg] != sandbox.Slug("acme") || p.Spec.Containers[0].Resources.Limits.Memory().Value() != 1<<30 {
 		t.Errorf("labels %v, limits %v", p.Labels, p.Spec.Containers[0].Resources.Limits)
 	}
 	for _, env := range p.Spec.Containers[0].Env {

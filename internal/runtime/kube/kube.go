@@ -239,7 +239,7 @@ func (r *Runtime) waitRunning(ctx context.Context, name string) (*corev1.Pod, er
 				why = reason(last)
 			}
 			return nil, fmt.Errorf("kube: pod %s did not run within the start timeout: %s", name, why)
-		case <-time.After(150 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

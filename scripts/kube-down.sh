@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# kube-down.sh — stop the cluster scripts/kube-up.sh started on ROOT.
+#
+#   sudo scripts/kube-down.sh [--purge] [ROOT]     # ROOT defaults to /var/lib/sandbox/kube
+#
+# Deletes the pods (so their sandboxes end cleanly), stops
+# kube-controller-manager, kube-scheduler, kubelet, containerd, then
+# kube-apiserver before etcd (the apiserver hangs on shutdown when etcd goes
+# first), each with SIGTERM and SIGKILL after 10 s; then kills what is left of
+# the containers this containerd started (shims, runsc sandboxes and gofers,
+# runc containers: found by ROOT's socket and state paths, killed by pid),
+# unmounts everything under ROOT and removes the CNI bridge. Binaries, Go
+# caches, etcd data and imported images are kept, so kube-up.sh starts again
+# quickly; --purge removes ROOT entirely.
+set -uo pipefail
+
+T0=$(date +%s)
+step() { printf '[kube-down %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
+die() {
+	printf '[kube-down] error: %s\n' "$*" >&2
+	exit 1
+}
+
+purge=0
+ROOT=
+for a in "$@"; do
+	case $a in
+	--purge) purge=1 ;;
+	-h | --help)
+		sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	-*) die "unknown flag $a" ;;
+	*)
+		[ -z "$ROOT" ] || die "usage: $0 [--purge] [ROOT]"
+		ROOT=$a
+		;;
+	esac
+done
+ROOT=${ROOT:-/var/lib/sandbox/kube}
+case $ROOT in /*) ;; *) ROOT=$(pwd)/$ROOT ;; esac
+ROOT=${ROOT%/}
+[ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
+[ "$ROOT" != / ] || die "ROOT must not be /"
+BRIDGE=sbxkube0
+[ -d "$ROOT" ] || {
+	step "$ROOT does not exist: nothing to do"
+	exit 0
+}
+
+# pid_of NAME: the pid in ROOT/run/NAME.pid when it is a live process of ours.
+pid_of() {
+	local f=$ROOT/run/$1.pid pid
+	[ -s "$f" ] || return 1
+	pid=$(cat "$f")
+	kill -0 "$pid" 2>/dev/null || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$ROOT/" || return 1
+	echo "$pid"
+}
+# stop NAME: SIGTERM, SIGKILL after 10 s.
+stop() {
+	local pid
+	if pid=$(pid_of "$1"); then
+		kill -TERM "$pid" 2>/dev/null
+		for _ in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.2
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			kill -KILL "$pid" 2>/dev/null
+			step "$1 (pid $pid) killed after 10 s"
+		else
+			step "$1 (pid $pid) stopped"
+		fi
+	fi
+	rm -f "$ROOT/run/$1.pid"
+}
+# pids_matching TEXT: pids whose command line contains TEXT (fixed string).
+pids_matching() {
+	local d
+	for d in /proc/[0-9]*; do
+		[ "${d#/proc/}" != $$ ] || continue
+		tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qF -- "$1" && echo "${d#/proc/}"
+	done
+}
+
+export KUBECONFIG=$ROOT/etc/admin.kubeconfig
+CTR=("$ROOT/bin/ctr" -a "$ROOT/run/containerd/containerd.sock" -n k8s.io)
+
+# 1. Pods: delete them through the apiserver while the kubelet runs.
+if pid_of apiserver >/dev/null && pid_of kubelet >/dev/null && [ -x "$ROOT/bin/kubecheck" ]; then
+	step "deleting all pods"
+	timeout 40 "$ROOT/bin/kubecheck" deletepods -timeout 30s ||
+		step "pods not all gone in 30 s (the rest is killed below)"
+fi
+
+# 2. Controllers and the kubelet (nothing recreates containers after this).
+stop controller-manager
+stop scheduler
+stop kubelet
+
+# 3. Containers still known to containerd, then containerd.
+if pid_of containerd >/dev/null; then
+	for t in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
+		timeout 10 "${CTR[@]}" tasks kill -s SIGKILL "$t" >/dev/null 2>&1
+	done
+	sleep 1
+	for t in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
+		timeout 10 "${CTR[@]}" tasks delete -f "$t" >/dev/null 2>&1
+	done
+fi
+stop containerd
+
+# 4. The apiserver before etcd.
+stop apiserver
+stop etcd
+
+# 5. Leftovers of this containerd: shims (their -address is ROOT's socket),
+#    runsc sandboxes/gofers (--root under ROOT), runc containers (runc state
+#    under ROOT). Killed by pid, never by name.
+if [ -x "$ROOT/bin/runsc" ] && [ -d "$ROOT/run/runsc/k8s.io" ]; then
+	for c in $("$ROOT/bin/runsc" --root "$ROOT/run/runsc/k8s.io" list -quiet 2>/dev/null); do
+		timeout 10 "$ROOT/bin/runsc" --root "$ROOT/run/runsc/k8s.io" delete -force "$c" >/dev/null 2>&1
+	done
+fi
+if command -v runc >/dev/null && [ -d "$ROOT/run/runc/k8s.io" ]; then
+	for c in $(runc --root "$ROOT/run/runc/k8s.io" list -q 2>/dev/null); do
+		runc --root "$ROOT/run/runc/k8s.io" kill "$c" KILL >/dev/null 2>&1
+		timeout 10 runc --root "$ROOT/run/runc/k8s.io" delete -f "$c" >/dev/null 2>&1
+	done
+fi
+left=$( (pids_matching "-address $ROOT/run/containerd/containerd.sock"
+	pids_matching "--root=$ROOT/run/runsc"
+	pids_matching "--root $ROOT/run/runsc") | sort -u)
+if [ -n "$left" ]; then
+	step "killing leftover shims/sandboxes: $(echo "$left" | tr "\n" " ")"
+	# shellcheck disable=SC2086 # one pid a word
+	kill -KILL $left 2>/dev/null
+	sleep 0.5
+fi
+
+# 6. Mounts under ROOT (deepest first), the CNI bridge, per-boot state.
+mnts=$(awk -v r="$ROOT/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r)
+if [ -n "$mnts" ]; then
+	step "unmounting $(echo "$mnts" | wc -l) mounts under $ROOT"
+	for m in $mnts; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+fi
+if ip link show "$BRIDGE" >/dev/null 2>&1; then
+	ip link del "$BRIDGE" && step "removed bridge $BRIDGE"
+fi
+# The pods are gone: their IP leases and the kubelet's fixed-path sockets too.
+rm -rf "$ROOT/var/cni-ipam" "$ROOT/run/runsc" "$ROOT/run/runc"
+rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null
+[ -d /var/log/containers ] && find /var/log/containers -maxdepth 1 -lname "$ROOT/*" -delete 2>/dev/null
+# Fixed-path directories the kubelet and the shims create: removed when empty.
+rmdir /var/log/containers /run/containerd/s /run/containerd 2>/dev/null
+
+if [ "$purge" = 1 ]; then
+	still=$(awk -v r="$ROOT/" 'index($2, r) == 1' /proc/mounts | wc -l)
+	[ "$still" -eq 0 ] || die "$still mounts left under $ROOT: not purging"
+	rm -rf "$ROOT"
+	step "purged $ROOT"
+fi
+step "stopped (ROOT $ROOT)"

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# kube-image.sh — import a directory rootfs as an image into the containerd of
+# the cluster that scripts/kube-up.sh runs (namespace k8s.io, so pods with
+# imagePullPolicy: Never find it).
+#
+#   sudo scripts/kube-image.sh ROOT NAME:TAG ROOTFS_DIR [-- CMD...]
+#   sudo scripts/kube-image.sh /var/lib/sandbox/kube sandbox/exec:local /var/lib/sandbox/images/exec/rootfs
+#
+# ROOT/bin/imgtar (scripts/kube/imgtar, built by kube-up.sh) writes a
+# single-layer docker-archive that keeps the rootfs' numeric uid/gid, modes,
+# hardlinks, symlinks, device nodes and xattrs; the layer is streamed to a
+# temporary file under ROOT/images (it needs the rootfs' size free) and the
+# archive is piped into `ctr images import`.
+#
+# Idempotent: the source hash — sha256 of ROOTFS_DIR/../image.json when the
+# rootfs comes from scripts/build-images.sh (it names the recipe hash and the
+# build time), else of a listing of the tree (path, size, mtime, mode, owner)
+# — is stored in ROOT/images/NAME_TAG.hash and as the image label
+# org.sandboxd.source-hash; when both match, nothing is imported.
+# FORCE=1 imports anyway.
+set -euo pipefail
+
+T0=$(date +%s)
+say() { printf '[kube-image %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
+die() {
+	printf '[kube-image] error: %s\n' "$*" >&2
+	exit 1
+}
+
+[ $# -ge 3 ] || die "usage: $0 ROOT NAME:TAG ROOTFS_DIR [-- CMD...]"
+[ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
+ROOT=${1%/}
+REF=$2
+ROOTFS=${3%/}
+shift 3
+cmd=()
+if [ $# -gt 0 ]; then
+	[ "$1" = -- ] || die "unexpected argument $1 (a command goes after --)"
+	shift
+	cmd=("$@")
+fi
+[ -d "$ROOTFS" ] || die "$ROOTFS is not a directory"
+[ -x "$ROOT/bin/imgtar" ] && [ -x "$ROOT/bin/ctr" ] || die "$ROOT/bin/imgtar or ctr missing: run scripts/kube-up.sh $ROOT first"
+SOCK=$ROOT/run/containerd/containerd.sock
+CTR=("$ROOT/bin/ctr" -a "$SOCK" -n k8s.io)
+"${CTR[@]}" version >/dev/null 2>&1 || die "containerd of $ROOT is not running (scripts/kube-up.sh $ROOT)"
+
+# The name containerd stores (docker.io/ and :latest added as docker does).
+full=$REF
+case ${full%%/*} in
+*.* | *:* | localhost) ;;
+*) case $full in */*) full=docker.io/$full ;; *) full=docker.io/library/$full ;; esac ;;
+esac
+case ${full##*/} in *:* | *@*) ;; *) full=$full:latest ;; esac
+
+FORMAT=imgtar-1 # bump when imgtar's output changes
+if [ -f "$ROOTFS/../image.json" ]; then
+	src="image.json $(sha256sum <"$ROOTFS/../image.json" | cut -d' ' -f1)"
+else
+	say "no $ROOTFS/../image.json: hashing a listing of the tree"
+	src="tree $(cd "$ROOTFS" && find . -printf '%P\t%s\t%T@\t%m\t%U\t%G\t%l\n' | LC_ALL=C sort | sha256sum | cut -d' ' -f1)"
+fi
+hash=$(printf '%s %s %s\n' "$FORMAT" "$src" "${cmd[*]}" | sha256sum | cut -d' ' -f1)
+mkdir -p "$ROOT/images"
+hashfile=$ROOT/images/$(printf '%s' "$REF" | tr '/:@' '___').hash
+
+exec 8>"$ROOT/images/.import.lock"
+flock 8
+
+have=$("${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1' || true)
+if [ "${FORCE:-0}" != 1 ] && [ "$(cat "$hashfile" 2>/dev/null)" = "$hash" ] &&
+	grep -qF "org.sandboxd.source-hash=$hash" <<<"$have"; then
+	say "$full is up to date (source hash ${hash:0:16}, $hashfile)"
+	exit 0
+fi
+
+say "importing $ROOTFS as $full (source: ${src%% *}, hash ${hash:0:16})"
+rm -f "$ROOT/images"/imgtar-*.layer # left by an interrupted run (the lock is ours)
+args=(-ref "$REF" -tmp "$ROOT/images" -label "org.sandboxd.source-hash=$hash" -label "org.sandboxd.rootfs=$ROOTFS")
+for c in "${cmd[@]}"; do args+=(-cmd "$c"); done
+rm -f "$hashfile"
+"$ROOT/bin/imgtar" "${args[@]}" "$ROOTFS" |
+	"${CTR[@]}" images import --label "org.sandboxd.source-hash=$hash" - >"$ROOT/images/last-import.log" 2>&1 || {
+	tail -n 20 "$ROOT/images/last-import.log" >&2
+	die "import failed (log $ROOT/images/last-import.log)"
+}
+"${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1' | grep -qF "org.sandboxd.source-hash=$hash" ||
+	die "$full is not in containerd after the import (log $ROOT/images/last-import.log)"
+printf '%s\n' "$hash" >"$hashfile"
+size=$("${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1 {print $4, $5}')
+say "imported $full ($size) in $(($(date +%s) - T0))s"

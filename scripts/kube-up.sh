@@ -1,0 +1,484 @@
+#!/usr/bin/env bash
+# kube-up.sh — a real single-node Kubernetes on this machine, for the kube
+# runtime: etcd (Debian), kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet (v1.37.2), containerd v2.4.2 with runc and gVisor
+# (runsc + containerd-shim-runsc-v1), RuntimeClasses gvisor (handler runsc)
+# and runc. Everything is built from the Go module proxy into ROOT and runs in
+# the background (logs in ROOT/logs, pid files in ROOT/run).
+#
+#   sudo scripts/kube-up.sh [ROOT]          # ROOT defaults to /var/lib/sandbox/kube
+#   scripts/kube-image.sh ROOT sandbox/exec:local /var/lib/sandbox/images/exec/rootfs
+#   KUBECONFIG=ROOT/etc/admin.kubeconfig ROOT/bin/kubectl get nodes
+#   sudo scripts/kube-down.sh [--purge] [ROOT]
+#
+# Idempotent: a second run rebuilds nothing whose version stamp matches
+# (ROOT/bin/.stamp-*) and starts only the processes that are not running.
+# A cold run (empty Go caches) takes about 8 minutes on 2 cores and 7.5 GB of
+# disk (most of it the Go caches under ROOT/go); a warm one a few seconds.
+#
+# Workarounds this kind of VM needs (each was an observed failure):
+#  - no CAP_SYS_RESOURCE even as root: containerd restrict_oom_score_adj, and
+#    the gVisor shim's oom_score_adj write is patched to be best-effort;
+#  - Debian's containerd 1.6 cannot read the new shim's reply: containerd v2;
+#  - cgroup v1: the kubelet needs failCgroupV1: false;
+#  - a loopback-only CNI fails sandbox setup: an isolated bridge (no gateway,
+#    no masquerade);
+#  - exec through the apiserver needs --kubelet-preferred-address-types=InternalIP;
+#  - versions are stamped with -X ldflags (else kubectl version cannot parse them).
+#
+# Environment:
+#   KUBE_UP_KUBECTL=0   do not build kubectl (kubecheck is enough for the script)
+set -euo pipefail
+
+K8S=v1.37.2
+STAGING=v0.37.2
+CTRD=v2.4.2
+GVISOR=v0.0.0-20260905035102-160fafc42237
+NODE=sandbox-node
+BRIDGE=sbxkube0
+POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.96.0.0/16
+PAUSE_IMAGE=registry.k8s.io/pause:sandbox-local
+
+T0=$(date +%s)
+step() { printf '[kube-up %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
+die() {
+	printf '[kube-up] error: %s\n' "$*" >&2
+	exit 1
+}
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
+case ${1:-} in -h | --help)
+	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+esac
+ROOT=${1:-/var/lib/sandbox/kube}
+[ $# -le 1 ] || die "usage: $0 [ROOT]"
+case $ROOT in /*) ;; *) ROOT=$(pwd)/$ROOT ;; esac
+ROOT=${ROOT%/}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KUBE_SRC=$REPO/scripts/kube
+
+mkdir -p "$ROOT"/{bin,src,logs,etc,var,run,pki,images,cni,go}
+chmod 0700 "$ROOT/pki" "$ROOT/etc"
+exec 9>"$ROOT/run/kube-up.lock"
+flock -n 9 || die "another kube-up.sh is running on $ROOT"
+
+# ---------------------------------------------------------------- Go
+. "$REPO/scripts/lib.sh"
+gobin=$(find_go) || die "no Go >= 1.21 found: run scripts/deps.sh first"
+PATH="$(dirname "$gobin"):$ROOT/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
+export PATH
+export GOMODCACHE=$ROOT/go/mod GOCACHE=$ROOT/go/cache GOPATH=$ROOT/go
+export GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
+gover=$(cd / && go env GOVERSION)
+gominor=${gover#go1.}
+gominor=${gominor%%[!0-9]*}
+if [ "${gominor:-0}" -lt 26 ]; then
+	# Kubernetes 1.37 and this gVisor need Go 1.26: fetch it through the proxy.
+	export GOTOOLCHAIN=go1.26.8
+	step "local $gover is older than go1.26: using GOTOOLCHAIN=$GOTOOLCHAIN"
+fi
+
+# need_build NAME STAMP BIN...: true when a binary is missing or the stamp
+# recorded for NAME differs from STAMP.
+need_build() {
+	local name=$1 stamp=$2 b
+	shift 2
+	for b in "$@"; do [ -x "$ROOT/bin/$b" ] || return 0; done
+	[ "$(cat "$ROOT/bin/.stamp-$name" 2>/dev/null)" != "$stamp" ]
+}
+set_stamp() { printf '%s\n' "$2" >"$ROOT/bin/.stamp-$1"; }
+# quiet CMD...: run a go command with its output in ROOT/logs/build.log,
+# shown only when it fails.
+quiet() {
+	printf '\n==== %s %s (in %s)\n' "$(date -u +%FT%TZ)" "$*" "$(pwd)" >>"$ROOT/logs/build.log"
+	"$@" >>"$ROOT/logs/build.log" 2>&1 && return 0
+	tail -n 40 "$ROOT/logs/build.log" >&2
+	die "failed: $* (log $ROOT/logs/build.log)"
+}
+srchash() { cat "$@" | sha256sum | cut -c1-16; }
+
+# ---------------------------------------------------------------- apt
+pkgs=(runc etcd-server containernetworking-plugins iproute2 openssl util-linux)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	step "apt-get install ${missing[*]}"
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+	step "apt packages present (${pkgs[*]})"
+fi
+for b in runc etcd /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
+	command -v "$b" >/dev/null || die "$b not found after apt-get install"
+done
+
+# ---------------------------------------------------------------- builds
+K8S_BINS=(kube-apiserver kubelet kube-scheduler kube-controller-manager)
+[ "${KUBE_UP_KUBECTL:-1}" = 0 ] || K8S_BINS+=(kubectl)
+K8S_STAMP="$K8S staging=$STAGING"
+KC_STAMP="$K8S_STAMP src=$(srchash "$KUBE_SRC/kubecheck/main.go")"
+
+# k8s_module: ROOT/src/k8s, a module requiring k8s.io/kubernetes with every
+# staging module replaced by its published version.
+k8s_module() {
+	local d=$ROOT/src/k8s mod
+	mkdir -p "$d/cmd/kubecheck"
+	cp "$KUBE_SRC/kubecheck/main.go" "$d/cmd/kubecheck/main.go"
+	(
+		cd "$d"
+		quiet go mod download "k8s.io/kubernetes@$K8S"
+		mod=$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$K8S.mod
+		[ -s "$mod" ] || die "no $mod after go mod download"
+		{
+			printf 'module sandboxkube/k8s\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S"
+			grep '=> ./staging/' "$mod" | awk -v v="$STAGING" '{printf "\t%s => %s %s\n", $1, $1, v}'
+			printf ')\n'
+		} >go.mod
+		{
+			printf '//go:build tools\n\npackage tools\n\nimport (\n'
+			printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl
+			printf ')\n'
+		} >tools.go
+		quiet go mod tidy
+	)
+}
+
+if need_build k8s "$K8S_STAMP" "${K8S_BINS[@]}" || need_build kubecheck "$KC_STAMP" kubecheck; then
+	step "go: module for kubernetes $K8S (staging $STAGING)"
+	k8s_module
+fi
+if need_build k8s "$K8S_STAMP" "${K8S_BINS[@]}"; then
+	step "go build: ${K8S_BINS[*]} (the long step, ~5 min cold)"
+	minor=$(echo "$K8S" | cut -d. -f2)
+	ld="-s -w"
+	for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ld+=" -X $v.gitVersion=$K8S -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+	done
+	pkgs=()
+	for b in "${K8S_BINS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+	(cd "$ROOT/src/k8s" && quiet go build -trimpath -ldflags="$ld" -o "$ROOT/bin/" "${pkgs[@]}")
+	set_stamp k8s "$K8S_STAMP"
+else
+	step "kubernetes $K8S binaries up to date"
+fi
+if need_build kubecheck "$KC_STAMP" kubecheck; then
+	step "go build: kubecheck (scripts/kube/kubecheck)"
+	(cd "$ROOT/src/k8s" && quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/kubecheck" ./cmd/kubecheck)
+	set_stamp kubecheck "$KC_STAMP"
+fi
+
+CTRD_BINS=(containerd containerd-shim-runc-v2 ctr)
+if need_build containerd "$CTRD" "${CTRD_BINS[@]}"; then
+	step "go build: containerd $CTRD"
+	d=$ROOT/src/containerd
+	mkdir -p "$d"
+	(
+		cd "$d"
+		printf 'module sandboxkube/containerd\n\ngo 1.26.0\n\nrequire github.com/containerd/containerd/v2 %s\n' "$CTRD" >go.mod
+		{
+			printf '//go:build tools\n\npackage tools\n\nimport (\n'
+			printf '\t_ "github.com/containerd/containerd/v2/cmd/%s"\n' "${CTRD_BINS[@]}"
+			printf ')\n'
+		} >tools.go
+		quiet go mod tidy
+		pkgs=()
+		for b in "${CTRD_BINS[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$b"); done
+		quiet go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+			-ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD" -o "$ROOT/bin/" "${pkgs[@]}"
+	)
+	set_stamp containerd "$CTRD"
+else
+	step "containerd $CTRD binaries up to date"
+fi
+
+GV_STAMP="$GVISOR oom-best-effort-1"
+if need_build gvisor "$GV_STAMP" runsc containerd-shim-runsc-v1; then
+	step "go build: gVisor $GVISOR (runsc, containerd-shim-runsc-v1; shim patched)"
+	d=$ROOT/src/gvisor
+	mkdir -p "$d"
+	(
+		cd "$d"
+		src=$(go mod download -json "gvisor.dev/gvisor@$GVISOR" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		[ -d "$src" ] || die "go mod download gvisor.dev/gvisor@$GVISOR gave no directory"
+		rm -rf src
+		cp -r "$src" src
+		chmod -R u+w src
+		# No CAP_SYS_RESOURCE here: the shim's unconditional oom_score_adj write
+		# fails; make it best-effort and silent (containerd parses the shim's output).
+		f=src/pkg/shim/v1/manager.go
+		old='return shim.BootstrapParams{}, fmt.Errorf("failed to set OOM Score on shim: %w", err)'
+		grep -qF "$old" "$f" || die "gVisor patch: the line to patch is not in $f"
+		sed -i 's|return shim.BootstrapParams{}, fmt.Errorf("failed to set OOM Score on shim: %w", err)|_ = err // best effort: no CAP_SYS_RESOURCE on some hosts|' "$f"
+		! grep -qF "$old" "$f" || die "gVisor patch did not apply to $f"
+		printf 'module sandboxkube/gvisor\n\ngo 1.26.0\n\nrequire gvisor.dev/gvisor %s\n\nreplace gvisor.dev/gvisor => ./src\n' "$GVISOR" >go.mod
+		printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "gvisor.dev/gvisor/runsc"\n\t_ "gvisor.dev/gvisor/shim"\n)\n' >tools.go
+		quiet go mod tidy
+		quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/runsc" gvisor.dev/gvisor/runsc
+		quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/containerd-shim-runsc-v1" gvisor.dev/gvisor/shim
+	)
+	set_stamp gvisor "$GV_STAMP"
+else
+	step "gVisor binaries up to date"
+fi
+
+TOOLS_STAMP="src=$(srchash "$KUBE_SRC/imgtar/main.go" "$KUBE_SRC/pause/main.go")"
+if need_build tools "$TOOLS_STAMP" imgtar pause; then
+	step "go build: imgtar, pause (scripts/kube)"
+	for t in imgtar pause; do
+		mkdir -p "$ROOT/src/$t"
+		cp "$KUBE_SRC/$t/main.go" "$ROOT/src/$t/main.go"
+		printf 'module sandboxkube/%s\n\ngo 1.21\n' "$t" >"$ROOT/src/$t/go.mod"
+		(cd "$ROOT/src/$t" && quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/$t" .)
+	done
+	set_stamp tools "$TOOLS_STAMP"
+fi
+
+# ---------------------------------------------------------------- pki, configs
+step "pki and configs in $ROOT/pki, $ROOT/etc"
+P=$ROOT/pki
+umask 077
+if [ ! -s "$P/ca.crt" ]; then
+	openssl req -x509 -new -nodes -newkey rsa:2048 -days 3650 -keyout "$P/ca.key" -out "$P/ca.crt" \
+		-subj "/CN=sandbox-kube-ca" -addext "basicConstraints=critical,CA:TRUE" \
+		-addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+	rm -f "$P/apiserver.crt" "$P/kubelet-client.crt"
+fi
+# cert NAME SUBJ EXT: a leaf signed by the CA.
+cert() {
+	[ -s "$P/$1.crt" ] && return 0
+	openssl req -new -nodes -newkey rsa:2048 -keyout "$P/$1.key" -out "$P/$1.csr" -subj "$2" 2>/dev/null
+	printf '%s\n' "$3" >"$P/$1.ext"
+	openssl x509 -req -in "$P/$1.csr" -CA "$P/ca.crt" -CAkey "$P/ca.key" -CAcreateserial -days 3650 \
+		-extfile "$P/$1.ext" -out "$P/$1.crt" 2>/dev/null
+	rm -f "$P/$1.csr" "$P/$1.ext"
+}
+cert apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:${SERVICE_CIDR%.0.0/*}.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+# The apiserver's client certificate towards the kubelet (exec, logs).
+cert kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+[ -s "$P/sa.key" ] || openssl genrsa -out "$P/sa.key" 2048 2>/dev/null
+[ -s "$P/sa.pub" ] || openssl rsa -in "$P/sa.key" -pubout -out "$P/sa.pub" 2>/dev/null
+if [ ! -s "$P/tokens.csv" ]; then
+	printf '%s,admin,admin,system:masters\n%s,system:node:%s,node-%s,system:nodes\n' \
+		"$(openssl rand -hex 24)" "$(openssl rand -hex 24)" "$NODE" "$NODE" >"$P/tokens.csv"
+fi
+admin_token=$(awk -F, '$2=="admin"{print $1}' "$P/tokens.csv")
+node_token=$(awk -F, -v u="system:node:$NODE" '$2==u{print $1}' "$P/tokens.csv")
+[ -n "$admin_token" ] && [ -n "$node_token" ] || die "$P/tokens.csv lacks the admin or node token (remove it to regenerate)"
+ca_data=$(base64 -w0 <"$P/ca.crt")
+mkkc() { # mkkc USER TOKEN > FILE
+	cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: sandbox-kube
+  cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority-data: $ca_data
+users:
+- name: $1
+  user:
+    token: $2
+contexts:
+- name: $1@sandbox-kube
+  context: {cluster: sandbox-kube, user: $1}
+current-context: $1@sandbox-kube
+EOF
+}
+mkkc admin "$admin_token" >"$ROOT/etc/admin.kubeconfig"
+mkkc "system:node:$NODE" "$node_token" >"$ROOT/etc/kubelet.kubeconfig"
+umask 022
+
+cat >"$ROOT/cni/10-sandbox-kube.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "sandbox-kube",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "$BRIDGE", "isGateway": false, "ipMasq": false,
+      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$ROOT/var/cni-ipam"}
+    }
+  ]
+}
+EOF
+cat >"$ROOT/etc/runsc.toml" <<EOF
+binary_name = "$ROOT/bin/runsc"
+root = "$ROOT/run/runsc"
+[runsc_config]
+  platform = "systrap"
+EOF
+cat >"$ROOT/etc/containerd.toml" <<EOF
+version = 3
+root = "$ROOT/var/containerd"
+state = "$ROOT/run/containerd"
+[grpc]
+  address = "$ROOT/run/containerd/containerd.sock"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = false
+  # no CAP_SYS_RESOURCE: the pause container's oom_score_adj=-998 would fail
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        Root = "$ROOT/run/runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$ROOT/etc/runsc.toml"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$ROOT/cni"
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+EOF
+cat >"$ROOT/etc/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$ROOT/run/containerd/containerd.sock
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+# Only the apiserver (client certificate from the cluster CA) or a token the
+# apiserver accepts may use the kubelet API; requests are authorized by it.
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $P/ca.crt}
+authorization: {mode: Webhook}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: ""
+podLogsDir: $ROOT/var/log/pods
+EOF
+
+# ---------------------------------------------------------------- processes
+# running NAME: the pid file names a live process of ours (its command line
+# mentions ROOT).
+running() {
+	local f=$ROOT/run/$1.pid pid
+	[ -s "$f" ] || return 1
+	pid=$(cat "$f")
+	kill -0 "$pid" 2>/dev/null || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$ROOT/"
+}
+# start NAME CMD...: start CMD in its own session unless NAME is running.
+start() {
+	local name=$1
+	shift
+	if running "$name"; then
+		step "$name already running (pid $(cat "$ROOT/run/$name.pid"))"
+		return 0
+	fi
+	printf '\n==== %s start %s\n' "$(date -u +%FT%TZ)" "$*" >>"$ROOT/logs/$name.log"
+	# own session (survives the caller's terminal), without the lock's fd 9
+	setsid "$@" >>"$ROOT/logs/$name.log" 2>&1 </dev/null 9>&- &
+	echo $! >"$ROOT/run/$name.pid"
+	step "$name started (pid $!, log $ROOT/logs/$name.log)"
+}
+# alive NAME: fail with the log's tail when NAME died.
+alive() {
+	running "$1" && return 0
+	tail -n 30 "$ROOT/logs/$1.log" >&2 || true
+	die "$1 is not running (log $ROOT/logs/$1.log)"
+}
+
+for port in 2379 2380 6443 10250 10257 10259; do
+	owner=$(ss -Hltnp "sport = :$port" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n1)
+	[ -z "$owner" ] && continue
+	grep -qF "$ROOT/" "/proc/$owner/cmdline" 2>/dev/null ||
+		die "port $port is taken by pid $owner ($(tr '\0' ' ' </proc/"$owner"/cmdline | cut -c1-100))"
+done
+
+cd "$ROOT"
+start etcd etcd --name sandbox-kube --data-dir "$ROOT/var/etcd" \
+	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster sandbox-kube=http://127.0.0.1:2380
+start apiserver "$ROOT/bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
+	--bind-address=127.0.0.1 --secure-port=6443 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+	--tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
+	--token-auth-file="$P/tokens.csv" --authorization-mode=Node,RBAC \
+	--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
+	--service-account-signing-key-file="$P/sa.key" --service-cluster-ip-range="$SERVICE_CIDR" \
+	--allow-privileged=true --kubelet-preferred-address-types=InternalIP \
+	--kubelet-client-certificate="$P/kubelet-client.crt" --kubelet-client-key="$P/kubelet-client.key" \
+	--profiling=false
+start containerd "$ROOT/bin/containerd" --config "$ROOT/etc/containerd.toml"
+for _ in $(seq 150); do
+	[ -S "$ROOT/run/containerd/containerd.sock" ] && "$ROOT/bin/ctr" -a "$ROOT/run/containerd/containerd.sock" version >/dev/null 2>&1 && break
+	alive containerd
+	sleep 0.2
+done
+CTR=("$ROOT/bin/ctr" -a "$ROOT/run/containerd/containerd.sock" -n k8s.io)
+"${CTR[@]}" version >/dev/null 2>&1 || die "containerd does not answer on $ROOT/run/containerd/containerd.sock"
+
+pause_id=$(sha256sum "$ROOT/bin/pause" | cut -c1-16)
+if ! "${CTR[@]}" images ls -q "labels.\"org.sandboxd.pause\"==$pause_id" 2>/dev/null | grep -q .; then
+	step "import $PAUSE_IMAGE (Go pause)"
+	rm -rf "$ROOT/images/pause-rootfs"
+	mkdir -p "$ROOT/images/pause-rootfs"
+	cp "$ROOT/bin/pause" "$ROOT/images/pause-rootfs/pause"
+	"$ROOT/bin/imgtar" -ref "$PAUSE_IMAGE" -cmd /pause -tmp "$ROOT/images" "$ROOT/images/pause-rootfs" 2>/dev/null |
+		"${CTR[@]}" images import --label "org.sandboxd.pause=$pause_id" - >/dev/null 2>"$ROOT/logs/pause-import.log" || {
+		cat "$ROOT/logs/pause-import.log" >&2
+		die "pause image import failed"
+	}
+fi
+
+step "waiting for the apiserver"
+alive etcd
+alive apiserver
+export KUBECONFIG=$ROOT/etc/admin.kubeconfig
+kubecheck readyz -timeout 2m || {
+	tail -n 20 "$ROOT/logs/apiserver.log" >&2
+	die "apiserver not ready"
+}
+since=0
+running kubelet || since=$(($(date +%s) - 1)) # a new kubelet: its own report of Ready, not the last one's
+start kubelet "$ROOT/bin/kubelet" --config="$ROOT/etc/kubelet.yaml" --kubeconfig="$ROOT/etc/kubelet.kubeconfig" \
+	--root-dir="$ROOT/var/kubelet" --cert-dir="$P/kubelet" --hostname-override="$NODE"
+start scheduler "$ROOT/bin/kube-scheduler" --kubeconfig="$ROOT/etc/admin.kubeconfig" --leader-elect=false \
+	--bind-address=127.0.0.1 --profiling=false
+start controller-manager "$ROOT/bin/kube-controller-manager" --kubeconfig="$ROOT/etc/admin.kubeconfig" \
+	--leader-elect=false --bind-address=127.0.0.1 --profiling=false \
+	--service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --use-service-account-credentials=false
+
+step "waiting for node $NODE Ready and the default service account"
+if ! kubecheck wait -node "$NODE" -since "$since" -timeout 3m; then
+	for p in kubelet controller-manager containerd; do alive "$p"; done
+	tail -n 20 "$ROOT/logs/kubelet.log" >&2
+	die "node $NODE not Ready"
+fi
+kubecheck runtimeclasses gvisor=runsc runc=runc
+for p in etcd apiserver containerd kubelet scheduler controller-manager; do alive "$p"; done
+
+step "cluster ready"
+cat <<EOF
+  node:        $NODE (RuntimeClasses gvisor -> runsc, runc -> runc)
+  kubeconfig:  $ROOT/etc/admin.kubeconfig
+  binaries:    $ROOT/bin (kubecheck, ctr$( [ -x "$ROOT/bin/kubectl" ] && echo ", kubectl"))
+  logs:        $ROOT/logs
+  import:      $REPO/scripts/kube-image.sh $ROOT sandbox/exec:local /var/lib/sandbox/images/exec/rootfs
+  stop:        $REPO/scripts/kube-down.sh $ROOT
+$ROOT/etc/admin.kubeconfig
+EOF
