@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -217,4 +218,75 @@ func TestKubeStartFailure(t *testing.T) {
 func projectClaim(org, project string) string {
 	sum := sha256.Sum256([]byte(org + "\x00" + project))
 	return "project-" + hex.EncodeToString(sum[:20])
+}
+
+// TestKubeSweepAndVolumes: the orphan sweep works unchanged over pods (a
+// labelled pod no row claims is deleted once older than the grace, and a
+// claimed one is kept); a project volume is a PVC of the deterministic
+// name that outlives its sandbox and goes with purge.
+func TestKubeSweepAndVolumes(t *testing.T) {
+	e, c, ns := newKubeEnv(t)
+	ctx := context.Background()
+
+	// A project volume: the test provides the PersistentVolume the claim
+	// binds to (the cluster has no provisioner).
+	claim := projectClaim("acme", "proj")
+	dir := t.TempDir()
+	os.Chmod(dir, 0o777)
+	fs := corev1.PersistentVolumeFilesystem
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-pv"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			VolumeMode:                    &fs,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
+		},
+	}
+	if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	id := e.lease("acme", map[string]any{"class": "dev", "project": "proj", "ttlSec": 300})
+	e.sh("acme", id, "echo kept > note.txt")
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the project's claim %s after end: %v", claim, err)
+	}
+	id = e.lease("acme", map[string]any{"class": "dev", "project": "proj", "ttlSec": 300})
+	if out := e.sh("acme", id, "cat note.txt; pwd"); out != "kept\n/work\n" {
+		t.Errorf("the project volume did not come back: %q", out)
+	}
+
+	// The sweep: an unclaimed labelled pod goes; the live sandbox stays.
+	stray, err := e.srv.Runtime.Create(ctx, runtime.Spec{
+		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()},
+		Image: "exec", Runtime: "gvisor", Workdir: "/mnt/data",
+		Volume: runtime.Volume{Name: "scratch-stray", Scratch: true, SizeMiB: 64}, CPUs: 0.5, MemoryMiB: 256,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Reaper.Grace = time.Nanosecond
+	n, err := e.srv.Reaper.Sweep(ctx)
+	if err != nil || n != 1 {
+		t.Errorf("sweep deleted %d, %v; want the one stray", n, err)
+	}
+	if _, err := c.CoreV1().Pods(ns).Get(ctx, stray.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the stray pod survived the sweep: %v", err)
+	}
+	e.sh("acme", id, "true") // the claimed one still runs
+
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id+"?purge=1", "acme", nil)
+	// The claim is deleted; the cluster lets go of it once no pod uses it
+	// (the pvc-protection finalizer).
+	var err2 error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err2 = c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{}); apierrors.IsNotFound(err2) {
+			return
+		}
+	}
+	t.Errorf("the claim after purge: %v", err2)
 }

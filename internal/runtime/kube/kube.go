@@ -114,15 +114,21 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 	no, yes := false, true
 	u, g := int64(uid), int64(gid)
 	grace := int64(2)
-	res := corev1.ResourceList{}
+	// Limits are the class table's. Requests equal them, except CPU: a
+	// sandbox idles most of its life, and a node that reserved every core
+	// for idle shells would run a handful of them; a quarter is reserved
+	// (at least 100m), the rest is used when free.
+	limits, requests := corev1.ResourceList{}, corev1.ResourceList{}
 	if spec.CPUs > 0 {
-		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(spec.CPUs*1000), resource.DecimalSI)
+		milli := int64(spec.CPUs * 1000)
+		limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
+		requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(milli/4, min(milli, 100)), resource.DecimalSI)
 	}
 	if spec.MemoryMiB > 0 {
-		res[corev1.ResourceMemory] = mib(spec.MemoryMiB)
+		limits[corev1.ResourceMemory], requests[corev1.ResourceMemory] = mib(spec.MemoryMiB), mib(spec.MemoryMiB)
 	}
 	if spec.RootfsMiB > 0 {
-		res[corev1.ResourceEphemeralStorage] = mib(spec.RootfsMiB)
+		limits[corev1.ResourceEphemeralStorage], requests[corev1.ResourceEphemeralStorage] = mib(spec.RootfsMiB), mib(spec.RootfsMiB)
 	}
 	work := corev1.VolumeSource{}
 	if spec.Volume.Scratch {
@@ -152,7 +158,7 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 				Command:         []string{"/bin/bash", "-c", initScript},
 				WorkingDir:      spec.Workdir,
 				Env:             []corev1.EnvVar{{Name: "HOME", Value: "/home/user"}, {Name: "USER", Value: "user"}, {Name: "LANG", Value: "C.UTF-8"}},
-				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
+				Resources:       corev1.ResourceRequirements{Requests: requests, Limits: limits},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot: &yes, RunAsUser: &u, RunAsGroup: &g,
 					AllowPrivilegeEscalation: &no,

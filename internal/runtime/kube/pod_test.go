@@ -1,0 +1,59 @@
+package kube
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+)
+
+func TestPodSpec(t *testing.T) {
+	r := &Runtime{cfg: Config{RuntimeClasses: map[string]string{"gvisor": "gvisor"}, ServiceAccount: "sandbox-pod",
+		Image: func(n string) string { return "sandbox/" + n + ":local" }}, ns: "sandboxes"}
+	spec := runtime.Spec{
+		Name: "sbx-a", Image: "dev", Runtime: "gvisor", Workdir: "/work",
+		Labels: map[string]string{runtime.LabelSandbox: "sb_x", runtime.LabelExpiresAt: "2026-11-30T10:00:00Z"},
+		Volume: runtime.Volume{Name: "project-abc", SizeMiB: 100}, CPUs: 2, MemoryMiB: 4096, RootfsMiB: 2048,
+	}
+	p := r.pod(spec)
+	c := p.Spec.Containers[0]
+	switch {
+	case p.Name != "sbx-a" || p.Namespace != "sandboxes":
+		t.Errorf("name %s/%s", p.Namespace, p.Name)
+	case p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor":
+		t.Errorf("runtime class %v", p.Spec.RuntimeClassName)
+	case *p.Spec.AutomountServiceAccountToken || p.Spec.ServiceAccountName != "sandbox-pod" || *p.Spec.EnableServiceLinks:
+		t.Errorf("service account / links")
+	case p.Spec.RestartPolicy != corev1.RestartPolicyNever:
+		t.Errorf("restart %s", p.Spec.RestartPolicy)
+	case !*c.SecurityContext.RunAsNonRoot || *c.SecurityContext.RunAsUser != 1000 || *c.SecurityContext.AllowPrivilegeEscalation ||
+		len(c.SecurityContext.Capabilities.Drop) != 1 || c.SecurityContext.Capabilities.Drop[0] != "ALL":
+		t.Errorf("security context %+v", c.SecurityContext)
+	case c.Resources.Limits.Cpu().MilliValue() != 2000 || c.Resources.Requests.Cpu().MilliValue() != 500 ||
+		c.Resources.Limits.Memory().Value() != 4<<30 || c.Resources.Requests.Memory().Value() != 4<<30 ||
+		c.Resources.Limits.StorageEphemeral().Value() != 2<<30:
+		t.Errorf("resources %+v", c.Resources)
+	case p.Spec.Volumes[0].PersistentVolumeClaim == nil || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "project-abc":
+		t.Errorf("work volume %+v", p.Spec.Volumes[0])
+	case p.Labels[runtime.LabelExpiresAt] != "1796032800":
+		t.Errorf("expiry label %q (label values allow no ':')", p.Labels[runtime.LabelExpiresAt])
+	case c.ImagePullPolicy != corev1.PullNever:
+		t.Errorf("pull policy %s", c.ImagePullPolicy)
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			t.Errorf("env %s comes from elsewhere", e.Name)
+		}
+	}
+
+	// Scratch: a size-limited emptyDir; a runtime without a class: none.
+	spec.Volume, spec.Runtime = runtime.Volume{Name: "scratch-sb_x", Scratch: true, SizeMiB: 512}, "runc"
+	p = r.pod(spec)
+	if ed := p.Spec.Volumes[0].EmptyDir; ed == nil || ed.SizeLimit.Value() != 512<<20 {
+		t.Errorf("scratch %+v", p.Spec.Volumes[0])
+	}
+	if p.Spec.RuntimeClassName != nil {
+		t.Errorf("a runtime without a class got %q", *p.Spec.RuntimeClassName)
+	}
+}
