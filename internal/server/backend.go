@@ -3,7 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/klog/v2"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -46,7 +50,7 @@ func runtimeName(cfg Config) string { return sandbox.RuntimeGVisor }
 
 // newBackend builds the runtime of cfg.Backend, and its settle step (what
 // must finish before recovery), if any.
-func newBackend(cfg Config) (runtime.Runtime, func(context.Context) error, error) {
+func newBackend(cfg Config, log *slog.Logger) (runtime.Runtime, func(context.Context) error, error) {
 	switch cfg.Backend {
 	case "", BackendGVisor:
 		rt, err := gvisor.New(gvisor.Config{
@@ -61,6 +65,13 @@ func newBackend(cfg Config) (runtime.Runtime, func(context.Context) error, error
 		}
 		return rt, rt.Settle, nil
 	case BackendKube:
+		// client-go logs through klog, and reports what it cannot return
+		// (a stream torn down by a cancelled exec, say) as "unhandled":
+		// both go to the server's log, the latter at debug level.
+		klog.SetSlogLogger(log.With("component", "client-go"))
+		utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, msg string, kv ...any) {
+			log.Debug("client-go: "+msg, append([]any{"err", err}, kv...)...)
+		}}
 		k := cfg.Kube
 		scope, err := kube.NewScope(k.Namespace, k.ServerNamespace)
 		if err != nil {

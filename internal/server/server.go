@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, settle, err := newBackend(cfg)
+	rt, settle, err := newBackend(cfg, log)
 	if err != nil {
 		st.Close()
 		return nil, err
