@@ -83,8 +83,15 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		buf.Reset()
 		return rc.Flush()
 	}
-	for _, e := range backlog {
+	// The backlog goes out in slices: the buffer never holds more than a
+	// slice's worth.
+	for i, e := range backlog {
 		send(e)
+		if i%64 == 63 {
+			if err := flush(); err != nil {
+				return nil
+			}
+		}
 	}
 	if err := flush(); err != nil {
 		return nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -156,8 +157,11 @@ func (k *socket) Write(p []byte) (int, error) {
 // close ends the connection with a status and a reason (at most 123 bytes
 // by the protocol) and waits for the socket's goroutines.
 func (k *socket) close(code websocket.StatusCode, reason string) {
-	if len(reason) > 120 {
-		reason = reason[:120]
+	if len(reason) > 120 { // cut on a character boundary: a browser fails a close with invalid UTF-8
+		reason = strings.ToValidUTF8(reason[:120], "")
+		for len(reason) > 0 && !utf8.ValidString(reason) {
+			reason = reason[:len(reason)-1]
+		}
 	}
 	k.c.Close(code, reason)
 	k.cancel()

@@ -233,6 +233,13 @@ func ParseTrailer(b []byte) (t Trailer, ok bool) {
 // and paths with ".." are dropped; at most MaxFiles are kept.
 func ParseFiles(b []byte) []File {
 	var files []File
+	// Only NUL-terminated records: a list cut short (by a cap) must not
+	// report its last path cut short too.
+	if i := bytes.LastIndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	} else {
+		b = nil
+	}
 	for _, rec := range bytes.Split(b, []byte{0}) {
 		size, name, found := bytes.Cut(rec, []byte("\t"))
 		if !found || len(name) == 0 || len(files) == MaxFiles {

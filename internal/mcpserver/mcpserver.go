@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -45,14 +46,20 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 	add(s, "run_code", "Run a program in one of the interpreter's languages. Pass session_id again to keep the files of earlier runs; "+
 		"an answer with a different session_id means the old session ended.", o.RunCode)
 
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Logger: log})
+	// Sessions hold no state of ours; an idle one is dropped after a while
+	// (the client starts a new one) so abandoned sessions do not pile up.
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: 30 * time.Minute})
 	verify := func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		p, err := authn.Principal(ctx, token)
 		if err != nil {
 			if sandbox.KindOf(err) == sandbox.KindUnauthorized {
 				return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, sandbox.Message(err))
 			}
-			return nil, err
+			// The SDK writes this error's text to the client: keep the
+			// detail in the log.
+			log.Error("mcp: checking a key", "err", err)
+			return nil, errors.New("the key could not be checked; try again")
 		}
 		// UserID binds an MCP session to the org that opened it: the SDK
 		// refuses the session's id presented with another org's key.

@@ -75,9 +75,20 @@ func New(st Store, log *slog.Logger) *Log {
 // Dropped counts the events that never reached the store.
 func (l *Log) Dropped() int64 { return l.dropped.Load() }
 
+// MaxEvent bounds one event's data; a longer write becomes several events.
+const MaxEvent = 16 << 10
+
 // Append adds an event to a session of an org. It copies data and returns
 // at once.
 func (l *Log) Append(org, session, kind string, data []byte) {
+	for len(data) > MaxEvent {
+		l.append(org, session, kind, data[:MaxEvent])
+		data = data[MaxEvent:]
+	}
+	l.append(org, session, kind, data)
+}
+
+func (l *Log) append(org, session, kind string, data []byte) {
 	l.mu.Lock()
 	// Sequence numbers are nanoseconds, kept strictly increasing: they grow
 	// across restarts without reading the store first.
@@ -91,7 +102,9 @@ func (l *Log) Append(org, session, kind string, data []byte) {
 			l.cutOff(f)
 		}
 	}
-	l.mu.Unlock()
+	// Queued under the lock too: the queue then holds events in sequence
+	// order, and a follower's flush (which subscribes under the lock first)
+	// cannot slip between handing an event out and recording it.
 	select {
 	case l.queue <- item{org: org, ev: ev}:
 	default:
@@ -99,6 +112,16 @@ func (l *Log) Append(org, session, kind string, data []byte) {
 			l.log.Warn("session log queue full; events dropped from the record", "dropped", l.dropped.Load())
 		}
 	}
+	l.mu.Unlock()
+}
+
+// Seed makes every later sequence number greater than seq (the highest in
+// the store), so a clock stepped back across a restart cannot number new
+// events below old ones.
+func (l *Log) Seed(seq int64) {
+	l.mu.Lock()
+	l.lastSeq = max(l.lastSeq, seq)
+	l.mu.Unlock()
 }
 
 // Wait returns once Run has returned.

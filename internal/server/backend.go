@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/klog/v2"
@@ -102,7 +103,15 @@ func newBackend(cfg Config, log *slog.Logger) (runtime.Runtime, func(context.Con
 			Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
 			ServiceAccount: k.ServiceAccount, StorageClass: k.StorageClass,
 		})
-		return rt, nil, err
+		if err != nil {
+			return nil, nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := rt.Isolate(ctx); err != nil {
+			return nil, nil, err
+		}
+		return rt, nil, nil
 	}
 	return nil, nil, fmt.Errorf("unknown backend %q: gvisor or kube", cfg.Backend)
 }

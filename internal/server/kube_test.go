@@ -110,6 +110,13 @@ func TestKubeAPI(t *testing.T) {
 		}
 	}
 
+	// Deny-all, both ways, for every sandbox pod of the namespace.
+	np, err := c.NetworkingV1().NetworkPolicies(ns).Get(ctx, "sandbox-isolation", metav1.GetOptions{})
+	if err != nil || len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 ||
+		len(np.Spec.PodSelector.MatchExpressions) != 1 || np.Spec.PodSelector.MatchExpressions[0].Key != runtime.LabelSandbox {
+		t.Errorf("isolation policy: %+v %v", np, err)
+	}
+
 	if out := e.sh("acme", id, "id -u; cat /etc/hostname; ls /var/run/secrets/kubernetes.io 2>&1 || true; pwd"); !strings.HasPrefix(out, "1000\nsandbox\n") ||
 		!strings.Contains(out, "No such file") || !strings.HasSuffix(out, "/mnt/data\n") {
 		t.Errorf("inside the pod: %q", out)
@@ -259,6 +266,25 @@ func TestKubeSweepAndVolumes(t *testing.T) {
 	if out := e.sh("acme", id, "cat note.txt; pwd"); out != "kept\n/work\n" {
 		t.Errorf("the project volume did not come back: %q", out)
 	}
+
+	// tmux on kube: the session survives a disconnect (a closed terminal
+	// kills its own command, not what it detached).
+	tk, _ := e.ticketFor("acme", id, "terminal")
+	k, _, err := e.dialTerm(t, id, tk, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.send(websocket.MessageBinary, "MARK=kube-$((40+2)); echo set-$MARK\r")
+	k.expect("set-kube-42")
+	k.c.CloseNow()
+	time.Sleep(time.Second) // the server notices and cancels the exec
+	tk, _ = e.ticketFor("acme", id, "terminal")
+	if k, _, err = e.dialTerm(t, id, tk, "work"); err != nil {
+		t.Fatal(err)
+	}
+	k.send(websocket.MessageBinary, "echo again-$MARK\r")
+	k.expect("again-kube-42")
+	k.c.Close(websocket.StatusNormalClosure, "")
 
 	// The sweep: an unclaimed labelled pod goes; the live sandbox stays.
 	stray, err := e.srv.Runtime.Create(ctx, runtime.Spec{

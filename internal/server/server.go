@@ -133,6 +133,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
+	if err := seedSessions(ctx, st, sessions); err != nil {
+		st.Close()
+		return nil, err
+	}
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
 	return &Server{
@@ -207,6 +211,22 @@ func recoverAll(ctx context.Context, st *store.Store, rt runtime.Runtime, settle
 		total.Failed += res.Failed
 	}
 	log.Info("recovered sandboxes", "adopted", total.Adopted, "lost", total.Lost, "interrupted", total.Failed, "runtimeObjects", len(list))
+	return nil
+}
+
+// seedSessions numbers new session events after every stored one.
+func seedSessions(ctx context.Context, st *store.Store, l *narrate.Log) error {
+	orgs, err := st.Orgs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, org := range orgs {
+		seq, err := st.MaxEventSeq(sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "server"}))
+		if err != nil {
+			return err
+		}
+		l.Seed(seq)
+	}
 	return nil
 }
 

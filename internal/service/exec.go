@@ -172,10 +172,16 @@ func validRedact(secrets []string) error {
 	if len(secrets) > redact.MaxSecrets {
 		return sandbox.Errorf(sandbox.KindInvalid, "redact takes at most %d secrets", redact.MaxSecrets)
 	}
+	total := 0
 	for _, s := range secrets {
 		if len(s) > redact.MaxSecretLen {
 			return sandbox.Errorf(sandbox.KindInvalid, "a secret to redact is longer than %d bytes", redact.MaxSecretLen)
 		}
+		total += len(s)
+	}
+	// The redactor's work per output byte grows with the secrets' bytes.
+	if total > 16<<10 {
+		return sandbox.Errorf(sandbox.KindInvalid, "the secrets to redact add up to more than %d bytes", 16<<10)
 	}
 	return nil
 }

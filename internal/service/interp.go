@@ -81,6 +81,17 @@ func (s *Service) RunCode(ctx context.Context, req CodeRequest) (*CodeResult, er
 		return nil, err
 	}
 
+	// Every input is checked before a sandbox is leased for it.
+	workdir := sandbox.MustClass(sandbox.ClassExec).Workdir
+	for _, f := range inputs {
+		if _, err := sandbox.ResolvePath(workdir, f.path); err != nil {
+			return nil, err
+		}
+		if len(f.data) > MaxFileBytes {
+			return nil, sandbox.Errorf(sandbox.KindTooLarge, "file %q is larger than %d bytes", f.path, MaxFileBytes)
+		}
+	}
+
 	res := &CodeResult{SessionID: req.SessionID}
 	if !s.alive(ctx, req.SessionID) {
 		sb, err := s.Lease(ctx, LeaseRequest{Class: sandbox.ClassExec})
@@ -89,6 +100,19 @@ func (s *Service) RunCode(ctx context.Context, req CodeRequest) (*CodeResult, er
 		}
 		res.SessionID, res.NewSession = sb.ID, true
 	}
+	out, err := s.runCode(ctx, lang, req, inputs, timeout, res)
+	if err != nil && res.NewSession {
+		// The caller never learns a session that failed on its first run:
+		// end it rather than leave it running on the caller's account.
+		if _, eerr := s.End(context.WithoutCancel(ctx), res.SessionID, false); eerr != nil {
+			s.log.Warn("ending a session whose first run failed", "sandbox", res.SessionID, "err", eerr)
+		}
+	}
+	return out, err
+}
+
+// runCode writes the inputs and runs the program in session res.SessionID.
+func (s *Service) runCode(ctx context.Context, lang interp.Lang, req CodeRequest, inputs []inputFile, timeout time.Duration, res *CodeResult) (*CodeResult, error) {
 	for _, f := range inputs {
 		if _, err := s.Write(ctx, res.SessionID, f.path, strings.NewReader(f.data)); err != nil {
 			return nil, err

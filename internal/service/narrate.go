@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"io"
+	"sync"
 
 	"github.com/sandboxd/sandbox/internal/redact"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -15,12 +16,18 @@ type Narrator interface {
 	Append(org, session, kind string, data []byte)
 }
 
-// narration is one command's narration into one session.
+// narration is one command's narration into one session. It carries at
+// most OutputCap bytes of output, like the answer; the rest is counted and
+// said once.
 type narration struct {
 	n       Narrator
 	org     string
 	session string
 	secrets []string
+
+	mu        sync.Mutex
+	sent      int
+	truncated bool
 }
 
 // narration returns the narration of a command for session, or nil when
@@ -53,6 +60,21 @@ type narrationWriter struct {
 }
 
 func (w narrationWriter) Write(p []byte) (int, error) {
-	w.n.n.Append(w.n.org, w.n.session, w.kind, p)
+	n := w.n
+	n.mu.Lock()
+	room := OutputCap - n.sent
+	keep := p[:max(0, min(len(p), room))]
+	n.sent += len(keep)
+	cut := len(keep) < len(p) && !n.truncated
+	if cut {
+		n.truncated = true
+	}
+	n.mu.Unlock()
+	if len(keep) > 0 {
+		n.n.Append(n.org, n.session, w.kind, keep)
+	}
+	if cut {
+		n.n.Append(n.org, n.session, "truncated", []byte("[sandbox: narration stops here; the command's further output is not narrated]"))
+	}
 	return len(p), nil
 }

@@ -36,7 +36,10 @@ func (s *Service) Ticket(ctx context.Context, id, kind string) (string, error) {
 			return "", sandbox.Errorf(sandbox.KindConflict, "sandbox %s is class %s, which has no screen: lease class desktop", sb.ID, sb.Class)
 		}
 	}
-	token, _ := s.tickets.Mint(p.Org, sb.ID, kind)
+	token, _, ok := s.tickets.Mint(p.Org, sb.ID, kind)
+	if !ok {
+		return "", &sandbox.Error{Kind: sandbox.KindLimit, Msg: "too many unspent tickets: use or let expire the ones you hold", RetryAfter: int(ticket.TTL / time.Second)}
+	}
 	return token, nil
 }
 

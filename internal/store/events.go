@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -75,4 +76,18 @@ func (s *Store) Events(ctx context.Context, session string, after int64, limit i
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// MaxEventSeq is the highest sequence number stored for the org in ctx (0
+// when none).
+func (s *Store) MaxEventSeq(ctx context.Context) (int64, error) {
+	db, org, err := s.orgDB(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var seq sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT MAX(seq) FROM session_events WHERE org = ?`, org).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("store: events: %w", err)
+	}
+	return seq.Int64, nil
 }

@@ -39,6 +39,7 @@ type Book struct {
 
 	mu      sync.Mutex
 	tickets map[string]Ticket
+	perOrg  map[string]int
 }
 
 // New returns an empty Book; now nil means time.Now.
@@ -46,18 +47,28 @@ func New(now func() time.Time) *Book {
 	if now == nil {
 		now = time.Now
 	}
-	return &Book{now: now, tickets: map[string]Ticket{}}
+	return &Book{now: now, tickets: map[string]Ticket{}, perOrg: map[string]int{}}
 }
 
-// Mint issues a ticket for kind on a sandbox of org.
-func (b *Book) Mint(org, sandbox, kind string) (string, Ticket) {
-	t := Ticket{Org: org, Sandbox: sandbox, Kind: kind, Expires: b.now().Add(TTL)}
-	token := "tk_" + rand.Text() + rand.Text() // 260 random bits
+// MaxPerOrg bounds an org's outstanding tickets.
+const MaxPerOrg = 256
+
+// Mint issues a ticket for kind on a sandbox of org; ok is false when the
+// org already holds MaxPerOrg unspent ones.
+func (b *Book) Mint(org, sandbox, kind string) (token string, t Ticket, ok bool) {
+	t = Ticket{Org: org, Sandbox: sandbox, Kind: kind, Expires: b.now().Add(TTL)}
+	token = "tk_" + rand.Text() + rand.Text() // 260 random bits
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.prune()
+	if b.perOrg[org] >= MaxPerOrg {
+		b.prune()
+		if b.perOrg[org] >= MaxPerOrg {
+			return "", Ticket{}, false
+		}
+	}
 	b.tickets[token] = t
-	return token, t
+	b.perOrg[org]++
+	return token, t, true
 }
 
 // Spend removes the ticket and then says whether it grants kind on sandbox
@@ -65,7 +76,10 @@ func (b *Book) Mint(org, sandbox, kind string) (string, Ticket) {
 func (b *Book) Spend(token, sandbox, kind string) (Ticket, bool) {
 	b.mu.Lock()
 	t, ok := b.tickets[token]
-	delete(b.tickets, token)
+	if ok {
+		delete(b.tickets, token)
+		b.forget(t.Org)
+	}
 	b.mu.Unlock()
 	if !ok || !b.now().Before(t.Expires) {
 		return Ticket{}, false
@@ -76,12 +90,20 @@ func (b *Book) Spend(token, sandbox, kind string) (Ticket, bool) {
 	return t, true
 }
 
-// prune drops expired tickets; b.mu is held.
+// prune drops expired tickets; b.mu is held. It runs only when an org is
+// at its cap, so minting stays O(1).
 func (b *Book) prune() {
 	now := b.now()
 	for k, t := range b.tickets {
 		if !now.Before(t.Expires) {
 			delete(b.tickets, k)
+			b.forget(t.Org)
 		}
+	}
+}
+
+func (b *Book) forget(org string) {
+	if b.perOrg[org]--; b.perOrg[org] <= 0 {
+		delete(b.perOrg, org)
 	}
 }

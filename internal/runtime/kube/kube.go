@@ -18,9 +18,11 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -108,6 +110,38 @@ func labelsFor(in map[string]string) map[string]string {
 }
 
 func mib(n int64) resource.Quantity { return *resource.NewQuantity(n<<20, resource.BinarySI) }
+
+// IsolationPolicy is the NetworkPolicy that cuts every sandbox pod off the
+// network, both ways: a gVisor sandbox on one machine has no network
+// (--network=none), and a pod must not have more — not another tenant's pod,
+// not the apiserver, not the cloud's metadata address.
+const IsolationPolicy = "sandbox-isolation"
+
+// Isolate makes sure the namespace's deny-all NetworkPolicy exists. The
+// server refuses to start without it. (It is enforced by the cluster's
+// network plugin; one without NetworkPolicy support enforces nothing.)
+func (r *Runtime) Isolate(ctx context.Context) error {
+	np := r.cfg.Client.NetworkingV1().NetworkPolicies(r.ns)
+	if _, err := np.Get(ctx, IsolationPolicy, metav1.GetOptions{}); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kube: reading NetworkPolicy %s/%s: %w", r.ns, IsolationPolicy, err)
+	}
+	_, err := np.Create(ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: IsolationPolicy, Namespace: r.ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: runtime.LabelSandbox, Operator: metav1.LabelSelectorOpExists},
+			}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			// No rules: nothing in, nothing out.
+		},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kube: creating the deny-all NetworkPolicy %s/%s (sandboxes must not reach the network): %w", r.ns, IsolationPolicy, err)
+	}
+	return nil
+}
 
 // pod is the pod of spec.
 func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
@@ -463,9 +497,21 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	return err
 }
 
-// killScript kills every process whose environment holds $0.
-const killScript = `for p in /proc/[0-9]*; do
-  grep -qxz -- "$0" "$p/environ" 2>/dev/null && kill -9 "${p#/proc/}" 2>/dev/null
+// killScript kills the command an exec started: the processes holding its
+// token ($0) in their environment that are in the session of the oldest
+// holder (the command itself). Whatever the command detached into a
+// session of its own (a tmux server, a desktop's X server) is left alone,
+// as the gvisor backend leaves it by killing the command's process group.
+const killScript = `token=$0 holders= first= sess=
+for p in /proc/[0-9]*; do
+  grep -qxz -- "$token" "$p/environ" 2>/dev/null || continue
+  set -- $(sed 's/.*) //' "$p/stat" 2>/dev/null)
+  [ $# -ge 20 ] || continue
+  holders="$holders ${p#/proc/}:$4"
+  if [ -z "$first" ] || [ "${20}" -lt "$first" ]; then first=${20} sess=$4; fi
+done
+for h in $holders; do
+  [ "${h#*:}" = "$sess" ] && kill -9 "${h%%:*}" 2>/dev/null
 done
 exit 0`
 
@@ -488,9 +534,14 @@ func (r *Runtime) stream(ctx context.Context, name string, argv []string, tty bo
 	if err != nil {
 		return fmt.Errorf("kube: exec: %w", err)
 	}
-	opts := remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Tty: tty}
+	// client-go returns from a cancelled stream while its copiers may still
+	// write: the gates hold the caller's writers until then, and drop after.
+	gout, gerr := &gate{w: stdout}, &gate{w: stderr}
+	defer gout.close()
+	defer gerr.close()
+	opts := remotecommand.StreamOptions{Stdin: stdin, Stdout: gout, Tty: tty}
 	if !tty {
-		opts.Stderr = stderr
+		opts.Stderr = gerr
 	}
 	if tty && resize != nil {
 		opts.TerminalSizeQueue = sizeQueue{ctx: ctx, c: resize}
@@ -505,10 +556,35 @@ func (r *Runtime) stream(ctx context.Context, name string, argv []string, tty bo
 	case apierrors.IsNotFound(err):
 		return runtime.ErrNotFound
 	}
-	if st, gerr := r.Status(context.WithoutCancel(ctx), name); errors.Is(gerr, runtime.ErrNotFound) || (gerr == nil && !st.Running) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if st, serr := r.Status(sctx, name); errors.Is(serr, runtime.ErrNotFound) || (serr == nil && !st.Running) {
 		return runtime.ErrNotFound
 	}
 	return fmt.Errorf("kube: exec in %s: %w", name, err)
+}
+
+// gate passes writes to w until closed, then drops them; close waits for a
+// write in progress.
+type gate struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.w == nil {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }
 
 // sizeQueue feeds resizes to the executor until ctx ends.
