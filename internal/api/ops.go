@@ -2,10 +2,12 @@ package api
 
 import (
 	"context"
+	"errors"
 	"io"
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -85,7 +87,7 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 			break
 		}
 		if err != nil {
-			return sandbox.Errorf(sandbox.KindInvalid, "malformed multipart body")
+			return uploadError(err, written)
 		}
 		name := part.FileName() // the base name only: the part cannot pick a directory
 		if name == "" {
@@ -95,6 +97,10 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 		res, err := s.svc.Write(r.Context(), id, name, part)
 		part.Close()
 		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				return uploadError(err, written)
+			}
 			return err
 		}
 		written = append(written, interp.File{Path: name, Size: res.Bytes})
@@ -104,6 +110,23 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, filesBody{SessionID: id, Files: written})
 	return nil
+}
+
+// uploadError says why an upload stopped, and which files made it.
+func uploadError(err error, written []interp.File) error {
+	done := ""
+	if len(written) > 0 {
+		names := make([]string, len(written))
+		for i, f := range written {
+			names[i] = f.Path
+		}
+		done = "; written before it: " + strings.Join(names, ", ")
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return sandbox.Errorf(sandbox.KindTooLarge, "the upload is larger than %d bytes%s", maxUpload, done)
+	}
+	return sandbox.Errorf(sandbox.KindInvalid, "malformed multipart body%s", done)
 }
 
 func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {

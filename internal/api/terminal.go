@@ -100,11 +100,15 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 	ctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
 	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8)}
-	k.wg.Add(2)
-	go func() { // frames → stdin
+	// Frames are read without waiting for the program to take its stdin:
+	// a reader blocked on a busy shell would leave pongs unread and the
+	// ping would drop a healthy connection. Up to 64 frames wait here.
+	frames := make(chan []byte, 64)
+	k.wg.Add(3)
+	go func() { // frames → queue
 		defer k.wg.Done()
 		defer cancel()
-		defer pw.Close()
+		defer close(frames)
 		for {
 			typ, data, err := c.Read(ctx)
 			if err != nil {
@@ -119,7 +123,20 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 					continue
 				}
 			}
+			select {
+			case frames <- data:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { // queue → stdin
+		defer k.wg.Done()
+		defer pw.Close()
+		for data := range frames {
 			if _, err := pw.Write(data); err != nil {
+				for range frames { // drain so the reader never blocks
+				}
 				return
 			}
 		}
