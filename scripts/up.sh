@@ -52,7 +52,14 @@ In another terminal, lease an exec sandbox, then run Python in it:
 ID=\$(curl -sS -X POST $URL/v1/sandbox -H 'Authorization: Bearer $KEY' -d '{"class":"exec"}' | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'); echo \$ID
 curl -sS -X POST $URL/v1/sandbox/\$ID/exec -H 'Authorization: Bearer $KEY' -d '{"argv":["python3","-c","print(6*7)"]}'
 
-The second command answers {"exitCode":0,"stdout":"42\n","stderr":""}. README.md has the rest of the API.
+The second command answers {"exitCode":0,"stdout":"42\n","stderr":""}.
+
+Or hand code to the interpreter (13 languages; pass session_id again to keep its files):
+
+curl -sS $URL/v1/exec -H 'Authorization: Bearer $KEY' -d '{"language":"py","code":"print(6*7)"}'
+
+A shell in the browser: POST $URL/v1/sandbox/\$ID/terminal/ticket, then open $URL + the "url" it answers.
+MCP clients connect to $URL/mcp with the same key. README.md has the rest of the API.
 
 EOF
 
