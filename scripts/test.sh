@@ -60,7 +60,7 @@ if [ "${SANDBOX_KUBE:-1}" = 1 ]; then
 	trap 'bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
 	log "scripts/kube-up.sh $KROOT"
 	KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT"
-	for name in exec dev; do
+	for name in exec dev desktop; do
 		log "import sandbox/$name:local into the cluster"
 		bash scripts/kube-image.sh "$KROOT" "sandbox/$name:local" "$IMAGES/$name/rootfs"
 	done

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/ops"
@@ -37,6 +38,12 @@ type Server struct {
 	opts Options
 
 	methods map[string][]string // path pattern → methods, for 405 answers
+
+	// Console connections outlive their request (the socket is hijacked):
+	// Close ends them and waits, so nothing touches the store after it.
+	live         sync.WaitGroup
+	closing      context.Context
+	stopConsoles context.CancelFunc
 }
 
 // Options are the optional parts of the API.
@@ -65,6 +72,7 @@ func New(svc *service.Service, auth Authenticator, log *slog.Logger, opts Option
 		opts.FrameAncestors = "'self'"
 	}
 	s := &Server{svc: svc, ops: ops.New(svc), auth: auth, log: log, mux: http.NewServeMux(), opts: opts}
+	s.closing, s.stopConsoles = context.WithCancel(context.Background())
 	s.routes()
 	return s
 }
@@ -141,6 +149,12 @@ func (s *Server) notAllowed() {
 			})
 		}
 	}
+}
+
+// Close ends every open terminal and screen connection and waits for them.
+func (s *Server) Close() {
+	s.stopConsoles()
+	s.live.Wait()
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -79,11 +79,16 @@ type socket struct {
 	stdin  *io.PipeReader
 	resize chan runtime.Size
 	wg     sync.WaitGroup
+	done   func()
 }
 
 // open spends the ticket (refusing with 401 and no upgrade), then upgrades.
 // nil means the answer has been written.
 func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resizable bool) *socket {
+	if s.closing.Err() != nil {
+		s.writeError(w, r, sandbox.Errorf(sandbox.KindUnavailable, "the server is shutting down"))
+		return nil
+	}
 	ctx, err := s.svc.SpendTicket(r.Context(), r.URL.Query().Get("ticket"), r.PathValue("id"), kind)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -98,8 +103,9 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 	}
 	c.SetReadLimit(1 << 20)
 	ctx, cancel := context.WithCancel(ctx)
+	stopOnClose := context.AfterFunc(s.closing, cancel)
 	pr, pw := io.Pipe()
-	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8)}
+	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8), done: func() { stopOnClose() }}
 	// Frames are read without waiting for the program to take its stdin:
 	// a reader blocked on a busy shell would leave pongs unread and the
 	// ping would drop a healthy connection. Up to 64 frames wait here.
@@ -185,6 +191,7 @@ func (k *socket) close(code websocket.StatusCode, reason string) {
 	k.stdin.Close()
 	k.wg.Wait()
 	k.c.CloseNow()
+	k.done()
 }
 
 // parseResize reads a frame that is exactly {"resize":{"cols":N,"rows":M}}.
@@ -208,6 +215,8 @@ func parseResize(b []byte) (runtime.Size, bool) {
 }
 
 func (s *Server) terminalSocket(w http.ResponseWriter, r *http.Request) {
+	s.live.Add(1)
+	defer s.live.Done()
 	// The arg is checked before the ticket is spent: a typo costs no ticket.
 	arg := r.URL.Query().Get("arg")
 	if arg != "" && !sandbox.ValidSessionName(arg) {
@@ -227,6 +236,8 @@ func (s *Server) terminalSocket(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) screenSocket(w http.ResponseWriter, r *http.Request) {
+	s.live.Add(1)
+	defer s.live.Done()
 	k := s.open(w, r, ticket.Screen, false)
 	if k == nil {
 		return

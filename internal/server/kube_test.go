@@ -316,3 +316,56 @@ func TestKubeSweepAndVolumes(t *testing.T) {
 	}
 	t.Errorf("the claim after purge: %v", err2)
 }
+
+// withProjectVolume gives (org, project) a PersistentVolume its claim binds
+// to: the test cluster has no provisioner.
+func withProjectVolume(t *testing.T, c kubernetes.Interface, ns, org, project string) {
+	t.Helper()
+	dir := t.TempDir()
+	os.Chmod(dir, 0o777)
+	fs := corev1.PersistentVolumeFilesystem
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + project},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			VolumeMode:                    &fs,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: projectClaim(org, project)},
+		},
+	}
+	if _, err := c.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+}
+
+// TestKubeScreen: a desktop pod's display, relayed over a non-tty exec
+// subresource stream: the VNC server's RFB handshake arrives intact.
+func TestKubeScreen(t *testing.T) {
+	e, c, ns := newKubeEnv(t)
+	withProjectVolume(t, c, ns, "acme", "desk")
+	id := e.lease("acme", map[string]any{"class": "desktop", "project": "desk", "ttlSec": 300})
+	tk, _ := e.ticketFor("acme", id, "screen")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, e.wsURL(id, "screen", tk, ""), nil)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer ws.CloseNow()
+	typ, b, err := ws.Read(ctx)
+	if err != nil || typ != websocket.MessageBinary || !strings.HasPrefix(string(b), "RFB 003.") {
+		t.Fatalf("first frame: %v %v %q", typ, err, b)
+	}
+	// The client's half of the handshake goes through too: the server
+	// answers with its security types.
+	if err := ws.Write(ctx, websocket.MessageBinary, b[:12]); err != nil {
+		t.Fatal(err)
+	}
+	if _, sec, err := ws.Read(ctx); err != nil || len(sec) < 2 || sec[0] == 0 {
+		t.Fatalf("security types: %q %v", sec, err)
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+}

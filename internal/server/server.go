@@ -73,6 +73,7 @@ type Server struct {
 	// to Close, so no event is lost between the two.
 	Sessions *narrate.Log
 
+	api          *api.Server
 	stopSessions context.CancelFunc
 }
 
@@ -139,11 +140,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
+	h := api.New(svc, st, log, api.Options{
+		OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler(), Sessions: sessions, FrameAncestors: cfg.FrameAncestors,
+		MCP: mcpserver.New(ops.New(svc), st, log, Version),
+	})
 	return &Server{
-		Handler: api.New(svc, st, log, api.Options{
-			OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler(), Sessions: sessions, FrameAncestors: cfg.FrameAncestors,
-			MCP: mcpserver.New(ops.New(svc), st, log, Version),
-		}),
+		Handler: h, api: h,
 		Store: st, Runtime: rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
 		Reaper: &reaper.Reaper{Store: st, Service: svc, Runtime: rt, Every: cfg.ReapEvery, Grace: cfg.SweepGrace, Log: log,
 			Policy: reaper.Policy{Ceiling: cfg.Ceiling, IdleAfter: cfg.IdleAfter}},
@@ -257,6 +259,7 @@ func (s *Server) Run(ctx context.Context) { s.Reaper.Run(ctx) }
 // Close stores the session events still queued and closes the store.
 // Sandboxes keep running: a restart re-adopts them.
 func (s *Server) Close() error {
+	s.api.Close()
 	s.stopSessions()
 	s.Sessions.Wait()
 	return s.Store.Close()
