@@ -25,15 +25,27 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) error {
 
 type listBody struct {
 	Sandboxes []*sandbox.Sandbox `json:"sandboxes"`
+	// Next is the cursor of the next page (?cursor=); absent on the last.
+	Next string `json:"next,omitempty"`
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	list, err := s.svc.List(r.Context(), q.Get("project"), q.Get("status"))
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return sandbox.Errorf(sandbox.KindInvalid, "limit must be 1-%d", service.MaxPage)
+		}
+		limit = n
+	}
+	list, next, err := s.svc.List(r.Context(), service.ListRequest{
+		Project: q.Get("project"), Status: q.Get("status"), Limit: limit, Cursor: q.Get("cursor"),
+	})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBody{Sandboxes: list})
+	writeJSON(w, http.StatusOK, listBody{Sandboxes: list, Next: next})
 	return nil
 }
 

@@ -151,6 +151,15 @@ type Filter struct {
 	Project string
 	Status  sandbox.Status
 	Limit   int // 0 = 1000
+	// After, when set, starts the page after this sandbox in the order
+	// (created_at DESC, id DESC): keyset paging, stable under inserts.
+	After *Position
+}
+
+// Position is a sandbox's place in the list order.
+type Position struct {
+	CreatedAt time.Time
+	ID        string
 }
 
 // List returns the org's sandboxes, newest first.
@@ -168,6 +177,11 @@ func (s *Store) List(ctx context.Context, f Filter) ([]*sandbox.Sandbox, error) 
 	if f.Status != "" {
 		q += ` AND status = ?`
 		args = append(args, string(f.Status))
+	}
+	if f.After != nil {
+		at := millis(f.After.CreatedAt)
+		q += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
+		args = append(args, at, at, f.After.ID)
 	}
 	if f.Limit <= 0 {
 		f.Limit = 1000
