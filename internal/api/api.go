@@ -64,14 +64,14 @@ type Options struct {
 }
 
 // New builds the handler tree.
-func New(svc *service.Service, auth Authenticator, log *slog.Logger, opts Options) *Server {
+func New(svc *service.Service, typed *ops.Ops, auth Authenticator, log *slog.Logger, opts Options) *Server {
 	if opts.OperatorOrg == "" {
 		opts.OperatorOrg = "system"
 	}
 	if opts.FrameAncestors == "" {
 		opts.FrameAncestors = "'self'"
 	}
-	s := &Server{svc: svc, ops: ops.New(svc), auth: auth, log: log, mux: http.NewServeMux(), opts: opts}
+	s := &Server{svc: svc, ops: typed, auth: auth, log: log, mux: http.NewServeMux(), opts: opts}
 	s.closing, s.stopConsoles = context.WithCancel(context.Background())
 	s.routes()
 	return s
@@ -87,9 +87,9 @@ func (s *Server) routes() {
 		s.handle("DELETE "+p+"/{id}", s.end)
 		s.handle("POST "+p+"/{id}/renew", s.renew)
 		s.handle("POST "+p+"/{id}/exec", s.exec)
-		s.handle("POST "+p+"/{id}/stop", s.stop)
-		s.handle("POST "+p+"/{id}/pause", s.pause)
-		s.handle("POST "+p+"/{id}/resume", s.resume)
+		s.handle("POST "+p+"/{id}/stop", onID(s.svc.Stop))
+		s.handle("POST "+p+"/{id}/pause", onID(s.svc.Sleep))
+		s.handle("POST "+p+"/{id}/resume", onID(s.svc.Resume))
 		s.handle("GET "+p+"/{id}/fs", s.readFS)
 		s.handle("POST "+p+"/{id}/fs", s.writeFS)
 		s.typedOps(p)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -146,18 +147,6 @@ func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
-	if err := decode(r.Body, &struct{}{}); err != nil {
-		return err
-	}
-	res, err := s.svc.Stop(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, res)
-	return nil
-}
-
 type usageBody struct {
 	Usage []store.Usage `json:"usage"`
 }
@@ -171,26 +160,18 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
-	if err := decode(r.Body, &struct{}{}); err != nil {
-		return err
+// onID adapts a call on the sandbox of the path's {id} that takes an empty
+// body (stop, pause, resume) to a handler answering its result as JSON.
+func onID[Out any](f func(context.Context, string) (Out, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := decode(r.Body, &struct{}{}); err != nil {
+			return err
+		}
+		out, err := f(r.Context(), r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
 	}
-	sb, err := s.svc.Sleep(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, sb)
-	return nil
-}
-
-func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
-	if err := decode(r.Body, &struct{}{}); err != nil {
-		return err
-	}
-	sb, err := s.svc.Resume(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, sb)
-	return nil
 }

@@ -35,8 +35,8 @@ type eventBody struct {
 // from its last id, as EventSource clients do by themselves.
 func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	if !sandbox.ValidSessionName(name) {
-		return sandbox.Errorf(sandbox.KindInvalid, "session must be 1-64 letters, digits, '-' or '_', not starting with '-'")
+	if err := sandbox.CheckSessionName("session", name); err != nil {
+		return err
 	}
 	if s.opts.Sessions == nil {
 		return sandbox.Errorf(sandbox.KindNotFound, "session logs are not kept by this server")

@@ -219,9 +219,11 @@ func (s *Server) terminalSocket(w http.ResponseWriter, r *http.Request) {
 	defer s.live.Done()
 	// The arg is checked before the ticket is spent: a typo costs no ticket.
 	arg := r.URL.Query().Get("arg")
-	if arg != "" && !sandbox.ValidSessionName(arg) {
-		s.writeError(w, r, sandbox.Errorf(sandbox.KindInvalid, "arg names a tmux session: 1-64 letters, digits, '-' or '_', not starting with '-'"))
-		return
+	if arg != "" {
+		if err := sandbox.CheckSessionName("arg", arg); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 	}
 	k := s.open(w, r, ticket.Terminal, true)
 	if k == nil {

@@ -158,3 +158,12 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$`)
 
 // ValidSessionName reports whether s is a valid session name.
 func ValidSessionName(s string) bool { return namePattern.MatchString(s) }
+
+// CheckSessionName refuses an invalid session name; what names the field
+// for the message ("session", "arg").
+func CheckSessionName(what, s string) error {
+	if !ValidSessionName(s) {
+		return Errorf(KindInvalid, "%s names a session: 1-64 letters, digits, '-' or '_', not starting with '-'", what)
+	}
+	return nil
+}

@@ -46,12 +46,37 @@ type KubeConfig struct {
 	StorageClass string
 }
 
-// runtimeName is the runtime a lease gets by default.
-func runtimeName(cfg Config) string { return sandbox.RuntimeGVisor }
+// backend is a runtime and what differs with it: where the images live,
+// whether the interpreter's runner is mounted, what must settle before
+// recovery.
+type backend struct {
+	rt runtime.Runtime
+	// settle waits for work a killed server left running; nil if none.
+	settle func(context.Context) error
+	// imageReady says whether an image can run here; nil means any can
+	// (the cluster's nodes hold them, and a missing one fails the pod with
+	// the cluster's reason).
+	imageReady func(name string) error
+	// runner is the runner's path inside a sandbox; "" runs interpreter
+	// programs through the shell script.
+	runner string
+}
 
-// newBackend builds the runtime of cfg.Backend, and its settle step (what
-// must finish before recovery), if any.
-func newBackend(cfg Config, log *slog.Logger) (runtime.Runtime, func(context.Context) error, error) {
+// localImage is the image check of the gvisor backend: built in
+// cfg.Images, and for an image this tool cannot build, a lease refused at
+// once naming what is missing (never a hung sandbox).
+func localImage(dir string) func(string) error {
+	return func(name string) error {
+		_, err := image.Rootfs(dir, name)
+		if r, rerr := image.RecipeFor(name); err != nil && rerr == nil && !r.Buildable {
+			return sandbox.Errorf(sandbox.KindInvalid, "class %s cannot run on this server: %s", name, r.Missing)
+		}
+		return err
+	}
+}
+
+// newBackend builds the backend of cfg.Backend.
+func newBackend(cfg Config, log *slog.Logger) (backend, error) {
 	switch cfg.Backend {
 	case "", BackendGVisor:
 		rt, err := gvisor.New(gvisor.Config{
@@ -62,9 +87,13 @@ func newBackend(cfg Config, log *slog.Logger) (runtime.Runtime, func(context.Con
 			Runner:      cfg.Runner,
 		})
 		if err != nil {
-			return nil, nil, err
+			return backend{}, err
 		}
-		return rt, rt.Settle, nil
+		b := backend{rt: rt, settle: rt.Settle, imageReady: localImage(cfg.Images)}
+		if cfg.Runner != "" {
+			b.runner = runtime.RunnerPath
+		}
+		return b, nil
 	case BackendKube:
 		// client-go logs through klog, and reports what it cannot return
 		// (a stream torn down by a cancelled exec, say) as "unhandled":
@@ -76,7 +105,7 @@ func newBackend(cfg Config, log *slog.Logger) (runtime.Runtime, func(context.Con
 		k := cfg.Kube
 		scope, err := kube.NewScope(k.Namespace, k.ServerNamespace)
 		if err != nil {
-			return nil, nil, err
+			return backend{}, err
 		}
 		var rc *rest.Config
 		if k.Kubeconfig != "" {
@@ -85,12 +114,12 @@ func newBackend(cfg Config, log *slog.Logger) (runtime.Runtime, func(context.Con
 			rc, err = rest.InClusterConfig()
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("kube: loading the cluster config: %w", err)
+			return backend{}, fmt.Errorf("kube: loading the cluster config: %w", err)
 		}
 		rc.QPS, rc.Burst = 50, 100
 		client, err := kubernetes.NewForConfig(rc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("kube: %w", err)
+			return backend{}, fmt.Errorf("kube: %w", err)
 		}
 		classes := map[string]string{}
 		if k.RuntimeClass != "" {
@@ -104,14 +133,14 @@ func newBackend(cfg Config, log *slog.Logger) (runtime.Runtime, func(context.Con
 			ServiceAccount: k.ServiceAccount, StorageClass: k.StorageClass,
 		})
 		if err != nil {
-			return nil, nil, err
+			return backend{}, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := rt.Isolate(ctx); err != nil {
-			return nil, nil, err
+			return backend{}, err
 		}
-		return rt, nil, nil
+		return backend{rt: rt}, nil
 	}
-	return nil, nil, fmt.Errorf("unknown backend %q: gvisor or kube", cfg.Backend)
+	return backend{}, fmt.Errorf("unknown backend %q: gvisor or kube", cfg.Backend)
 }

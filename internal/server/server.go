@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/api"
-	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/mcpserver"
 	"github.com/sandboxd/sandbox/internal/meter"
 	"github.com/sandboxd/sandbox/internal/metrics"
@@ -98,7 +97,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, settle, err := newBackend(cfg, log)
+	b, err := newBackend(cfg, log)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -109,56 +108,29 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	m := metrics.New()
 	sessions := narrate.New(st, log)
 	svc := service.New(service.Config{
-		Narrator: sessions,
-		Runner:   runnerIn(cfg.Runner, cfg.Backend),
-		Ceiling:  cfg.Ceiling,
-		Runtime:  runtimeName(cfg),
-		ImageReady: func(name string) error {
-			if cfg.Backend == BackendKube {
-				return nil // the cluster's nodes hold the images; a missing one fails the pod with the cluster's reason
-			}
-			_, err := image.Rootfs(cfg.Images, name)
-			if r, rerr := image.RecipeFor(name); err != nil && rerr == nil && !r.Buildable {
-				// Never a hung sandbox: say what is missing, now.
-				return sandbox.Errorf(sandbox.KindInvalid, "class %s cannot run on this server: %s", name, r.Missing)
-			}
-			return err
-		},
-		Metrics: m,
-	}, st, rt, &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st}, log)
-	if err := recoverAll(ctx, st, rt, settle, svc, log); err != nil {
-		st.Close()
-		return nil, err
-	}
-	if err := countLive(ctx, st, m); err != nil {
-		st.Close()
-		return nil, err
-	}
-	if err := seedSessions(ctx, st, sessions); err != nil {
+		Narrator:   sessions,
+		Runner:     b.runner,
+		Ceiling:    cfg.Ceiling,
+		ImageReady: b.imageReady,
+		Metrics:    m,
+	}, st, b.rt, &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st}, log)
+	if err := reconcile(ctx, st, b, svc, m, sessions, log); err != nil {
 		st.Close()
 		return nil, err
 	}
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
-	h := api.New(svc, st, log, api.Options{
+	typed := ops.New(svc)
+	h := api.New(svc, typed, st, log, api.Options{
 		OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler(), Sessions: sessions, FrameAncestors: cfg.FrameAncestors,
-		MCP: mcpserver.New(ops.New(svc), st, log, Version),
+		MCP: mcpserver.New(typed, st, log, Version),
 	})
 	return &Server{
 		Handler: h, api: h,
-		Store: st, Runtime: rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
-		Reaper: &reaper.Reaper{Store: st, Service: svc, Runtime: rt, Every: cfg.ReapEvery, Grace: cfg.SweepGrace, Log: log,
+		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
+		Reaper: &reaper.Reaper{Store: st, Service: svc, Runtime: b.rt, Every: cfg.ReapEvery, Grace: cfg.SweepGrace, Log: log,
 			Policy: reaper.Policy{Ceiling: cfg.Ceiling, IdleAfter: cfg.IdleAfter}},
 	}, nil
-}
-
-// runnerIn is where the runner is inside a sandbox, if there is one (the
-// kube backend mounts none: its programs run through the shell script).
-func runnerIn(host, backend string) string {
-	if host == "" || backend == BackendKube {
-		return ""
-	}
-	return runtime.RunnerPath
 }
 
 // DefaultRunner finds cmd/sandbox-runner: beside the running executable
@@ -181,16 +153,18 @@ func DefaultRunner() string {
 // InstalledRunner is where scripts/deps.sh installs the runner.
 const InstalledRunner = "/usr/local/libexec/sandbox/sandbox-runner"
 
-// recoverAll reconciles every org's rows with the runtime (see
-// service.Recover) before the server answers its first call.
-func recoverAll(ctx context.Context, st *store.Store, rt runtime.Runtime, settle func(context.Context) error, svc *service.Service, log *slog.Logger) error {
+// reconcile brings the server's view up to date before its first call, in
+// one pass over the orgs: every row matched with the runtime (see
+// service.Recover), the live gauge counted from the stores (a restart does
+// not reset it), and session events numbered after every stored one.
+func reconcile(ctx context.Context, st *store.Store, b backend, svc *service.Service, m *metrics.Metrics, sessions *narrate.Log, log *slog.Logger) error {
 	// A killed server's last runtime commands may still be finishing.
-	if settle != nil {
-		if err := settle(ctx); err != nil {
+	if b.settle != nil {
+		if err := b.settle(ctx); err != nil {
 			return err
 		}
 	}
-	list, err := rt.List(ctx, map[string]string{runtime.LabelSandbox: ""})
+	list, err := b.rt.List(ctx, map[string]string{runtime.LabelSandbox: ""})
 	if err != nil {
 		return err
 	}
@@ -203,52 +177,33 @@ func recoverAll(ctx context.Context, st *store.Store, rt runtime.Runtime, settle
 		return err
 	}
 	var total service.RecoverResult
+	live := map[string]int{}
 	for _, org := range orgs {
-		res, err := svc.Recover(sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "recover"}), objs)
+		octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "server"})
+		res, err := svc.Recover(octx, objs)
 		if err != nil {
 			return fmt.Errorf("recovering org %q: %w", org, err)
 		}
 		total.Adopted += res.Adopted
 		total.Lost += res.Lost
 		total.Failed += res.Failed
-	}
-	log.Info("recovered sandboxes", "adopted", total.Adopted, "lost", total.Lost, "interrupted", total.Failed, "runtimeObjects", len(list))
-	return nil
-}
-
-// seedSessions numbers new session events after every stored one.
-func seedSessions(ctx context.Context, st *store.Store, l *narrate.Log) error {
-	orgs, err := st.Orgs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, org := range orgs {
-		seq, err := st.MaxEventSeq(sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "server"}))
-		if err != nil {
-			return err
-		}
-		l.Seed(seq)
-	}
-	return nil
-}
-
-// countLive starts the live gauge from the stores, so a restart does not
-// reset it to zero.
-func countLive(ctx context.Context, st *store.Store, m *metrics.Metrics) error {
-	orgs, err := st.Orgs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, org := range orgs {
-		octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "server"})
 		for _, class := range sandbox.ClassNames() {
 			n, err := st.CountLive(octx, class)
 			if err != nil {
 				return err
 			}
-			m.Live(class, float64(n))
+			live[class] += n
 		}
+		seq, err := st.MaxEventSeq(octx)
+		if err != nil {
+			return err
+		}
+		sessions.Seed(seq)
 	}
+	for _, class := range sandbox.ClassNames() {
+		m.Live(class, float64(live[class]))
+	}
+	log.Info("recovered sandboxes", "adopted", total.Adopted, "lost", total.Lost, "interrupted", total.Failed, "runtimeObjects", len(list))
 	return nil
 }
 

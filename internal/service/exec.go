@@ -51,14 +51,12 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	argv := req.Argv
 	switch {
 	case len(argv) > 0:
-		for _, a := range argv {
-			if strings.IndexByte(a, 0) >= 0 {
-				return nil, sandbox.Errorf(sandbox.KindInvalid, "argv contains a NUL byte")
-			}
+		if err := noNUL("argv", argv...); err != nil {
+			return nil, err
 		}
 	case req.Command != "":
-		if strings.IndexByte(req.Command, 0) >= 0 {
-			return nil, sandbox.Errorf(sandbox.KindInvalid, "command contains a NUL byte")
+		if err := noNUL("command", req.Command); err != nil {
+			return nil, err
 		}
 		argv = []string{"sh", "-c", req.Command}
 	default:
@@ -72,8 +70,10 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	if err != nil {
 		return nil, err
 	}
-	if req.Session != "" && !sandbox.ValidSessionName(req.Session) {
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "session must be 1-64 letters, digits, '-' or '_', not starting with '-'")
+	if req.Session != "" {
+		if err := sandbox.CheckSessionName("session", req.Session); err != nil {
+			return nil, err
+		}
 	}
 	if err := validRedact(req.Redact); err != nil {
 		return nil, err
@@ -165,6 +165,16 @@ func (s *Service) run(ctx, workCtx context.Context, sb *sandbox.Sandbox, req run
 		return nil, "", s.died(ctx, sb, err)
 	}
 	return res, note, nil
+}
+
+// noNUL refuses strings that cannot be a program's arguments.
+func noNUL(what string, list ...string) error {
+	for _, a := range list {
+		if strings.IndexByte(a, 0) >= 0 {
+			return sandbox.Errorf(sandbox.KindInvalid, "%s contains a NUL byte", what)
+		}
+	}
+	return nil
 }
 
 // validRedact bounds the secrets a caller asks to redact.

@@ -67,10 +67,8 @@ func (s *Service) RunCode(ctx context.Context, req CodeRequest) (*CodeResult, er
 	if len(req.Args) > maxArgs {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "at most %d args", maxArgs)
 	}
-	for _, a := range req.Args {
-		if strings.IndexByte(a, 0) >= 0 {
-			return nil, sandbox.Errorf(sandbox.KindInvalid, "args contain a NUL byte")
-		}
+	if err := noNUL("args", req.Args...); err != nil {
+		return nil, err
 	}
 	timeout, err := s.timeout(req.TimeoutSec)
 	if err != nil {

@@ -79,8 +79,10 @@ exec sh -l`
 // its exit code. While it runs the sandbox is in use — never idle — and
 // its lease is extended.
 func (s *Service) Terminal(ctx context.Context, id, arg string, stdin io.Reader, stdout io.Writer, resize <-chan runtime.Size) (int, error) {
-	if arg != "" && !sandbox.ValidSessionName(arg) {
-		return 0, sandbox.Errorf(sandbox.KindInvalid, "arg must be 1-64 letters, digits, '-' or '_', not starting with '-'")
+	if arg != "" {
+		if err := sandbox.CheckSessionName("arg", arg); err != nil {
+			return 0, err
+		}
 	}
 	argv := []string{"sh", "-c", shellScript, "sh"}
 	if arg != "" {
