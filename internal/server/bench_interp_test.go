@@ -1,10 +1,8 @@
 package server_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 )
 
 // The interpreter's benchmarks:
@@ -18,71 +16,46 @@ import (
 
 const sixTimesSeven = "print(6*7)"
 
+// py runs sixTimesSeven in session ("" = a new one) and answers it.
+func (e *env) py(b *testing.B, session string) codeAnswer {
+	a := e.code("acme", map[string]any{"language": "py", "code": sixTimesSeven, "session_id": session})
+	if a.Stdout != "42\n" {
+		b.Fatalf("run: %+v", a)
+	}
+	return a
+}
+
 func BenchmarkInterpWarm(b *testing.B) {
 	e := benchEnv(b)
-	first := e.code("acme", map[string]any{"language": "py", "code": sixTimesSeven})
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
-		r := e.do("POST", "/v1/exec", "acme", map[string]any{"language": "py", "code": sixTimesSeven, "session_id": first.SessionID})
-		lat = append(lat, time.Since(start))
-		if r.Status != http.StatusOK || r.JSON(b)["stdout"] != "42\n" {
-			b.Fatalf("run: %d %s", r.Status, r.Body)
-		}
-	}
-	lat.report(b)
+	session := e.py(b, "").SessionID
+	measure(b, nil, func() func() { e.py(b, session); return nil })
 }
 
 func BenchmarkInterpWarmFloor(b *testing.B) {
 	e := benchEnv(b)
 	e.lease("acme", nil)
 	_, flags, name := bundleOf(b, e)
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
+	measure(b, nil, func() func() {
 		runsc(b, flags, "exec", "--user", "1000:1000", "--cwd", "/mnt/data", name, "python3", "-c", sixTimesSeven)
-		lat = append(lat, time.Since(start))
-	}
-	lat.report(b)
+		return nil
+	})
 }
 
 func BenchmarkInterpCold(b *testing.B) {
 	e := benchEnv(b)
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
-		r := e.do("POST", "/v1/exec", "acme", map[string]any{"language": "py", "code": sixTimesSeven})
-		lat = append(lat, time.Since(start))
-		var a codeAnswer
-		json.Unmarshal(r.Body, &a)
-		if r.Status != http.StatusOK || a.Stdout != "42\n" {
-			b.Fatalf("run: %d %s", r.Status, r.Body)
-		}
-		b.StopTimer()
-		e.do("DELETE", "/v1/sandbox/"+a.SessionID, "acme", nil)
-		b.StartTimer()
-	}
-	lat.report(b)
+	measure(b, nil, func() func() {
+		id := e.py(b, "").SessionID
+		return func() { e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil) }
+	})
 }
 
 func BenchmarkInterpColdFloor(b *testing.B) {
 	e := benchEnv(b)
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
-		r := e.do("POST", "/v1/sandbox", "acme", nil)
-		if r.Status != http.StatusCreated {
-			b.Fatalf("lease: %d %s", r.Status, r.Body)
-		}
-		id := r.JSON(b)["id"].(string)
-		x := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", sixTimesSeven}})
-		lat = append(lat, time.Since(start))
-		if x.Stdout != "42\n" {
+	measure(b, nil, func() func() {
+		id := e.lease("acme", nil)
+		if x := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", sixTimesSeven}}); x.Stdout != "42\n" {
 			b.Fatalf("exec: %+v", x)
 		}
-		b.StopTimer()
-		e.do("DELETE", "/v1/sandbox/"+id, "acme", nil)
-		b.StartTimer()
-	}
-	lat.report(b)
+		return func() { e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil) }
+	})
 }

@@ -28,19 +28,7 @@ import (
 
 func BenchmarkKubeLease(b *testing.B) {
 	e, _, _ := newKubeEnv(b)
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
-		r := e.do("POST", "/v1/sandbox", "acme", nil)
-		lat = append(lat, time.Since(start))
-		if r.Status != http.StatusCreated {
-			b.Fatalf("lease: %d %s", r.Status, r.Body)
-		}
-		b.StopTimer()
-		e.do("DELETE", "/v1/sandbox/"+r.JSON(b)["id"].(string), "acme", nil)
-		b.StartTimer()
-	}
-	lat.report(b)
+	measure(b, nil, func() func() { return e.leaseTimed(nil) })
 }
 
 func BenchmarkKubeLeaseFloor(b *testing.B) {
@@ -48,8 +36,7 @@ func BenchmarkKubeLeaseFloor(b *testing.B) {
 	ctx := context.Background()
 	rc, no := "gvisor", false
 	uid := int64(1000)
-	var lat latencies
-	for b.Loop() {
+	measure(b, nil, func() func() {
 		name := sandbox.NewName()
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -60,7 +47,6 @@ func BenchmarkKubeLeaseFloor(b *testing.B) {
 					Command: []string{"sleep", "3600"}}},
 			},
 		}
-		start := time.Now()
 		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
@@ -74,28 +60,20 @@ func BenchmarkKubeLeaseFloor(b *testing.B) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		lat = append(lat, time.Since(start))
-		b.StopTimer()
-		grace := int64(0)
-		c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
-		b.StartTimer()
-	}
-	lat.report(b)
+		return func() {
+			grace := int64(0)
+			c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+		}
+	})
 }
 
 func BenchmarkKubeExec(b *testing.B) {
 	e, _, _ := newKubeEnv(b)
 	id := e.lease("acme", nil)
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
-		r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}})
-		lat = append(lat, time.Since(start))
-		if r.Status != http.StatusOK {
-			b.Fatalf("exec: %d %s", r.Status, r.Body)
-		}
-	}
-	lat.report(b)
+	measure(b, nil, func() func() {
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}})
+		return nil
+	})
 }
 
 func BenchmarkKubeExecFloor(b *testing.B) {
@@ -111,9 +89,7 @@ func BenchmarkKubeExecFloor(b *testing.B) {
 	}
 	u := c.CoreV1().RESTClient().Post().Resource("pods").Name(pods.Items[0].Name).Namespace(ns).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"true"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
+	measure(b, nil, func() func() {
 		ex, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())
 		if err != nil {
 			b.Fatal(err)
@@ -121,7 +97,6 @@ func BenchmarkKubeExecFloor(b *testing.B) {
 		if err := ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(start))
-	}
-	lat.report(b)
+		return nil
+	})
 }

@@ -49,15 +49,7 @@ func BenchmarkTerminalEcho(b *testing.B) {
 	}
 	c.Write(ctx, websocket.MessageBinary, []byte("echo ready-$((1+1))\r"))
 	readUntil("ready-2")
-	var lat latencies
-	for i := 0; b.Loop(); i++ {
-		ch := string(rune('a' + i%26))
-		start := time.Now()
-		c.Write(ctx, websocket.MessageBinary, []byte(ch))
-		readUntil(ch)
-		lat = append(lat, time.Since(start))
-	}
-	lat.report(b)
+	echoes(b, func(p []byte) { c.Write(ctx, websocket.MessageBinary, p) }, readUntil)
 }
 
 func BenchmarkTerminalEchoFloor(b *testing.B) {
@@ -92,13 +84,17 @@ func BenchmarkTerminalEchoFloor(b *testing.B) {
 	}
 	f.Write([]byte("echo ready-$((1+1))\r"))
 	readUntil("ready-2")
-	var lat latencies
-	for i := 0; b.Loop(); i++ {
+	echoes(b, func(p []byte) { f.Write(p) }, readUntil)
+}
+
+// echoes times typing one character and reading back its echo.
+func echoes(b *testing.B, write func([]byte), readUntil func(string)) {
+	i := 0
+	measure(b, nil, func() func() {
 		ch := string(rune('a' + i%26))
-		start := time.Now()
-		f.Write([]byte(ch))
+		i++
+		write([]byte(ch))
 		readUntil(ch)
-		lat = append(lat, time.Since(start))
-	}
-	lat.report(b)
+		return nil
+	})
 }

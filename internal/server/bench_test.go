@@ -76,24 +76,39 @@ func runsc(b *testing.B, flags []string, args ...string) {
 
 func benchEnv(b *testing.B) *env { return newEnv(b) }
 
+// measure runs op once per iteration and times it alone: setup before it
+// and the cleanup it returns run with the timer stopped (either may be
+// nil). It reports p50 and p95.
+func measure(b *testing.B, setup func(), op func() (cleanup func())) {
+	var lat latencies
+	for b.Loop() {
+		if setup != nil {
+			b.StopTimer()
+			setup()
+			b.StartTimer()
+		}
+		start := time.Now()
+		cleanup := op()
+		lat = append(lat, time.Since(start))
+		if cleanup != nil {
+			b.StopTimer()
+			cleanup()
+			b.StartTimer()
+		}
+	}
+	lat.report(b)
+}
+
+// leaseTimed is a timed lease whose cleanup ends the sandbox.
+func (e *env) leaseTimed(body map[string]any) func() {
+	id := e.lease("acme", body)
+	return func() { e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil) }
+}
+
 // BenchmarkLease: POST /v1/sandbox until the answer says running.
 func BenchmarkLease(b *testing.B) {
 	e := benchEnv(b)
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
-		r := e.do("POST", "/v1/sandbox", "acme", nil)
-		lat = append(lat, time.Since(start))
-		if r.Status != http.StatusCreated {
-			b.Fatalf("lease: %d %s", r.Status, r.Body)
-		}
-		b.StopTimer()
-		var sb map[string]any
-		json.Unmarshal(r.Body, &sb)
-		e.do("DELETE", "/v1/sandbox/"+sb["id"].(string), "acme", nil)
-		b.StartTimer()
-	}
-	lat.report(b)
+	measure(b, nil, func() func() { return e.leaseTimed(nil) })
 }
 
 // BenchmarkLeaseFloor: raw `runsc create` + `runsc start` of the bundle the
@@ -143,16 +158,10 @@ func BenchmarkLeaseFloor(b *testing.B) {
 func BenchmarkExecTrue(b *testing.B) {
 	e := benchEnv(b)
 	id := e.lease("acme", nil)
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
-		r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}})
-		lat = append(lat, time.Since(start))
-		if r.Status != http.StatusOK {
-			b.Fatalf("exec: %d %s", r.Status, r.Body)
-		}
-	}
-	lat.report(b)
+	measure(b, nil, func() func() {
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}})
+		return nil
+	})
 }
 
 // BenchmarkExecTrueFloor: raw `runsc exec ID true`.
@@ -160,13 +169,10 @@ func BenchmarkExecTrueFloor(b *testing.B) {
 	e := benchEnv(b)
 	e.lease("acme", nil)
 	_, flags, name := bundleOf(b, e)
-	var lat latencies
-	for b.Loop() {
-		start := time.Now()
+	measure(b, nil, func() func() {
 		runsc(b, flags, "exec", "--user", "1000:1000", name, "true")
-		lat = append(lat, time.Since(start))
-	}
-	lat.report(b)
+		return nil
+	})
 }
 
 // BenchmarkGetSandbox: GET /v1/sandbox/{id} from parallel clients.
@@ -209,23 +215,15 @@ func BenchmarkWake(b *testing.B) {
 	ctx := sandbox.WithPrincipal(b.Context(), sandbox.Principal{Org: "acme", Subject: "bench"})
 	id := e.lease("acme", map[string]any{"project": "wake"})
 	e.sh("acme", id, "echo state > f")
-	b.Run("checkpointed", func(b *testing.B) {
-		var lat latencies
-		for b.Loop() {
-			b.StopTimer()
-			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-			b.StartTimer()
-			start := time.Now()
-			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil)
-			lat = append(lat, time.Since(start))
-		}
-		lat.report(b)
-	})
+	pause := func() { e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil) }
+	resume := func() func() {
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil)
+		return nil
+	}
+	b.Run("checkpointed", func(b *testing.B) { measure(b, pause, resume) })
 	b.Run("fresh", func(b *testing.B) {
-		var lat latencies
-		for b.Loop() {
-			b.StopTimer()
-			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+		measure(b, func() {
+			pause()
 			row, err := e.srv.Store.Get(ctx, id)
 			if err != nil {
 				b.Fatal(err)
@@ -233,24 +231,10 @@ func BenchmarkWake(b *testing.B) {
 			// Forget the memory: the wake starts fresh over the kept files.
 			e.srv.Runtime.DropCheckpoint(ctx, row.Checkpoint)
 			e.srv.Store.SetRuntime(ctx, id, row.Status, row.Name, row.UID, "")
-			b.StartTimer()
-			start := time.Now()
-			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil)
-			lat = append(lat, time.Since(start))
-		}
-		lat.report(b)
+		}, resume)
 	})
 	b.Run("lease", func(b *testing.B) {
-		var lat latencies
-		for b.Loop() {
-			start := time.Now()
-			nid := e.lease("acme", nil)
-			lat = append(lat, time.Since(start))
-			b.StopTimer()
-			e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+nid, "acme", nil)
-			b.StartTimer()
-		}
-		lat.report(b)
+		measure(b, nil, func() func() { return e.leaseTimed(nil) })
 	})
 }
 

@@ -203,7 +203,6 @@ func TestKubeDeleteUIDPrecondition(t *testing.T) {
 // cluster's reason, answered 503, and left nowhere.
 func TestKubeStartFailure(t *testing.T) {
 	e, c, ns := newKubeEnv(t)
-	_ = e
 	ctx := context.Background()
 	spec := runtime.Spec{
 		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()},
@@ -238,24 +237,7 @@ func TestKubeSweepAndVolumes(t *testing.T) {
 	// A project volume: the test provides the PersistentVolume the claim
 	// binds to (the cluster has no provisioner).
 	claim := projectClaim("acme", "proj")
-	dir := t.TempDir()
-	os.Chmod(dir, 0o777)
-	fs := corev1.PersistentVolumeFilesystem
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: ns + "-pv"},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			VolumeMode:                    &fs,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
-		},
-	}
-	if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	withProjectVolume(t, c, ns, "acme", "proj")
 	id := e.lease("acme", map[string]any{"class": "dev", "project": "proj", "ttlSec": 300})
 	e.sh("acme", id, "echo kept > note.txt")
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
@@ -347,18 +329,10 @@ func TestKubeScreen(t *testing.T) {
 	e, c, ns := newKubeEnv(t)
 	withProjectVolume(t, c, ns, "acme", "desk")
 	id := e.lease("acme", map[string]any{"class": "desktop", "project": "desk", "ttlSec": 300})
-	tk, _ := e.ticketFor("acme", id, "screen")
+	_, ws, b := e.dialScreen(t, id)
+	defer ws.CloseNow()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, e.wsURL(id, "screen", tk, ""), nil)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	defer ws.CloseNow()
-	typ, b, err := ws.Read(ctx)
-	if err != nil || typ != websocket.MessageBinary || !strings.HasPrefix(string(b), "RFB 003.") {
-		t.Fatalf("first frame: %v %v %q", typ, err, b)
-	}
 	// The client's half of the handshake goes through too: the server
 	// answers with its security types.
 	if err := ws.Write(ctx, websocket.MessageBinary, b[:12]); err != nil {

@@ -21,18 +21,10 @@ func TestScreen(t *testing.T) {
 	e := newEnv(t, "desktop")
 	id := e.lease("acme", map[string]any{"class": "desktop", "project": "desk", "ttlSec": 300})
 
-	tk, _ := e.ticketFor("acme", id, "screen")
+	tk, ws, _ := e.dialScreen(t, id)
+	ws.Close(websocket.StatusNormalClosure, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, e.wsURL(id, "screen", tk, ""), nil)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	typ, b, err := c.Read(ctx)
-	if err != nil || typ != websocket.MessageBinary || !bytes.HasPrefix(b, []byte("RFB 003.")) {
-		t.Fatalf("first frame: %v %v %q", typ, err, b)
-	}
-	c.Close(websocket.StatusNormalClosure, "")
 	// A spent ticket, and a terminal ticket, do not open the screen.
 	if _, res, err := websocket.Dial(ctx, e.wsURL(id, "screen", tk, ""), nil); err == nil || dialStatus(res) != http.StatusUnauthorized {
 		t.Errorf("spent screen ticket: %v %d", err, dialStatus(res))
@@ -45,7 +37,7 @@ func TestScreen(t *testing.T) {
 	bctx, bcancel := browser(t)
 	defer bcancel()
 	_, page := e.ticketFor("acme", id, "screen")
-	err = chromedp.Do(bctx,
+	err := chromedp.Do(bctx,
 		chromedp.Navigate(e.http.URL+page["url"].(string)),
 		chromedp.Poll[chromedp.Void](`document.getElementById("status").textContent === "connected"`, chromedp.WithPollingTimeout(30*time.Second)),
 	)
@@ -70,6 +62,25 @@ func TestScreen(t *testing.T) {
 		}
 	}
 	t.Errorf("the screen stayed black: %d lit pixels", lit)
+}
+
+// dialScreen opens the screen socket of id with a fresh ticket (answered,
+// now spent) and reads the first frame, which must be the VNC server's RFB
+// version, intact.
+func (e *env) dialScreen(t *testing.T, id string) (string, *websocket.Conn, []byte) {
+	t.Helper()
+	tk, _ := e.ticketFor("acme", id, "screen")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, e.wsURL(id, "screen", tk, ""), nil)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	typ, b, err := ws.Read(ctx)
+	if err != nil || typ != websocket.MessageBinary || !bytes.HasPrefix(b, []byte("RFB 003.")) {
+		t.Fatalf("first frame: %v %v %q", typ, err, b)
+	}
+	return tk, ws, b
 }
 
 // litPixels counts pixels brighter than near-black.
