@@ -501,6 +501,8 @@ func TestStartFailureIs503(t *testing.T) {
 	if len(l.Sandboxes) != 1 || l.Sandboxes[0]["error"] == "" || !strings.Contains(msg, l.Sandboxes[0]["id"].(string)) {
 		t.Fatalf("the failed lease is not kept as an error row named in the answer: %v / %q", l.Sandboxes, msg)
 	}
+	// A sandbox that does not run gets no terminal: 409, no ticket.
+	e.must(http.StatusConflict, "POST", "/v1/sandbox/"+l.Sandboxes[0]["id"].(string)+"/terminal/ticket", "acme", nil)
 	// Nothing of the container is left, and the error row does not hold
 	// the exec cap or a project.
 	if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil || len(objs) != 0 {

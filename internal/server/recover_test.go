@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,4 +173,17 @@ func mustList(t *testing.T, e *env) []runtime.Object {
 		t.Fatal(err)
 	}
 	return objs
+}
+
+// TestLiveGaugeAfterRestart: the live gauge a restart starts from adds up
+// every org's sandboxes (it once kept only the last org's count).
+func TestLiveGaugeAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	e.lease("acme", nil)
+	e.lease("globex", nil)
+	e.restart(t)
+	m := string(e.must(http.StatusOK, "GET", "/metrics", "system", nil).Body)
+	if !strings.Contains(m, `sandbox_live{class="exec"} 2`) {
+		t.Errorf("after a restart with one exec sandbox in each of two orgs:\n%s", m)
+	}
 }

@@ -87,7 +87,12 @@ func TestTerminal(t *testing.T) {
 	id := e.lease("acme", map[string]any{"class": "dev", "project": "term", "ttlSec": 60})
 	before := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"].(string)
 
+	// A sleeping sandbox is woken when its ticket is minted.
+	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
 	tk, body := e.ticketFor("acme", id, "terminal")
+	if st := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["status"]; st != "running" {
+		t.Fatalf("after a ticket for a sleeping sandbox: %v", st)
+	}
 	if body["expiresIn"] != float64(30) || body["url"] != "/v1/sandbox/"+id+"/terminal?ticket="+tk {
 		t.Errorf("ticket answer: %v", body)
 	}
