@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh — the one test command: dependencies (scripts/deps.sh), a gofmt
-# check, go vet, then every test against the real runsc and real images.
+# check, go vet, then every test against the real runsc and real images,
+# then (with no arguments) every benchmark once.
 #
 #   sudo scripts/test.sh                         # everything
 #   sudo scripts/test.sh -run TestLease -v       # extra flags go to go test
@@ -67,5 +68,19 @@ if [ "${SANDBOX_KUBE:-1}" = 1 ]; then
 	kubeconfig=$KROOT/etc/admin.kubeconfig
 fi
 
-log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig)"
-SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig go test -count=1 -timeout 60m "$@" "${pkgs[@]}"
+# Every real-runtime suite this script set up must run: a suite that would
+# skip for a missing part fails instead (internal/testenv).
+require=gvisor,browser
+[ -n "$kubeconfig" ] && require=$require,kube
+export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_REQUIRE=$require
+
+log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
+go test -count=1 -timeout 60m "$@" "${pkgs[@]}"
+
+# A benchmark that no longer runs is a defect: with no arguments (CI), run
+# each one once. The numbers of BENCHMARKS.md come from -benchtime runs of
+# their own (see there).
+if [ $# -eq 0 ]; then
+	log "go test -run '^\$' -bench . -benchtime 1x ./... (every benchmark, once)"
+	go test -count=1 -timeout 30m -run '^$' -bench . -benchtime 1x ./...
+fi

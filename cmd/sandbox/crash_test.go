@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // server is one `sandbox serve` process of the real binary.
@@ -75,6 +76,7 @@ func (c client) call(method, path, body string) (int, map[string]any, error) {
 // checks that every row agrees with reality, that one sweep leaves no
 // orphan, and that every lease that was answered 201 still works.
 func TestSIGKILLInTheMiddle(t *testing.T) {
+	testenv.NeedGVisor(t, gvisor.DefaultRunsc(), "exec")
 	bin := filepath.Join(t.TempDir(), "sandbox")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

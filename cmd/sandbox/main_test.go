@@ -16,19 +16,15 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func images() string {
-	if d := os.Getenv("SANDBOX_TEST_IMAGES"); d != "" {
-		return d
-	}
-	return image.DefaultDir
-}
+func images() string { return testenv.Images() }
 
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
@@ -36,6 +32,11 @@ func TestUsageErrors(t *testing.T) {
 		{"bogus"},
 		{"serve"},
 		{"serve", "--data", t.TempDir(), "--reap-every", "-1s"},
+		{"serve", "--data", t.TempDir(), "--exec-timeout", "20m"}, // above --max-exec-timeout
+		{"serve", "--data", t.TempDir(), "--idle-after", "-1s"},
+		{"serve", "--data", t.TempDir(), "--frame-ancestors", "'self'; script-src *"},
+		{"serve", "--data", t.TempDir(), "--runtime", "docker"},
+		{"serve", "--data", t.TempDir(), "extra"},
 		{"keys"},
 		{"keys", "create", "--data", t.TempDir()},
 		{"image"},
@@ -60,6 +61,7 @@ func TestUsageErrors(t *testing.T) {
 // TestServeEndToEnd runs the real `serve` verb with a key from the real
 // `keys create` verb, and drives it over HTTP like a user with curl would.
 func TestServeEndToEnd(t *testing.T) {
+	testenv.NeedGVisor(t, gvisor.DefaultRunsc(), "exec")
 	data, err := os.MkdirTemp("", "sbc-")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,9 +19,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/ops"
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/terminal"
 )
 
 // Authenticator resolves a bearer token to a principal.
@@ -28,14 +33,75 @@ type Authenticator interface {
 	Principal(ctx context.Context, token string) (sandbox.Principal, error)
 }
 
+// Leases is what the lease routes need: the lease and its lifecycle.
+type Leases interface {
+	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
+	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	List(ctx context.Context, req service.ListRequest) ([]*sandbox.Sandbox, string, error)
+	Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error)
+	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
+	Sleep(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Usage(ctx context.Context) ([]store.Usage, error)
+}
+
+// Work is what the exec and file routes need.
+type Work interface {
+	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
+	Read(ctx context.Context, id, path string) (*service.ReadResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader) (*service.WriteResult, error)
+	Stop(ctx context.Context, id string) (*service.StopResult, error)
+}
+
+// Consoles is what the terminal and screen routes need.
+type Consoles interface {
+	Ticket(ctx context.Context, id, kind string) (string, error)
+	Spend(ctx context.Context, token, id, kind string) (context.Context, error)
+	Terminal(ctx context.Context, id, arg string, stdin io.Reader, stdout io.Writer, resize <-chan runtime.Size) (int, error)
+	Screen(ctx context.Context, id string, stdin io.Reader, stdout, stderr io.Writer) (int, error)
+}
+
+// Interpreter is what the interpreter's routes need.
+type Interpreter interface {
+	Run(ctx context.Context, req interp.Request) (*interp.Result, error)
+	Files(ctx context.Context, id string) ([]interp.File, error)
+}
+
+var (
+	_ Leases      = (*service.Service)(nil)
+	_ Work        = (*service.Service)(nil)
+	_ Consoles    = (*terminal.Consoles)(nil)
+	_ Interpreter = (*interp.Interpreter)(nil)
+)
+
+// Deps are the parts the handlers call; the first six are required.
+type Deps struct {
+	Leases      Leases
+	Work        Work
+	Consoles    Consoles
+	Interpreter Interpreter
+	// Ops are the typed ops (POST /v1/sandbox/{op}), the same object the
+	// MCP tools call.
+	Ops  *ops.Ops
+	Auth Authenticator
+
+	// Optional parts.
+
+	// Metrics serves /metrics; nil means no metrics route.
+	Metrics http.Handler
+	// Sessions are the narrated session logs; nil answers 404 to followers.
+	Sessions Sessions
+	// MCP serves the typed ops as MCP tools at /mcp; it authenticates on
+	// its own. Nil means no /mcp.
+	MCP http.Handler
+}
+
 // Server serves the HTTP API.
 type Server struct {
-	svc  *service.Service
-	ops  *ops.Ops
-	auth Authenticator
+	Deps
 	log  *slog.Logger
 	mux  *http.ServeMux
-	opts Options
+	opts Config
 
 	methods map[string][]string // path pattern → methods, for 405 answers
 
@@ -46,32 +112,45 @@ type Server struct {
 	stopConsoles context.CancelFunc
 }
 
-// Options are the optional parts of the API.
-type Options struct {
+// Config is the API's settings, as an operator sets them.
+type Config struct {
 	// OperatorOrg is the reserved org whose keys may read operator routes
 	// (/metrics). Empty means "system".
 	OperatorOrg string
-	// Metrics serves /metrics; nil means no metrics route.
-	Metrics http.Handler
-	// Sessions are the narrated session logs; nil answers 404 to followers.
-	Sessions Sessions
-	// MCP serves the typed ops as MCP tools at /mcp; it authenticates on
-	// its own. Nil means no /mcp.
-	MCP http.Handler
 	// FrameAncestors is the CSP frame-ancestors source list of the
 	// terminal and screen pages; empty means "'self'".
 	FrameAncestors string
 }
 
-// New builds the handler tree.
-func New(svc *service.Service, typed *ops.Ops, auth Authenticator, log *slog.Logger, opts Options) *Server {
+// Defaults of the zero Config fields.
+const (
+	DefaultOperatorOrg    = "system"
+	DefaultFrameAncestors = "'self'"
+)
+
+// RegisterFlags defines the API's flags on fs, writing into o.
+func (o *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.OperatorOrg, "operator-org", DefaultOperatorOrg, "the reserved operator org: its keys read /metrics")
+	fs.StringVar(&o.FrameAncestors, "frame-ancestors", DefaultFrameAncestors, "who may embed the terminal and screen pages in a frame (a CSP source list, e.g. \"'self' https://app.example.com\")")
+}
+
+// Validate refuses options the API cannot serve.
+func (o Config) Validate() error {
+	if strings.ContainsAny(o.FrameAncestors, ";,\r\n") {
+		return errors.New("--frame-ancestors is one CSP source list: no ';' or ','")
+	}
+	return nil
+}
+
+// New builds the handler tree; cfg's zero fields take their defaults.
+func New(d Deps, log *slog.Logger, opts Config) *Server {
 	if opts.OperatorOrg == "" {
-		opts.OperatorOrg = "system"
+		opts.OperatorOrg = DefaultOperatorOrg
 	}
 	if opts.FrameAncestors == "" {
-		opts.FrameAncestors = "'self'"
+		opts.FrameAncestors = DefaultFrameAncestors
 	}
-	s := &Server{svc: svc, ops: typed, auth: auth, log: log, mux: http.NewServeMux(), opts: opts}
+	s := &Server{Deps: d, log: log, mux: http.NewServeMux(), opts: opts}
 	s.closing, s.stopConsoles = context.WithCancel(context.Background())
 	s.routes()
 	return s
@@ -87,9 +166,9 @@ func (s *Server) routes() {
 		s.handle("DELETE "+p+"/{id}", s.end)
 		s.handle("POST "+p+"/{id}/renew", s.renew)
 		s.handle("POST "+p+"/{id}/exec", s.exec)
-		s.handle("POST "+p+"/{id}/stop", onID(s.svc.Stop))
-		s.handle("POST "+p+"/{id}/pause", onID(s.svc.Sleep))
-		s.handle("POST "+p+"/{id}/resume", onID(s.svc.Resume))
+		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop))
+		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep))
+		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume))
 		s.handle("GET "+p+"/{id}/fs", s.readFS)
 		s.handle("POST "+p+"/{id}/fs", s.writeFS)
 		s.typedOps(p)
@@ -97,17 +176,17 @@ func (s *Server) routes() {
 	}
 	s.interpreter()
 	s.handle("GET /v1/sessions/{name}/events", s.sessionEvents)
-	if s.opts.MCP != nil {
-		s.mux.Handle("/mcp", s.opts.MCP)
+	if s.MCP != nil {
+		s.mux.Handle("/mcp", s.MCP)
 	}
-	if s.opts.Metrics != nil {
+	if s.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.authenticate(func(w http.ResponseWriter, r *http.Request) {
 			// Metrics add up every tenant: only the operator org reads them.
 			if p, _ := sandbox.PrincipalFrom(r.Context()); p.Org != s.opts.OperatorOrg {
 				s.writeError(w, r, sandbox.Errorf(sandbox.KindForbidden, "metrics are for the operator org"))
 				return
 			}
-			s.opts.Metrics.ServeHTTP(w, r)
+			s.Metrics.ServeHTTP(w, r)
 		}))
 	}
 	s.notAllowed()
@@ -183,7 +262,7 @@ func (s *Server) authenticate(next http.HandlerFunc) http.Handler {
 			s.writeError(w, r, sandbox.Errorf(sandbox.KindUnauthorized, "missing bearer token: send Authorization: Bearer <key>"))
 			return
 		}
-		p, err := s.auth.Principal(r.Context(), token)
+		p, err := s.Auth.Principal(r.Context(), token)
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -16,7 +16,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
-	sb, err := s.svc.Lease(r.Context(), req)
+	sb, err := s.Leases.Lease(r.Context(), req)
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
-	list, next, err := s.svc.List(r.Context(), service.ListRequest{
+	list, next, err := s.Leases.List(r.Context(), service.ListRequest{
 		Project: q.Get("project"), Status: q.Get("status"), Limit: limit, Cursor: q.Get("cursor"),
 	})
 	if err != nil {
@@ -51,7 +51,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) error {
-	sb, err := s.svc.Get(r.Context(), r.PathValue("id"))
+	sb, err := s.Leases.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
-	sb, err := s.svc.Renew(r.Context(), r.PathValue("id"), req.TTLSec)
+	sb, err := s.Leases.Renew(r.Context(), r.PathValue("id"), req.TTLSec)
 	if err != nil {
 		return err
 	}
@@ -77,11 +77,11 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) end(w http.ResponseWriter, r *http.Request) error {
-	purge, err := flag(r.URL.Query().Get("purge"))
+	purge, err := boolParam(r.URL.Query().Get("purge"))
 	if err != nil {
 		return err
 	}
-	res, err := s.svc.End(r.Context(), r.PathValue("id"), purge)
+	res, err := s.Leases.End(r.Context(), r.PathValue("id"), purge)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (s *Server) end(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func flag(v string) (bool, error) {
+func boolParam(v string) (bool, error) {
 	switch strings.ToLower(v) {
 	case "", "0", "false", "no":
 		return false, nil
@@ -104,7 +104,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
-	res, err := s.svc.Exec(r.Context(), r.PathValue("id"), req)
+	res, err := s.Work.Exec(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 // readFS answers a file's bytes as application/octet-stream, or a
 // directory's entries one per line as text/plain; X-Sandbox-Kind says which.
 func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.svc.Read(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
+	res, err := s.Work.Read(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.svc.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
+	res, err := s.Work.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ type usageBody struct {
 }
 
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
-	u, err := s.svc.Usage(r.Context())
+	u, err := s.Leases.Usage(r.Context())
 	if err != nil {
 		return err
 	}

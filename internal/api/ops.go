@@ -16,7 +16,7 @@ import (
 // typedOps registers the typed ops (POST /v1/sandbox/{op}, JSON in and out)
 // under prefix p.
 func (s *Server) typedOps(p string) {
-	o := s.ops
+	o := s.Ops
 	s.handle("POST "+p+"/lease", op(o.Lease))
 	s.handle("POST "+p+"/run", op(o.Run))
 	s.handle("POST "+p+"/read", op(o.Read))
@@ -43,7 +43,7 @@ func op[In, Out any](f func(context.Context, In) (Out, error)) func(http.Respons
 
 // interpreter registers POST /v1/exec and the file routes of its sessions.
 func (s *Server) interpreter() {
-	s.handle("POST /v1/exec", op(s.ops.RunCode))
+	s.handle("POST /v1/exec", op(s.Ops.RunCode))
 	s.handle("GET /v1/exec/{session}/files", s.sessionFiles)
 	s.handle("POST /v1/exec/{session}/files", s.uploadFiles)
 	s.handle("GET /v1/exec/{session}/files/{path...}", s.downloadFile)
@@ -55,7 +55,7 @@ type filesBody struct {
 }
 
 func (s *Server) sessionFiles(w http.ResponseWriter, r *http.Request) error {
-	files, err := s.svc.SessionFiles(r.Context(), r.PathValue("session"))
+	files, err := s.Interpreter.Files(r.Context(), r.PathValue("session"))
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 			part.Close()
 			continue
 		}
-		res, err := s.svc.Write(r.Context(), id, name, part)
+		res, err := s.Work.Write(r.Context(), id, name, part)
 		part.Close()
 		if err != nil {
 			var tooBig *http.MaxBytesError
@@ -130,7 +130,7 @@ func uploadError(err error, written []interp.File) error {
 }
 
 func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.svc.Read(r.Context(), r.PathValue("session"), r.PathValue("path"))
+	res, err := s.Work.Read(r.Context(), r.PathValue("session"), r.PathValue("path"))
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := sandbox.CheckSessionName("session", name); err != nil {
 		return err
 	}
-	if s.opts.Sessions == nil {
+	if s.Sessions == nil {
 		return sandbox.Errorf(sandbox.KindNotFound, "session logs are not kept by this server")
 	}
 	after := int64(0)
@@ -53,7 +53,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		after = n
 	}
-	backlog, f, err := s.opts.Sessions.Follow(r.Context(), name, after)
+	backlog, f, err := s.Sessions.Follow(r.Context(), name, after)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/pages"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/terminal"
 	"github.com/sandboxd/sandbox/internal/ticket"
 )
 
@@ -54,12 +54,12 @@ func (s *Server) mintTicket(kind string) func(http.ResponseWriter, *http.Request
 			return err
 		}
 		id := r.PathValue("id")
-		tok, err := s.svc.Ticket(r.Context(), id, kind)
+		tok, err := s.Consoles.Ticket(r.Context(), id, kind)
 		if err != nil {
 			return err
 		}
 		prefix := strings.TrimSuffix(r.URL.Path, "/"+kind+"/ticket")
-		writeJSON(w, http.StatusCreated, service.TicketResult{
+		writeJSON(w, http.StatusCreated, terminal.TicketResult{
 			Ticket: tok, ExpiresIn: int(ticket.TTL / time.Second), URL: prefix + "/" + kind + "?ticket=" + tok,
 		})
 		return nil
@@ -89,7 +89,7 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 		s.writeError(w, r, sandbox.Errorf(sandbox.KindUnavailable, "the server is shutting down"))
 		return nil
 	}
-	ctx, err := s.svc.SpendTicket(r.Context(), r.URL.Query().Get("ticket"), r.PathValue("id"), kind)
+	ctx, err := s.Consoles.Spend(r.Context(), r.URL.Query().Get("ticket"), r.PathValue("id"), kind)
 	if err != nil {
 		s.writeError(w, r, err)
 		return nil
@@ -229,7 +229,7 @@ func (s *Server) terminalSocket(w http.ResponseWriter, r *http.Request) {
 	if k == nil {
 		return
 	}
-	code, err := s.svc.Terminal(k.ctx, r.PathValue("id"), arg, k.stdin, k, k.resize)
+	code, err := s.Consoles.Terminal(k.ctx, r.PathValue("id"), arg, k.stdin, k, k.resize)
 	if err != nil {
 		k.close(websocket.StatusInternalError, sandbox.Message(err))
 		return
@@ -245,7 +245,7 @@ func (s *Server) screenSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var stderr bytes.Buffer
-	code, err := s.svc.Screen(k.ctx, r.PathValue("id"), k.stdin, k, &limitedBuffer{b: &stderr, max: 4096})
+	code, err := s.Consoles.Screen(k.ctx, r.PathValue("id"), k.stdin, k, &limitedBuffer{b: &stderr, max: 4096})
 	switch {
 	case err != nil:
 		k.close(websocket.StatusInternalError, sandbox.Message(err))

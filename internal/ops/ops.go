@@ -12,36 +12,57 @@ package ops
 import (
 	"context"
 	"encoding/base64"
+	"io"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 )
 
-// Ops implements the typed operations over a service.
-type Ops struct {
-	svc *service.Service
+// Sandboxes is what the typed ops need of the service.
+type Sandboxes interface {
+	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
+	Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error)
+	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
+	Read(ctx context.Context, id, path string) (*service.ReadResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader) (*service.WriteResult, error)
+	Stop(ctx context.Context, id string) (*service.StopResult, error)
+	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
 }
 
-// New returns the typed operations of svc.
-func New(svc *service.Service) *Ops { return &Ops{svc: svc} }
+// Interpreter runs code (run_code).
+type Interpreter interface {
+	Run(ctx context.Context, req interp.Request) (*interp.Result, error)
+}
 
-// LeaseIn asks for a sandbox, or (with ID) to keep one.
+var (
+	_ Sandboxes   = (*service.Service)(nil)
+	_ Interpreter = (*interp.Interpreter)(nil)
+)
+
+// Ops implements the typed operations.
+type Ops struct {
+	svc Sandboxes
+	it  Interpreter
+}
+
+// New returns the typed operations over svc and it.
+func New(svc Sandboxes, it Interpreter) *Ops { return &Ops{svc: svc, it: it} }
+
+// LeaseIn asks for a sandbox (the lease request itself), or with ID to keep
+// one.
 type LeaseIn struct {
-	ID      string `json:"id,omitempty" jsonschema:"an existing sandbox of yours to resume and extend instead of leasing a new one"`
-	Class   string `json:"class,omitempty" jsonschema:"exec (default: short code runs), dev, desktop or android"`
-	Project string `json:"project,omitempty" jsonschema:"project whose volume is mounted; required for every class but exec"`
-	Image   string `json:"image,omitempty" jsonschema:"image name; defaults to the class's image"`
-	Runtime string `json:"runtime,omitempty" jsonschema:"isolation runtime; defaults to the server's"`
-	TTLSec  int64  `json:"ttlSec,omitempty" jsonschema:"lease length in seconds; defaults to the class's"`
+	ID string `json:"id,omitempty" jsonschema:"an existing sandbox of yours to resume and extend instead of leasing a new one"`
+	service.LeaseRequest
 }
 
 // Lease leases a new sandbox, or with an ID resumes that sandbox (waking it
 // when asleep) and extends its lease: the caller's and alive, or an error.
 func (o *Ops) Lease(ctx context.Context, in LeaseIn) (*sandbox.Sandbox, error) {
 	if in.ID == "" {
-		return o.svc.Lease(ctx, service.LeaseRequest{Class: in.Class, Project: in.Project, Image: in.Image, Runtime: in.Runtime, TTLSec: in.TTLSec})
+		return o.svc.Lease(ctx, in.LeaseRequest)
 	}
 	if in.Class != "" || in.Project != "" || in.Image != "" || in.Runtime != "" {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "with an id, only ttlSec may be given: the sandbox keeps its class, project and image")
@@ -49,17 +70,11 @@ func (o *Ops) Lease(ctx context.Context, in LeaseIn) (*sandbox.Sandbox, error) {
 	return o.svc.Renew(ctx, in.ID, in.TTLSec)
 }
 
-// RunIn is a command to run in a sandbox.
+// RunIn is a command to run in a sandbox: the exec request itself, and the
+// sandbox's id.
 type RunIn struct {
-	ID         string            `json:"id" jsonschema:"the sandbox to run in"`
-	Argv       []string          `json:"argv,omitempty" jsonschema:"program and arguments, run as is; wins over command"`
-	Command    string            `json:"command,omitempty" jsonschema:"a shell line, run with sh -c"`
-	Stdin      string            `json:"stdin,omitempty"`
-	Dir        string            `json:"dir,omitempty" jsonschema:"working directory, under the sandbox's workdir"`
-	TimeoutSec int               `json:"timeoutSec,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Session    string            `json:"session,omitempty" jsonschema:"a session name: the output is appended to that session's live log as it is produced"`
-	Redact     []string          `json:"redact,omitempty" jsonschema:"strings replaced by [redacted] in the narration and in the answer"`
+	ID string `json:"id" jsonschema:"the sandbox to run in"`
+	service.ExecRequest
 }
 
 // Run runs a command and waits for it; a non-zero exit is a result.
@@ -67,10 +82,7 @@ func (o *Ops) Run(ctx context.Context, in RunIn) (*service.ExecResult, error) {
 	if err := needID(in.ID); err != nil {
 		return nil, err
 	}
-	return o.svc.Exec(ctx, in.ID, service.ExecRequest{
-		Argv: in.Argv, Command: in.Command, Stdin: in.Stdin, Dir: in.Dir, TimeoutSec: in.TimeoutSec,
-		Env: in.Env, Session: in.Session, Redact: in.Redact,
-	})
+	return o.svc.Exec(ctx, in.ID, in.ExecRequest)
 }
 
 // PathIn names a file or directory of a sandbox.
@@ -175,8 +187,8 @@ func (o *Ops) End(ctx context.Context, in EndIn) (*service.EndResult, error) {
 }
 
 // RunCode runs a program in one of the interpreter's languages.
-func (o *Ops) RunCode(ctx context.Context, in service.CodeRequest) (*service.CodeResult, error) {
-	return o.svc.RunCode(ctx, in)
+func (o *Ops) RunCode(ctx context.Context, in interp.Request) (*interp.Result, error) {
+	return o.it.Run(ctx, in)
 }
 
 func needID(id string) error {

@@ -8,6 +8,8 @@ package reaper
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"log/slog"
 	"sync"
 	"time"
@@ -33,6 +35,60 @@ const (
 type Policy struct {
 	Ceiling   time.Duration // absolute bound from creation
 	IdleAfter time.Duration // unused this long → sleep; zero never sleeps
+}
+
+// Config is the reaper's schedule and bounds, as an operator sets them.
+type Config struct {
+	// Every is the interval between rounds; zero means one minute.
+	Every time.Duration
+	// IdleAfter puts a running sandbox unused this long to sleep; zero
+	// means never (`sandbox serve` defaults to DefaultIdleAfter).
+	IdleAfter time.Duration
+	// Grace is how old an unclaimed runtime object must be before the
+	// sweep deletes it; zero means DefaultGrace.
+	Grace time.Duration
+	// Concurrency bounds the ends of one round; zero means 4.
+	Concurrency int
+}
+
+// DefaultIdleAfter is the idle bound `sandbox serve` starts with.
+const DefaultIdleAfter = time.Hour
+
+// withDefaults is THE place the defaults are applied.
+func (c Config) withDefaults() Config {
+	if c.Every == 0 {
+		c.Every = time.Minute
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	return c
+}
+
+// RegisterFlags defines the reaper's flags on fs, writing into c.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	d := c.withDefaults()
+	fs.DurationVar(&c.Every, "reap-every", d.Every, "how often the reaper ends expired leases, sleeps idle sandboxes and sweeps orphans")
+	fs.DurationVar(&c.IdleAfter, "idle-after", DefaultIdleAfter, "put a sandbox unused this long to sleep (memory checkpointed); 0 never")
+	fs.DurationVar(&c.Grace, "sweep-grace", d.Grace, "age before a runtime object that no row claims is swept")
+}
+
+// Validate refuses a schedule the reaper cannot keep.
+func (c Config) Validate() error {
+	switch {
+	case c.Every < 0:
+		return errors.New("--reap-every must be positive")
+	case c.IdleAfter < 0:
+		return errors.New("--idle-after must not be negative (0 never sleeps)")
+	case c.Grace < 0:
+		return errors.New("--sweep-grace must not be negative")
+	case c.Concurrency < 0:
+		return errors.New("the reaper's concurrency must not be negative")
+	}
+	return nil
 }
 
 // Due decides what sb needs at now. A pending row is left to its lease call
@@ -72,15 +128,14 @@ type Service interface {
 
 // Reaper is the loop.
 type Reaper struct {
-	Store       Store
-	Service     Service
-	Runtime     Runtime       // for the orphan sweep
-	Grace       time.Duration // sweep grace; zero means DefaultGrace
-	Every       time.Duration
-	Policy      Policy
-	Concurrency int // zero means 4
-	Log         *slog.Logger
-	Now         func() time.Time // nil means time.Now
+	Config
+	// Ceiling is the absolute bound on a lease, the service's.
+	Ceiling time.Duration
+	Store   Store
+	Service Service
+	Runtime Runtime // for the orphan sweep; nil sweeps nothing
+	Log     *slog.Logger
+	Now     func() time.Time // nil means time.Now
 
 	mu       sync.Mutex
 	inFlight map[string]bool
@@ -90,7 +145,7 @@ type Reaper struct {
 // Run reaps and sweeps once at start and then every interval until ctx ends,
 // then waits for in-flight ends.
 func (r *Reaper) Run(ctx context.Context) {
-	t := time.NewTicker(r.Every)
+	t := time.NewTicker(r.withDefaults().Every)
 	defer t.Stop()
 	defer r.wg.Wait()
 	for {
@@ -111,14 +166,9 @@ func (r *Reaper) Run(ctx context.Context) {
 // Once visits every org and starts ending what is due; it returns once every
 // end it started has finished.
 func (r *Reaper) Once(ctx context.Context) {
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	conc := r.Concurrency
-	if conc <= 0 {
-		conc = 4
-	}
+	now := r.clock()
+	conc := r.withDefaults().Concurrency
+	policy := r.policy()
 	orgs, err := r.Store.Orgs(ctx)
 	if err != nil {
 		r.Log.Error("reaper: listing orgs", "err", err)
@@ -135,7 +185,7 @@ func (r *Reaper) Once(ctx context.Context) {
 			continue
 		}
 		for _, sb := range rows {
-			why := r.Policy.Due(sb, now().UTC())
+			why := policy.Due(sb, now().UTC())
 			if why == NotDue || !r.claim(sb.ID) {
 				continue
 			}
@@ -150,7 +200,7 @@ func (r *Reaper) Once(ctx context.Context) {
 			r.wg.Add(1)
 			go func() {
 				defer func() { <-sem; r.release(sb.ID); round.Done(); r.wg.Done() }()
-				r.act(octx, sb.ID, why, now)
+				r.act(octx, sb.ID, why, policy, now)
 			}()
 		}
 	}
@@ -159,9 +209,9 @@ func (r *Reaper) Once(ctx context.Context) {
 
 // act ends (or, for Idle, sleeps) one sandbox if it is still due for the
 // same reason. Work that has started finishes even during shutdown.
-func (r *Reaper) act(ctx context.Context, id string, why Reason, now func() time.Time) {
+func (r *Reaper) act(ctx context.Context, id string, why Reason, policy Policy, now func() time.Time) {
 	ctx = context.WithoutCancel(ctx)
-	still := func(sb *sandbox.Sandbox) bool { return r.Policy.Due(sb, now().UTC()) == why }
+	still := func(sb *sandbox.Sandbox) bool { return policy.Due(sb, now().UTC()) == why }
 	var err error
 	if why == Idle {
 		_, err = r.Service.SleepIf(ctx, id, still)
@@ -173,6 +223,22 @@ func (r *Reaper) act(ctx context.Context, id string, why Reason, now func() time
 		return
 	}
 	r.Log.Debug("reaper: acted", "sandbox", id, "reason", string(why))
+}
+
+// policy is what Due applies: the ceiling and the idle bound.
+func (r *Reaper) policy() Policy {
+	c := r.Ceiling
+	if c <= 0 {
+		c = sandbox.DefaultCeiling
+	}
+	return Policy{Ceiling: c, IdleAfter: r.IdleAfter}
+}
+
+func (r *Reaper) clock() func() time.Time {
+	if r.Now != nil {
+		return r.Now
+	}
+	return time.Now
 }
 
 func (r *Reaper) claim(id string) bool {

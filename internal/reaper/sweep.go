@@ -28,14 +28,8 @@ const DefaultGrace = 5 * time.Minute
 // cannot be read, nothing at all is deleted: an unreadable store claims
 // nothing, so every one of its sandboxes would look like an orphan.
 func (r *Reaper) Sweep(ctx context.Context) (deleted int, err error) {
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	grace := r.Grace
-	if grace <= 0 {
-		grace = DefaultGrace
-	}
+	now := r.clock()
+	grace := r.withDefaults().Grace
 	objs, err := r.Runtime.List(ctx, map[string]string{runtime.LabelSandbox: ""})
 	if err != nil {
 		return 0, fmt.Errorf("sweep: listing runtime objects: %w", err)

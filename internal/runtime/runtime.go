@@ -16,10 +16,13 @@ import (
 
 // Label keys stamped on every runtime object. The sweep finds strays by
 // LabelSandbox and never by a broader selector.
+//
+// There is no expiry label: the lease lives in the row, which a renew
+// changes, and the sweep's rule (no row claims the object) needs no second
+// opinion that would go stale on every renew.
 const (
-	LabelSandbox   = "sandbox.dev/id"      // the sandbox id the object serves
-	LabelOrg       = "sandbox.dev/org"     // the org's store directory name
-	LabelExpiresAt = "sandbox.dev/expires" // RFC 3339 delete-at, so a sweep can catch strays
+	LabelSandbox = "sandbox.dev/id"  // the sandbox id the object serves
+	LabelOrg     = "sandbox.dev/org" // the org's store directory name
 )
 
 // ErrNotFound means no object of that name (or of that identity) exists.

@@ -8,27 +8,6 @@ import (
 	"time"
 )
 
-// Status is where a sandbox is in its life.
-type Status string
-
-const (
-	StatusPending Status = "pending" // row written, container being started
-	StatusRunning Status = "running" // the container runs; exec and fs work
-	StatusError   Status = "error"   // the start failed; the reaper ends it
-	// StatusSleeping: idle, its container removed (memory checkpointed where
-	// the runtime can), row, volume and project kept; any use wakes it.
-	StatusSleeping Status = "sleeping"
-)
-
-// Known reports whether s is a status a caller may filter on.
-func (s Status) Known() bool {
-	switch s {
-	case StatusPending, StatusRunning, StatusError, StatusSleeping:
-		return true
-	}
-	return false
-}
-
 // Sandbox is the record of one lease. Name is the runtime's handle (container
 // id or pod name): it is minted per sandbox, never reused, and never shown to
 // a caller.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/server"
 )
 
@@ -725,7 +726,7 @@ func TestSleepAndWake(t *testing.T) {
 }
 
 func TestReaperSleepsIdleSandboxes(t *testing.T) {
-	e := newEnvConfig(t, server.Config{IdleAfter: time.Second})
+	e := newEnvConfig(t, server.Config{Reaper: reaper.Config{IdleAfter: time.Second}})
 	idle := e.lease("acme", nil)
 	busy := e.lease("acme", nil)
 	time.Sleep(1200 * time.Millisecond)

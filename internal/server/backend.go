@@ -5,14 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"time"
-
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/klog/v2"
-
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -26,25 +18,6 @@ const (
 	BackendGVisor = "gvisor"
 	BackendKube   = "kube"
 )
-
-// KubeConfig configures the kube backend.
-type KubeConfig struct {
-	// Kubeconfig is a kubeconfig file; empty means the in-cluster config
-	// (the server running as a pod).
-	Kubeconfig string
-	// Namespace of the sandbox pods (required; never a system namespace).
-	Namespace string
-	// ServerNamespace is the server's own namespace, which the sandboxes
-	// must not share; empty means unknown.
-	ServerNamespace string
-	// RuntimeClass is the RuntimeClass of the default runtime (gvisor);
-	// empty runs pods without one.
-	RuntimeClass string
-	// ServiceAccount the pods run as; empty means "sandbox-pod".
-	ServiceAccount string
-	// StorageClass of project volumes; empty means the cluster's default.
-	StorageClass string
-}
 
 // backend is a runtime and what differs with it: where the images live,
 // whether the interpreter's runner is mounted, what must settle before
@@ -76,13 +49,12 @@ func localImage(dir string) func(string) error {
 }
 
 // newBackend builds the backend of cfg.Backend.
-func newBackend(cfg Config, log *slog.Logger) (backend, error) {
+func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, error) {
 	switch cfg.Backend {
 	case "", BackendGVisor:
 		rt, err := gvisor.New(gvisor.Config{
-			Runsc:       cfg.Runsc,
+			Options:     cfg.GVisor,
 			StateDir:    filepath.Join(cfg.Data, "runtime"),
-			Platform:    cfg.Platform,
 			ImageRootfs: func(name string) (string, error) { return image.Rootfs(cfg.Images, name) },
 			Runner:      cfg.Runner,
 		})
@@ -95,49 +67,8 @@ func newBackend(cfg Config, log *slog.Logger) (backend, error) {
 		}
 		return b, nil
 	case BackendKube:
-		// client-go logs through klog, and reports what it cannot return
-		// (a stream torn down by a cancelled exec, say) as "unhandled":
-		// both go to the server's log, the latter at debug level.
-		klog.SetSlogLogger(log.With("component", "client-go"))
-		utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, msg string, kv ...any) {
-			log.Debug("client-go: "+msg, append([]any{"err", err}, kv...)...)
-		}}
-		k := cfg.Kube
-		scope, err := kube.NewScope(k.Namespace, k.ServerNamespace)
+		rt, err := kube.Open(ctx, cfg.Kube, log)
 		if err != nil {
-			return backend{}, err
-		}
-		var rc *rest.Config
-		if k.Kubeconfig != "" {
-			rc, err = clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
-		} else {
-			rc, err = rest.InClusterConfig()
-		}
-		if err != nil {
-			return backend{}, fmt.Errorf("kube: loading the cluster config: %w", err)
-		}
-		rc.QPS, rc.Burst = 50, 100
-		client, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return backend{}, fmt.Errorf("kube: %w", err)
-		}
-		classes := map[string]string{}
-		if k.RuntimeClass != "" {
-			classes[sandbox.RuntimeGVisor] = k.RuntimeClass
-		}
-		// The other runtimes are RuntimeClasses of their own name.
-		classes[sandbox.RuntimeKataCLH] = sandbox.RuntimeKataCLH
-		classes[sandbox.RuntimeKataFC] = sandbox.RuntimeKataFC
-		rt, err := kube.New(kube.Config{
-			Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
-			ServiceAccount: k.ServiceAccount, StorageClass: k.StorageClass,
-		})
-		if err != nil {
-			return backend{}, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := rt.Isolate(ctx); err != nil {
 			return backend{}, err
 		}
 		return backend{rt: rt}, nil

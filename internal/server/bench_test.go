@@ -123,14 +123,21 @@ func BenchmarkLeaseFloor(b *testing.B) {
 	}
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 	// The scratch volume went with the sandbox; give the floor its own.
+	// Only the workdir's mount moves: the runner's read-only file mount
+	// (and any other) must keep its source, or runsc create fails.
 	var spec map[string]any
 	json.Unmarshal(config, &spec)
 	vol := b.TempDir()
 	os.Chown(vol, 1000, 1000)
+	moved := 0
 	for _, m := range spec["mounts"].([]any) {
-		if mm := m.(map[string]any); mm["type"] == "bind" {
+		if mm := m.(map[string]any); mm["type"] == "bind" && mm["destination"] == sandbox.MustClass(sandbox.ClassExec).Workdir {
 			mm["source"] = vol
+			moved++
 		}
+	}
+	if moved != 1 {
+		b.Fatalf("the bundle has %d workdir mounts: %v", moved, spec["mounts"])
 	}
 	var lat latencies
 	for b.Loop() {
@@ -230,7 +237,7 @@ func BenchmarkWake(b *testing.B) {
 			}
 			// Forget the memory: the wake starts fresh over the kept files.
 			e.srv.Runtime.DropCheckpoint(ctx, row.Checkpoint)
-			e.srv.Store.SetRuntime(ctx, id, row.Status, row.Name, row.UID, "")
+			e.srv.Store.Transition(ctx, id, row.Status, &sandbox.Sandbox{Status: row.Status, Name: row.Name, UID: row.UID})
 		}, resume)
 	})
 	b.Run("lease", func(b *testing.B) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,16 +14,15 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // browser starts a real headless Chromium (Debian's chromium package).
 func browser(t *testing.T) (context.Context, context.CancelFunc) {
 	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (scripts/deps.sh installs it): %v", err)
-	}
+	path := testenv.NeedBrowser(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.Flag("disable-gpu", true),
@@ -40,6 +38,29 @@ func browser(t *testing.T) (context.Context, context.CancelFunc) {
 		t.Fatalf("starting chromium: %v", err)
 	}
 	return ctx, func() { cancelCtx(); cancelAlloc() }
+}
+
+// waitPage waits until expr is true in the page, asking again every 100 ms
+// for up to timeout. An evaluation that fails is asked again too: while a
+// page loads, its execution context can be replaced under a poll ("Cannot
+// find context with specified id"), which says nothing about the page. The
+// last answer or error is reported at the timeout.
+func waitPage(ctx context.Context, expr string, timeout time.Duration) error {
+	var last error
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err == nil && ok {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%s is still false", expr)
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		last = err
+	}
+	return fmt.Errorf("after %s: %w", timeout, last)
 }
 
 // typeText inserts text at the focus the way typing it does (one input
@@ -63,25 +84,27 @@ func TestTerminalInBrowser(t *testing.T) {
 		fmt.Fprint(w, parentBody)
 	}))
 	defer parent.Close()
-	e := newEnvConfig(t, server.Config{FrameAncestors: "'self' " + parent.URL})
+	e := newEnvConfig(t, server.Config{API: api.Config{FrameAncestors: "'self' " + parent.URL}})
 	id := e.lease("acme", map[string]any{"ttlSec": 300})
 	ctx, cancel := browser(t)
 	defer cancel()
 
 	// Top level: type a command, read its output from the page.
 	_, tk := e.ticketFor("acme", id, "terminal")
-	poll := func(expr string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(30*time.Second))
+	err := chromedp.Do(ctx, chromedp.Navigate(e.http.URL+tk["url"].(string)))
+	if err == nil {
+		err = waitPage(ctx, `document.getElementById("status").textContent.startsWith("connected")`, 30*time.Second)
 	}
-	err := chromedp.Do(ctx,
-		chromedp.Navigate(e.http.URL+tk["url"].(string)),
-		chromedp.WaitVisible(chromedp.CSS(".xterm-helper-textarea")),
-		poll(`document.getElementById("status").textContent.startsWith("connected")`),
-		chromedp.Focus(chromedp.CSS(".xterm-helper-textarea")),
-		typeText("echo browser-$((6*7)) $(cat /etc/hostname)"),
-		chromedp.KeyEvent(kb.Enter),
-		poll(`document.querySelector(".xterm-rows").textContent.includes("browser-42 sandbox")`),
-	)
+	if err == nil {
+		err = chromedp.Do(ctx,
+			chromedp.Focus(chromedp.CSS(".xterm-helper-textarea")),
+			typeText("echo browser-$((6*7)) $(cat /etc/hostname)"),
+			chromedp.KeyEvent(kb.Enter),
+		)
+	}
+	if err == nil {
+		err = waitPage(ctx, `document.querySelector(".xterm-rows").textContent.includes("browser-42 sandbox")`, 30*time.Second)
+	}
 	if err != nil {
 		rows, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		t.Fatalf("terminal page: %v (page text: %q)", err, rows)
@@ -91,10 +114,10 @@ func TestTerminalInBrowser(t *testing.T) {
 	_, tk = e.ticketFor("acme", id, "terminal")
 	parentBody = `<!doctype html><script>window.msgs = []; addEventListener("message", e => window.msgs.push(e.data));</script>
 <iframe src="` + e.http.URL + tk["url"].(string) + `" width="800" height="500"></iframe>`
-	err = chromedp.Do(ctx,
-		chromedp.Navigate(parent.URL),
-		poll(`window.msgs.some(m => m && m.source === "sandbox-term" && m.ready === true)`),
-	)
+	err = chromedp.Do(ctx, chromedp.Navigate(parent.URL))
+	if err == nil {
+		err = waitPage(ctx, `window.msgs.some(m => m && m.source === "sandbox-term" && m.ready === true)`, 30*time.Second)
+	}
 	got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(window.msgs)`))
 	if err != nil {
 		t.Fatalf("framed page: %v (messages %s)", err, got)

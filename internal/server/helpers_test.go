@@ -23,15 +23,11 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // imagesDir is where scripts/deps.sh builds the class images.
-func imagesDir() string {
-	if d := os.Getenv("SANDBOX_TEST_IMAGES"); d != "" {
-		return d
-	}
-	return image.DefaultDir
-}
+func imagesDir() string { return testenv.Images() }
 
 // env is one real server on a temporary data directory, with the real
 // runsc and the real images, behind a real HTTP listener.
@@ -62,8 +58,9 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 		cfg.Images = imagesDir()
 	}
 	images := cfg.Images
-	if _, err := os.Stat(gvisor.DefaultRunsc()); err != nil {
-		t.Fatalf("runsc is not installed at %s: run scripts/deps.sh", gvisor.DefaultRunsc())
+	testenv.NeedGVisor(t, gvisor.DefaultRunsc())
+	if images == testenv.Images() {
+		testenv.NeedGVisor(t, gvisor.DefaultRunsc(), append([]string{"exec"}, needImages...)...)
 	}
 	for _, name := range append([]string{"exec"}, needImages...) {
 		if _, err := image.Rootfs(images, name); err != nil {
@@ -79,7 +76,7 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	cfg.Data, cfg.Runsc = data, gvisor.DefaultRunsc()
+	cfg.Data, cfg.GVisor.Runsc = data, gvisor.DefaultRunsc()
 	switch cfg.Runner {
 	case "":
 		cfg.Runner = runnerBin(t)

@@ -20,8 +20,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/kube"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // The kube suite runs the API against --runtime kube on a real cluster:
@@ -31,10 +33,7 @@ import (
 // kubeClient is the test's own view of the cluster, to assert from its side.
 func kubeClient(t testing.TB) kubernetes.Interface {
 	t.Helper()
-	path := os.Getenv("SANDBOX_TEST_KUBECONFIG")
-	if path == "" {
-		t.Skip("no cluster: scripts/test.sh starts one and sets SANDBOX_TEST_KUBECONFIG")
-	}
+	path := testenv.NeedKube(t)
 	rc, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +61,7 @@ func newKubeEnv(t testing.TB) (*env, kubernetes.Interface, string) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvConfig(t, server.Config{Backend: server.BackendKube, Kube: server.KubeConfig{
+	e := newEnvConfig(t, server.Config{Backend: server.BackendKube, Kube: kube.Options{
 		Kubeconfig: os.Getenv("SANDBOX_TEST_KUBECONFIG"), Namespace: ns, RuntimeClass: "gvisor",
 	}})
 	t.Cleanup(func() { // after e.close (cleanups run last-in first-out)

@@ -37,10 +37,10 @@ func TestScreen(t *testing.T) {
 	bctx, bcancel := browser(t)
 	defer bcancel()
 	_, page := e.ticketFor("acme", id, "screen")
-	err := chromedp.Do(bctx,
-		chromedp.Navigate(e.http.URL+page["url"].(string)),
-		chromedp.Poll[chromedp.Void](`document.getElementById("status").textContent === "connected"`, chromedp.WithPollingTimeout(30*time.Second)),
-	)
+	err := chromedp.Do(bctx, chromedp.Navigate(e.http.URL+page["url"].(string)))
+	if err == nil {
+		err = waitPage(bctx, `document.getElementById("status").textContent === "connected"`, 30*time.Second)
+	}
 	if err != nil {
 		text, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
 		t.Fatalf("screen page: %v (page: %q)", err, text)

@@ -1,18 +1,23 @@
 // Package server wires the parts into one running service: the per-org
-// store, the gvisor runtime, the service, and the HTTP API. The binary and
-// the integration tests build the server the same way, through New.
+// store, the runtime backend (gvisor: runsc on this machine; kube: pods
+// through client-go), the service core, the console, the interpreter, the
+// typed ops and MCP, the reaper, and the HTTP API. Its Config composes the
+// configuration each part owns. The binary and the integration tests build
+// the server the same way, through New.
 package server
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/mcpserver"
 	"github.com/sandboxd/sandbox/internal/meter"
 	"github.com/sandboxd/sandbox/internal/metrics"
@@ -20,44 +25,111 @@ import (
 	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/runtime/kube"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/terminal"
 )
 
-// Config is what the server needs to start. Zero values are documented per
-// field.
+// Config is what the server needs to start. It composes the
+// configuration each part owns (each with its flags, zero values and
+// Validate) and adds only what is the server's own.
 type Config struct {
-	Data     string        // data directory (required)
-	Images   string        // built images; empty means Data/images
-	Runsc    string        // the runsc binary (required)
-	Platform string        // gVisor platform; empty means systrap
-	Ceiling  time.Duration // absolute lease bound; zero means 24 h
-	// ReapEvery is the reaper's interval; zero means one minute.
-	ReapEvery time.Duration
-	// IdleAfter puts a sandbox unused this long to sleep; zero means one
-	// hour, negative never.
-	IdleAfter time.Duration
-	// SweepGrace is how old an unclaimed runtime object must be before the
-	// sweep deletes it; zero means reaper.DefaultGrace.
-	SweepGrace time.Duration
-	// OperatorOrg is the reserved org that reads operator routes; empty
-	// means "system".
-	OperatorOrg string
+	// Data is the data directory (required).
+	Data string
+	// Images holds the built class images; empty means Data/images.
+	Images string
+	// Backend is "gvisor" (runsc on this machine; also the zero value) or
+	// "kube" (pods through client-go).
+	Backend string
 	// Runner is the host path of cmd/sandbox-runner, mounted into every
 	// sandbox for the code interpreter; empty runs interpreter programs
 	// through a shell script instead (slower, same answers).
 	Runner string
-	// FrameAncestors is who may frame the terminal and screen pages (a CSP
-	// source list); empty means "'self'".
-	FrameAncestors string
-	// Backend is "gvisor" (runsc on this machine, the default) or "kube"
-	// (pods through client-go; see Kube).
-	Backend string
-	Kube    KubeConfig
+
+	GVisor  gvisor.Options
+	Kube    kube.Options
+	Service service.Config
+	Reaper  reaper.Config
+	API     api.Config
+
 	// Getenv reads the fee settings (SANDBOX_FEE_CENTS...); nil means
 	// os.Getenv.
 	Getenv func(string) string
+}
+
+// RegisterFlags defines every server flag on fs, writing into c: the
+// server's own and those of each part.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Data, "data", "", "data directory: per-org stores, API keys, runtime state (required)")
+	fs.StringVar(&c.Images, "images", "", "directory of built class images (default DATA/images)")
+	fs.StringVar(&c.Backend, "runtime", BackendGVisor, "where sandboxes run: gvisor (runsc on this machine) or kube (pods on a cluster)")
+	c.Runner = DefaultRunner()
+	fs.Var((*runnerFlag)(&c.Runner), "runner", "the code interpreter's in-sandbox runner (cmd/sandbox-runner; default: beside this binary, else "+InstalledRunner+"); \"none\" runs programs through sh instead")
+	c.Service.RegisterFlags(fs)
+	c.Reaper.RegisterFlags(fs)
+	c.API.RegisterFlags(fs)
+	c.GVisor.RegisterFlags(fs)
+	c.Kube.RegisterFlags(fs)
+}
+
+// runnerFlag is --runner: a path, or "none" for no runner (the empty
+// string of Config.Runner).
+type runnerFlag string
+
+func (f *runnerFlag) String() string {
+	if f == nil || *f == "" {
+		return "none"
+	}
+	return string(*f)
+}
+
+func (f *runnerFlag) Set(v string) error {
+	if v == "none" {
+		v = ""
+	}
+	*f = runnerFlag(v)
+	return nil
+}
+
+// Validate checks the whole configuration, each part by its own rules,
+// before anything is opened.
+func (c *Config) Validate() error {
+	if c.Data == "" {
+		return errors.New("--data is required")
+	}
+	errs := []error{c.Service.Validate(), c.Reaper.Validate(), c.API.Validate()}
+	switch c.Backend {
+	case "", BackendGVisor:
+		errs = append(errs, c.GVisor.Validate())
+	case BackendKube:
+		errs = append(errs, c.Kube.Validate())
+	default:
+		errs = append(errs, fmt.Errorf("--runtime must be gvisor or kube, not %q", c.Backend))
+	}
+	if c.Runner != "" {
+		if st, err := os.Stat(c.Runner); err != nil || !st.Mode().IsRegular() {
+			errs = append(errs, fmt.Errorf("runner not found at %s: run scripts/deps.sh, or pass --runner none", c.Runner))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults is the place the server's own defaults are applied (each
+// part applies its own).
+func (c Config) withDefaults() Config {
+	if c.Images == "" {
+		c.Images = filepath.Join(c.Data, "images")
+	}
+	if c.Backend == "" {
+		c.Backend = BackendGVisor
+	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
+	return c
 }
 
 // Server is a wired service.
@@ -81,55 +153,42 @@ const Version = "0.2.0"
 
 // New opens the store and the runtime and builds the handler.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
-	if cfg.Ceiling <= 0 {
-		cfg.Ceiling = sandbox.DefaultCeiling
+	if cfg.Data == "" {
+		return nil, errors.New("server: a data directory is required")
 	}
-	if cfg.ReapEvery <= 0 {
-		cfg.ReapEvery = time.Minute
-	}
-	if cfg.IdleAfter == 0 {
-		cfg.IdleAfter = time.Hour
-	}
-	if cfg.Images == "" {
-		cfg.Images = filepath.Join(cfg.Data, "images")
-	}
+	cfg = cfg.withDefaults()
 	st, err := store.Open(ctx, cfg.Data)
 	if err != nil {
 		return nil, err
 	}
-	b, err := newBackend(cfg, log)
+	b, err := newBackend(ctx, cfg, log)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	if cfg.Getenv == nil {
-		cfg.Getenv = os.Getenv
-	}
 	m := metrics.New()
 	sessions := narrate.New(st, log)
-	svc := service.New(service.Config{
-		Narrator:   sessions,
-		Runner:     b.runner,
-		Ceiling:    cfg.Ceiling,
-		ImageReady: b.imageReady,
-		Metrics:    m,
-	}, st, b.rt, &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st}, log)
-	if err := reconcile(ctx, st, b, svc, m, sessions, log); err != nil {
+	svc := service.New(cfg.Service, service.Deps{
+		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
+		Meter:      &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st},
+		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
+	})
+	if err := reconcile(ctx, st, b, svc, sessions, log); err != nil {
 		st.Close()
 		return nil, err
 	}
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
-	typed := ops.New(svc)
-	h := api.New(svc, typed, st, log, api.Options{
-		OperatorOrg: cfg.OperatorOrg, Metrics: m.Handler(), Sessions: sessions, FrameAncestors: cfg.FrameAncestors,
-		MCP: mcpserver.New(typed, st, log, Version),
-	})
+	it := interp.New(svc, b.runner, log)
+	typed := ops.New(svc, it)
+	h := api.New(api.Deps{
+		Leases: svc, Work: svc, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
+		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version),
+	}, log, cfg.API)
 	return &Server{
 		Handler: h, api: h,
 		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
-		Reaper: &reaper.Reaper{Store: st, Service: svc, Runtime: b.rt, Every: cfg.ReapEvery, Grace: cfg.SweepGrace, Log: log,
-			Policy: reaper.Policy{Ceiling: cfg.Ceiling, IdleAfter: cfg.IdleAfter}},
+		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: svc.Ceiling(), Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
 }
 
@@ -155,9 +214,9 @@ const InstalledRunner = "/usr/local/libexec/sandbox/sandbox-runner"
 
 // reconcile brings the server's view up to date before its first call, in
 // one pass over the orgs: every row matched with the runtime (see
-// service.Recover), the live gauge counted from the stores (a restart does
-// not reset it), and session events numbered after every stored one.
-func reconcile(ctx context.Context, st *store.Store, b backend, svc *service.Service, m *metrics.Metrics, sessions *narrate.Log, log *slog.Logger) error {
+// service.Recover, which also counts the live gauge), and session events
+// numbered after every stored one.
+func reconcile(ctx context.Context, st *store.Store, b backend, svc *service.Service, sessions *narrate.Log, log *slog.Logger) error {
 	// A killed server's last runtime commands may still be finishing.
 	if b.settle != nil {
 		if err := b.settle(ctx); err != nil {
@@ -177,7 +236,6 @@ func reconcile(ctx context.Context, st *store.Store, b backend, svc *service.Ser
 		return err
 	}
 	var total service.RecoverResult
-	live := map[string]int{}
 	for _, org := range orgs {
 		octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "server"})
 		res, err := svc.Recover(octx, objs)
@@ -187,21 +245,11 @@ func reconcile(ctx context.Context, st *store.Store, b backend, svc *service.Ser
 		total.Adopted += res.Adopted
 		total.Lost += res.Lost
 		total.Failed += res.Failed
-		for _, class := range sandbox.ClassNames() {
-			n, err := st.CountLive(octx, class)
-			if err != nil {
-				return err
-			}
-			live[class] += n
-		}
 		seq, err := st.MaxEventSeq(octx)
 		if err != nil {
 			return err
 		}
 		sessions.Seed(seq)
-	}
-	for _, class := range sandbox.ClassNames() {
-		m.Live(class, float64(live[class]))
 	}
 	log.Info("recovered sandboxes", "adopted", total.Adopted, "lost", total.Lost, "interrupted", total.Failed, "runtimeObjects", len(list))
 	return nil

@@ -3,13 +3,13 @@ package service
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/redact"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -18,21 +18,22 @@ import (
 // OutputCap bounds stdout and stderr of one exec, each.
 const OutputCap = 1 << 20
 
-// ExecRequest is the body of POST /v1/sandbox/{id}/exec and of the typed
-// op run.
+// ExecRequest is the body of POST /v1/sandbox/{id}/exec, and of the typed
+// op and MCP tool run (which embed it). An option added here reaches every
+// door; the backends see it through runtime.ExecRequest.
 type ExecRequest struct {
-	Argv       []string          `json:"argv,omitempty"`
-	Command    string            `json:"command,omitempty"`
-	Stdin      string            `json:"stdin,omitempty"`
-	Dir        string            `json:"dir,omitempty"`
-	TimeoutSec int               `json:"timeoutSec,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
+	Argv       []string          `json:"argv,omitempty" jsonschema:"program and arguments, run as is; wins over command"`
+	Command    string            `json:"command,omitempty" jsonschema:"a shell line, run with sh -c"`
+	Stdin      string            `json:"stdin,omitempty" jsonschema:"text given to the program on its standard input"`
+	Dir        string            `json:"dir,omitempty" jsonschema:"working directory, under the sandbox's workdir"`
+	TimeoutSec int               `json:"timeoutSec,omitempty" jsonschema:"seconds before the program is killed (exit code 124); 0 means the server's default"`
+	Env        map[string]string `json:"env,omitempty" jsonschema:"environment variables added for this program"`
 	// Session names a live log of the caller's org that the output is
 	// appended to as it is produced (narration).
-	Session string `json:"session,omitempty"`
+	Session string `json:"session,omitempty" jsonschema:"a session name: the output is appended to that session's live log as it is produced"`
 	// Redact lists secrets replaced by "[redacted]" in the narration and in
 	// the answer.
-	Redact []string `json:"redact,omitempty"`
+	Redact []string `json:"redact,omitempty" jsonschema:"strings replaced by [redacted] in the narration and in the answer"`
 }
 
 // ExecResult is a finished program. A non-zero exit is a result, not an
@@ -51,18 +52,18 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	argv := req.Argv
 	switch {
 	case len(argv) > 0:
-		if err := noNUL("argv", argv...); err != nil {
+		if err := NoNUL("argv", argv...); err != nil {
 			return nil, err
 		}
 	case req.Command != "":
-		if err := noNUL("command", req.Command); err != nil {
+		if err := NoNUL("command", req.Command); err != nil {
 			return nil, err
 		}
 		argv = []string{"sh", "-c", req.Command}
 	default:
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "give argv (a list) or command (a shell line)")
 	}
-	timeout, err := s.timeout(req.TimeoutSec)
+	timeout, err := s.Timeout(req.TimeoutSec)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	if err := validRedact(req.Redact); err != nil {
 		return nil, err
 	}
-	sb, workCtx, done, err := s.use(ctx, id)
+	sb, work, done, err := s.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -90,41 +91,55 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 
 	// runtime → redactor → (answer buffer, narration). The narration writer
 	// drops rather than waits, so a slow log never slows the program.
-	stdout, stderr := &capped{max: OutputCap}, &capped{max: OutputCap}
+	stdout, stderr := NewOutput(OutputCap), NewOutput(OutputCap)
 	var outW, errW io.Writer = stdout, stderr
 	narr := s.narration(ctx, req.Session, req.Redact)
 	if narr != nil {
-		narr.event("start", sb.ID+": "+commandLine(argv))
-		outW, errW = io.MultiWriter(stdout, narr.writer("stdout")), io.MultiWriter(stderr, narr.writer("stderr"))
+		narr.Event("start", sb.ID+": "+commandLine(argv))
+		outW, errW = io.MultiWriter(stdout, narr.Writer("stdout")), io.MultiWriter(stderr, narr.Writer("stderr"))
 	}
 	rOut, rErr := redact.NewWriter(outW, req.Redact), redact.NewWriter(errW, req.Redact)
-	res, note, err := s.run(ctx, workCtx, sb, runtime.ExecRequest{
-		Argv: argv, Env: env, Dir: dir, Stdin: strings.NewReader(req.Stdin), Stdout: rOut, Stderr: rErr,
-	}, timeout, "exec")
+	o, err := s.run(ctx, work, sb, Command{
+		ExecRequest: runtime.ExecRequest{Argv: argv, Env: env, Dir: dir, Stdin: strings.NewReader(req.Stdin), Stdout: rOut, Stderr: rErr},
+		Timeout:     timeout, Metric: "exec",
+	})
 	rOut.Close()
 	rErr.Close()
 	if err != nil {
 		if narr != nil {
-			narr.event("error", sandbox.Message(err))
+			narr.Event("error", sandbox.Message(err))
 		}
 		return nil, err
 	}
-	if note != "" {
-		stderr.WriteString(note)
+	if note := o.Note(timeout); note != "" {
+		stderr.Note(note)
 		if narr != nil {
-			narr.event("stderr", note)
+			narr.Event("stderr", note)
 		}
 	}
 	if narr != nil {
-		narr.event("exit", strconv.Itoa(res.ExitCode))
+		narr.Event("exit", strconv.Itoa(o.Code))
 	}
-	res.Stdout, res.Stderr = stdout.String(), stderr.String()
-	return res, nil
+	return &ExecResult{ExitCode: o.Code, TimedOut: o.TimedOut, Stopped: o.Stopped, Woken: o.Woken,
+		Stdout: stdout.String(), Stderr: stderr.String()}, nil
 }
 
-// timeout turns a caller's timeoutSec into the run's deadline: the server's
-// default when zero, never past the server's maximum.
-func (s *Service) timeout(sec int) (time.Duration, error) {
+// narration returns the narration of a command for session, or nil when
+// there is none to make.
+func (s *Service) narration(ctx context.Context, session string, secrets []string) *narrate.Command {
+	if session == "" || s.d.Narrator == nil {
+		return nil
+	}
+	p, ok := sandbox.PrincipalFrom(ctx)
+	if !ok {
+		return nil
+	}
+	return narrate.NewCommand(s.d.Narrator, p.Org, session, secrets, OutputCap)
+}
+
+// Timeout turns a caller's timeoutSec into a run's deadline: the server's
+// default when zero, never past the server's maximum; negative is refused.
+func (s *Service) Timeout(sec int) (time.Duration, error) {
 	if sec < 0 {
 		return 0, sandbox.Errorf(sandbox.KindInvalid, "timeoutSec must not be negative")
 	}
@@ -135,46 +150,40 @@ func (s *Service) timeout(sec int) (time.Duration, error) {
 	return time.Duration(min(int64(sec), int64(s.cfg.MaxExecTimeout/time.Second))) * time.Second, nil
 }
 
-// run executes req in sb (already in use by the caller, workCtx from use)
-// and sorts the outcome: an exit code, a timeout (124) or a stop (137) is a
-// result; a broken channel is an error (the sandbox died). note is the
-// service's own line for stderr, if any.
-func (s *Service) run(ctx, workCtx context.Context, sb *sandbox.Sandbox, req runtime.ExecRequest, timeout time.Duration, metric string) (res *ExecResult, note string, err error) {
-	runCtx, cancel := context.WithTimeout(workCtx, timeout)
-	defer cancel()
-	start := time.Now()
-	err = s.rt.Exec(runCtx, sb.Name, req)
-	s.cfg.Metrics.Exec(metric, time.Since(start))
-	s.touch(ctx, sb)
-	res = &ExecResult{Woken: sb.Woken}
-	var exit *runtime.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit):
-		res.ExitCode = exit.Code
-	case errors.Is(context.Cause(workCtx), errStopped):
-		res.ExitCode, res.Stopped = 137, true
-		note = "\n[sandbox: stopped]\n"
-	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
-		res.ExitCode, res.TimedOut = 124, true
-		note = fmt.Sprintf("\n[sandbox: killed after the %s timeout]\n", timeout)
-	case ctx.Err() != nil:
-		return nil, "", ctx.Err()
-	default:
-		s.log.Error("exec channel broke", "sandbox", sb.ID, "err", err)
-		return nil, "", s.died(ctx, sb, err)
-	}
-	return res, note, nil
-}
-
-// noNUL refuses strings that cannot be a program's arguments.
-func noNUL(what string, list ...string) error {
+// NoNUL refuses strings that cannot be a program's arguments.
+func NoNUL(what string, list ...string) error {
 	for _, a := range list {
 		if strings.IndexByte(a, 0) >= 0 {
 			return sandbox.Errorf(sandbox.KindInvalid, "%s contains a NUL byte", what)
 		}
 	}
 	return nil
+}
+
+func validEnvKey(k string) bool {
+	if k == "" || len(k) > 256 {
+		return false
+	}
+	for i, r := range k {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func validEnv(env map[string]string) ([]string, error) {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		if !validEnvKey(k) {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "env key %q is invalid: use letters, digits and '_', not starting with a digit", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "env %s contains a NUL byte", k)
+		}
+		out = append(out, k+"="+v)
+	}
+	return out, nil
 }
 
 // validRedact bounds the secrets a caller asks to redact.
@@ -204,15 +213,19 @@ func commandLine(argv []string) string {
 	return strings.Join(argv, " ")
 }
 
-// capped keeps the first max bytes written and counts the rest, so a
-// program's flood neither grows memory nor blocks the program.
-type capped struct {
+// Output keeps the first max bytes written to it and counts the rest, so a
+// program's flood neither grows memory nor blocks the program; String says
+// what was dropped.
+type Output struct {
 	buf     bytes.Buffer
 	max     int
 	dropped int64
 }
 
-func (c *capped) Write(p []byte) (int, error) {
+// NewOutput returns an Output that keeps max bytes.
+func NewOutput(max int) *Output { return &Output{max: max} }
+
+func (c *Output) Write(p []byte) (int, error) {
 	if room := c.max - c.buf.Len(); room > 0 {
 		if len(p) <= room {
 			c.buf.Write(p)
@@ -226,13 +239,17 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (c *capped) WriteString(s string) { c.buf.WriteString(s) }
+// Note appends the service's own line, past the cap.
+func (c *Output) Note(s string) { c.buf.WriteString(s) }
 
-func (c *capped) String() string {
+// Bytes are the bytes kept, without the truncation note.
+func (c *Output) Bytes() []byte { return c.buf.Bytes() }
+
+func (c *Output) String() string {
 	if c.dropped > 0 {
 		return c.buf.String() + fmt.Sprintf("\n[sandbox: output truncated, %d more bytes dropped]\n", c.dropped)
 	}
 	return c.buf.String()
 }
 
-var _ io.Writer = (*capped)(nil)
+var _ io.Writer = (*Output)(nil)

@@ -3,10 +3,8 @@ package service
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -62,7 +60,7 @@ type ReadResult struct {
 
 // Read reads a regular file or lists a directory.
 func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error) {
-	sb, wctx, done, err := s.use(ctx, id)
+	sb, work, done, err := s.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -71,41 +69,39 @@ func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error
 	if err != nil {
 		return nil, err
 	}
-	defer func(start time.Time) { s.cfg.Metrics.Exec("fs_read", time.Since(start)) }(time.Now())
-	runCtx, cancel := context.WithTimeout(wctx, s.cfg.ExecTimeout)
+	// A file over the limit cancels the program at once (this context is
+	// the work's, so the outcome is not a broken channel).
+	work, cancel := context.WithCancel(work)
 	defer cancel()
 	out := &limited{max: MaxFileBytes, over: cancel}
-	errb := &capped{max: 4096}
-	err = s.rt.Exec(runCtx, sb.Name, runtime.ExecRequest{
-		Argv: []string{"sh", "-c", readScript, "sh", full}, Dir: sb.Workdir, Stdout: out, Stderr: errb,
+	errb := NewOutput(4096)
+	o, err := s.run(ctx, work, sb, Command{
+		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", readScript, "sh", full}, Stdout: out, Stderr: errb},
+		Timeout:     s.cfg.ExecTimeout, Metric: "fs_read",
 	})
-	s.touch(ctx, sb)
 	if out.exceeded {
 		return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB: read it in parts with exec", full, MaxFileBytes>>20)
 	}
-	var exit *runtime.ExitError
-	switch {
-	case err == nil:
-		return &ReadResult{Path: full, Data: out.buf.Bytes(), Woken: sb.Woken}, nil
-	case errors.As(err, &exit):
-		switch exit.Code {
-		case readDir:
-			entries := strings.Split(strings.TrimSuffix(out.buf.String(), "\n"), "\n")
-			if len(entries) == 1 && entries[0] == "" {
-				entries = []string{}
-			}
-			return &ReadResult{Path: full, Dir: true, Data: out.buf.Bytes(), Entries: entries, Woken: sb.Woken}, nil
-		case readNotFound:
-			return nil, sandbox.Errorf(sandbox.KindNotFound, "no such file or directory: %s", full)
-		case readNoAccess:
-			return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is not readable", full)
-		case readNotRegular:
-			return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is not a regular file or a directory", full)
-		}
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "reading %s failed: %s", full, firstLine(errb.String()))
-	default:
-		return nil, s.channelError(sb, wctx, runCtx, err)
+	if err = fileOpError(o, err); err != nil {
+		return nil, err
 	}
+	switch o.Code {
+	case 0:
+		return &ReadResult{Path: full, Data: out.buf.Bytes(), Woken: o.Woken}, nil
+	case readDir:
+		entries := strings.Split(strings.TrimSuffix(out.buf.String(), "\n"), "\n")
+		if len(entries) == 1 && entries[0] == "" {
+			entries = []string{}
+		}
+		return &ReadResult{Path: full, Dir: true, Data: out.buf.Bytes(), Entries: entries, Woken: o.Woken}, nil
+	case readNotFound:
+		return nil, sandbox.Errorf(sandbox.KindNotFound, "no such file or directory: %s", full)
+	case readNoAccess:
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is not readable", full)
+	case readNotRegular:
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is not a regular file or a directory", full)
+	}
+	return nil, sandbox.Errorf(sandbox.KindInvalid, "reading %s failed: %s", full, firstLine(errb.String()))
 }
 
 // WriteResult is the answer to a write.
@@ -126,7 +122,7 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 	if len(data) > MaxFileBytes {
 		return nil, sandbox.Errorf(sandbox.KindTooLarge, "files written through the API are at most %d MiB", MaxFileBytes>>20)
 	}
-	sb, wctx, done, err := s.use(ctx, id)
+	sb, work, done, err := s.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -138,43 +134,38 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 	if full == sb.Workdir {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "path names the workdir itself; name a file under it")
 	}
-	defer func(start time.Time) { s.cfg.Metrics.Exec("fs_write", time.Since(start)) }(time.Now())
-	runCtx, cancel := context.WithTimeout(wctx, s.cfg.ExecTimeout)
-	defer cancel()
-	errb := &capped{max: 4096}
-	err = s.rt.Exec(runCtx, sb.Name, runtime.ExecRequest{
-		Argv: []string{"sh", "-c", writeScript, "sh", full}, Dir: sb.Workdir, Stdin: bytes.NewReader(data), Stderr: errb,
+	errb := NewOutput(4096)
+	o, err := s.run(ctx, work, sb, Command{
+		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", writeScript, "sh", full}, Stdin: bytes.NewReader(data), Stderr: errb},
+		Timeout:     s.cfg.ExecTimeout, Metric: "fs_write",
 	})
-	s.touch(ctx, sb)
-	var exit *runtime.ExitError
-	switch {
-	case err == nil:
-		return &WriteResult{Path: full, Bytes: int64(len(data)), Woken: sb.Woken}, nil
-	case errors.As(err, &exit):
-		switch exit.Code {
-		case writeDirExists:
-			return nil, sandbox.Errorf(sandbox.KindConflict, "%s is a directory", full)
-		case writeNotDir:
-			return nil, sandbox.Errorf(sandbox.KindConflict, "cannot create the parent directories of %s", full)
-		}
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "writing %s failed: %s", full, firstLine(errb.String()))
-	default:
-		return nil, s.channelError(sb, wctx, runCtx, err)
+	if err = fileOpError(o, err); err != nil {
+		return nil, err
 	}
+	switch o.Code {
+	case 0:
+		return &WriteResult{Path: full, Bytes: int64(len(data)), Woken: o.Woken}, nil
+	case writeDirExists:
+		return nil, sandbox.Errorf(sandbox.KindConflict, "%s is a directory", full)
+	case writeNotDir:
+		return nil, sandbox.Errorf(sandbox.KindConflict, "cannot create the parent directories of %s", full)
+	}
+	return nil, sandbox.Errorf(sandbox.KindInvalid, "writing %s failed: %s", full, firstLine(errb.String()))
 }
 
-// channelError classifies a failed exec that was not a program's exit:
-// stopped by the caller, out of time, the client gone, or the channel broken.
-func (s *Service) channelError(sb *sandbox.Sandbox, work, run context.Context, err error) error {
+// fileOpError is what a file operation answers for an end that is not its
+// program's exit: a stop is a conflict (the caller asked for it), a timeout
+// a 504 (a FIFO, say).
+func fileOpError(o Outcome, err error) error {
 	switch {
-	case errors.Is(context.Cause(work), errStopped):
+	case err != nil:
+		return err
+	case o.Stopped:
 		return sandbox.Errorf(sandbox.KindConflict, "the command was stopped by a stop call")
-	case work.Err() != nil:
-		return work.Err()
-	case run.Err() != nil:
+	case o.TimedOut:
 		return sandbox.Errorf(sandbox.KindTimeout, "the file operation took longer than allowed and was killed")
 	}
-	return s.died(work, sb, err)
+	return nil
 }
 
 func firstLine(s string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -32,6 +33,15 @@ func (s *Service) forget(id string) {
 	s.locksMu.Unlock()
 }
 
+func notFound() error { return sandbox.Errorf(sandbox.KindNotFound, "sandbox not found") }
+
+func notRunning(sb *sandbox.Sandbox) error {
+	if sb.Status == sandbox.StatusPending {
+		return sandbox.Errorf(sandbox.KindConflict, "sandbox %s is still starting; try again in a moment", sb.ID)
+	}
+	return sandbox.Errorf(sandbox.KindConflict, "sandbox %s is %s, not running", sb.ID, sb.Status)
+}
+
 // use opens a piece of work on a sandbox of the caller's org: it registers
 // the work (so Stop can cancel it and Sleep backs off), wakes the sandbox if
 // it sleeps, requires it to run, and stamps its last use. The returned
@@ -42,10 +52,10 @@ func (s *Service) forget(id string) {
 // this work and backs off, or this read sees "sleeping" and wakes.
 func (s *Service) use(ctx context.Context, id string) (*sandbox.Sandbox, context.Context, func(), error) {
 	if !sandbox.ValidID(id) {
-		return nil, nil, nil, sandbox.Errorf(sandbox.KindNotFound, "sandbox not found")
+		return nil, nil, nil, notFound()
 	}
 	wctx, done := s.cmds.start(ctx, id)
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.d.Store.Get(ctx, id)
 	if err == nil && sb.Status == sandbox.StatusSleeping {
 		sb, err = s.wake(ctx, id)
 	}
@@ -58,6 +68,31 @@ func (s *Service) use(ctx context.Context, id string) (*sandbox.Sandbox, context
 	}
 	s.touch(ctx, sb)
 	return sb, wctx, done, nil
+}
+
+func (s *Service) touch(ctx context.Context, sb *sandbox.Sandbox) {
+	if err := s.d.Store.Touch(context.WithoutCancel(ctx), sb.ID, s.now()); err != nil {
+		s.log.Warn("stamping last use", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// Renew extends a lease by ttlSec from now (class default when <= 0), never
+// past the ceiling counted from creation. A sleeping sandbox is woken.
+func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error) {
+	sb, _, done, err := s.use(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	class, err := sandbox.LookupClass(sb.Class)
+	if err != nil {
+		return nil, err
+	}
+	sb.ExpiresAt = sandbox.ExpiryFor(class, ttlSec, s.now(), sb.CreatedAt, s.cfg.Ceiling)
+	if err := s.d.Store.SetExpiry(ctx, sb.ID, sb.ExpiresAt); err != nil {
+		return nil, err
+	}
+	return sb, nil
 }
 
 // Resume wakes a sleeping sandbox now; a running one is answered as is.
@@ -76,39 +111,45 @@ func (s *Service) Resume(ctx context.Context, id string) (*sandbox.Sandbox, erro
 func (s *Service) wake(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	unlock := s.lock(id)
 	defer unlock()
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.d.Store.Get(ctx, id)
 	if err != nil || sb.Status != sandbox.StatusSleeping {
 		return sb, err // someone else woke (or ended) it meanwhile
 	}
 	log := s.log.With("sandbox", sb.ID)
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
 	defer cancel()
-	sb.Name = sandbox.NewName()
-	obj, err := s.rt.Create(startCtx, s.spec(sb, sb.Checkpoint))
-	if err != nil && sb.Checkpoint != "" {
+	used := sb.Checkpoint // dropped once the sandbox runs again
+	next := moved(sb, sandbox.StatusRunning)
+	next.Name, next.Checkpoint = sandbox.NewName(), ""
+	spec := s.spec(sb, used)
+	spec.Name = next.Name
+	obj, err := s.d.Runtime.Create(startCtx, spec)
+	restored := used != "" && err == nil
+	if err != nil && used != "" {
 		log.Warn("restoring the checkpoint failed; starting fresh with the files kept", "err", err)
-		sb.Name = sandbox.NewName()
-		obj, err = s.rt.Create(startCtx, s.spec(sb, ""))
-		sb.MemoryKept = false
+		next.Name = sandbox.NewName()
+		spec.Name, spec.Restore = next.Name, ""
+		obj, err = s.d.Runtime.Create(startCtx, spec)
 	}
 	if err != nil {
 		log.Error("waking sandbox", "err", err)
 		return nil, sandbox.Wrap(sandbox.KindUnavailable, err, "the sandbox could not be woken; try again")
 	}
-	if err := s.store.SetRuntime(startCtx, sb.ID, sandbox.StatusRunning, sb.Name, obj.UID, ""); err != nil {
-		if derr := s.rt.Delete(startCtx, runtime.Ref{Name: obj.Name, UID: obj.UID}); derr != nil {
+	next.UID = obj.UID
+	if err := s.transition(startCtx, sb, next); err != nil {
+		if derr := s.d.Runtime.Delete(startCtx, runtime.Ref{Name: obj.Name, UID: obj.UID}); derr != nil {
 			log.Error("removing a container whose row could not be updated", "err", derr)
 		}
 		return nil, err
 	}
-	if sb.Checkpoint != "" {
-		if err := s.rt.DropCheckpoint(startCtx, sb.Checkpoint); err != nil {
+	if used != "" {
+		if err := s.d.Runtime.DropCheckpoint(startCtx, used); err != nil {
 			log.Warn("dropping a used checkpoint", "err", err)
 		}
 	}
-	sb.Status, sb.UID, sb.Checkpoint, sb.Woken = sandbox.StatusRunning, obj.UID, "", true
-	s.cfg.Metrics.Live(sb.Class, 1)
-	log.Info("sandbox woken", "memoryKept", sb.MemoryKept)
+	// The answer says whether the memory came back.
+	sb.Woken, sb.MemoryKept = true, restored
+	log.Info("sandbox woken", "memoryKept", restored)
 	return sb, nil
 }
 
@@ -124,11 +165,11 @@ func (s *Service) Sleep(ctx context.Context, id string) (*sandbox.Sandbox, error
 // sandbox's lock; when it says no, nothing happens and the result is nil.
 func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sandbox) bool) (*sandbox.Sandbox, error) {
 	if !sandbox.ValidID(id) {
-		return nil, sandbox.Errorf(sandbox.KindNotFound, "sandbox not found")
+		return nil, notFound()
 	}
 	unlock := s.lock(id)
 	defer unlock()
-	sb, err := s.store.Get(ctx, id)
+	sb, err := s.d.Store.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -144,35 +185,36 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 	}
 	ctx = context.WithoutCancel(ctx)
 	log := s.log.With("sandbox", sb.ID)
-	if err := s.store.SetRuntime(ctx, sb.ID, sandbox.StatusSleeping, sb.Name, sb.UID, ""); err != nil {
+	// Marked first, counted after: see use.
+	if err := s.transition(ctx, sb, moved(sb, sandbox.StatusSleeping)); err != nil {
 		return nil, err
 	}
 	if n := s.cmds.count(sb.ID); n > 0 {
-		if err := s.store.SetRuntime(ctx, sb.ID, sandbox.StatusRunning, sb.Name, sb.UID, ""); err != nil {
+		if err := s.transition(ctx, sb, moved(sb, sandbox.StatusRunning)); err != nil {
 			return nil, err
 		}
 		return nil, sandbox.Errorf(sandbox.KindConflict, "sandbox %s has %d commands running: stop them first", sb.ID, n)
 	}
 	ref := runtime.Ref{Name: sb.Name, UID: sb.UID}
 	key := sb.ID
-	if err := s.rt.Checkpoint(ctx, ref, key); err != nil {
+	if err := s.d.Runtime.Checkpoint(ctx, ref, key); err != nil {
 		if !errors.Is(err, runtime.ErrUnsupported) {
 			log.Warn("checkpoint failed; sleeping without memory", "err", err)
 		}
 		key = ""
-		if err := s.rt.Delete(ctx, ref); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		if err := s.d.Runtime.Delete(ctx, ref); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			log.Error("removing the container of a sleeping sandbox", "err", err)
-			if rerr := s.store.SetRuntime(ctx, sb.ID, sandbox.StatusRunning, sb.Name, sb.UID, ""); rerr != nil {
+			if rerr := s.transition(ctx, sb, moved(sb, sandbox.StatusRunning)); rerr != nil {
 				log.Error("restoring the row", "err", rerr)
 			}
 			return nil, sandbox.Wrap(sandbox.KindUnavailable, err, "the sandbox could not be put to sleep; try again")
 		}
 	}
-	if err := s.store.SetRuntime(ctx, sb.ID, sandbox.StatusSleeping, sb.Name, sb.UID, key); err != nil {
+	next := moved(sb, sandbox.StatusSleeping)
+	next.Checkpoint = key
+	if err := s.transition(ctx, sb, next); err != nil {
 		return nil, err
 	}
-	sb.Status, sb.Checkpoint, sb.MemoryKept = sandbox.StatusSleeping, key, key != ""
-	s.cfg.Metrics.Live(sb.Class, -1)
 	log.Info("sandbox sleeping", "memoryKept", sb.MemoryKept)
 	return sb, nil
 }
@@ -185,24 +227,129 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 func (s *Service) died(ctx context.Context, sb *sandbox.Sandbox, cause error) error {
 	ctx = context.WithoutCancel(ctx)
 	msg := "the channel to the sandbox broke; the sandbox may have died"
-	obj, err := s.rt.Status(ctx, sb.Name)
+	obj, err := s.d.Runtime.Status(ctx, sb.Name)
 	if err == nil && obj.Running {
 		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
 	}
 	unlock := s.lock(sb.ID)
 	defer unlock()
-	cur, err := s.store.Get(ctx, sb.ID)
+	cur, err := s.d.Store.Get(ctx, sb.ID)
 	if err != nil || cur.Status != sandbox.StatusRunning || cur.Name != sb.Name {
 		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
 	}
-	if err := s.rt.Delete(ctx, runtime.Ref{Name: cur.Name, UID: cur.UID}); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := s.d.Runtime.Delete(ctx, runtime.Ref{Name: cur.Name, UID: cur.UID}); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		s.log.Error("clearing a dead sandbox", "sandbox", sb.ID, "err", err)
 		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
 	}
-	if err := s.store.SetRuntime(ctx, cur.ID, sandbox.StatusSleeping, cur.Name, cur.UID, ""); err != nil {
+	next := moved(cur, sandbox.StatusSleeping)
+	next.Checkpoint = ""
+	if err := s.transition(ctx, cur, next); err != nil {
 		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
 	}
-	s.cfg.Metrics.Live(cur.Class, -1)
 	s.log.Warn("sandbox died; it sleeps and starts again on its next use", "sandbox", sb.ID, "err", cause)
 	return sandbox.Wrap(sandbox.KindBadGateway, cause, "the sandbox died (it may have run out of memory); its files are kept and the next call starts it again")
+}
+
+// StopResult says what Stop did.
+type StopResult struct {
+	ID      string `json:"id"`
+	Stopped int    `json:"stopped"`
+}
+
+// Stop ends the WORK: it cancels every in-flight command of the sandbox
+// (each killed inside the sandbox, not only its client), then kills every
+// other process a command left behind (background jobs, daemons), and
+// answers how many commands it cancelled. The sandbox, its files and its
+// lease stay.
+func (s *Service) Stop(ctx context.Context, id string) (*StopResult, error) {
+	sb, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	n := s.cmds.stop(sb.ID, 15*time.Second)
+	if sb.Status == sandbox.StatusRunning {
+		killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		if err := s.d.Runtime.KillAll(killCtx, sb.Name); err != nil {
+			s.log.Warn("killing leftover processes", "sandbox", sb.ID, "err", err)
+		}
+	}
+	s.log.Info("sandbox work stopped", "sandbox", sb.ID, "commands", n)
+	return &StopResult{ID: sb.ID, Stopped: n}, nil
+}
+
+// EndResult says what End did.
+type EndResult struct {
+	ID     string `json:"id"`
+	Ended  bool   `json:"ended"`
+	Purged bool   `json:"purged"`
+}
+
+// End removes the container and the row. The project volume is kept unless
+// purge is set; a scratch volume always dies with its sandbox. If the
+// container cannot be removed the row is kept, so that a later end or the
+// reaper can finish the job. A sandbox still starting is refused (409): its
+// lease call owns it until it answers.
+func (s *Service) End(ctx context.Context, id string, purge bool) (*EndResult, error) {
+	return s.EndIf(ctx, id, purge, nil)
+}
+
+// EndIf is End with a guard evaluated on the current row under the
+// sandbox's lock: when the guard says no, nothing happens and the result is
+// nil. The reaper uses it so that a lease renewed since its snapshot is
+// not ended.
+func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*sandbox.Sandbox) bool) (*EndResult, error) {
+	if !sandbox.ValidID(id) {
+		return nil, notFound()
+	}
+	unlock := s.lock(id)
+	defer unlock()
+	sb, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if guard != nil && !guard(sb) {
+		return nil, nil
+	}
+	if sb.Status == sandbox.StatusPending && s.now().Sub(sb.CreatedAt) < s.cfg.StartTimeout+recordTimeout+time.Minute {
+		return nil, notRunning(sb)
+	}
+	ctx = context.WithoutCancel(ctx)
+	log := s.log.With("sandbox", sb.ID)
+	s.cmds.stop(sb.ID, 5*time.Second)
+	if sb.Status != sandbox.StatusSleeping && sb.UID != "" {
+		err := s.d.Runtime.Delete(ctx, runtime.Ref{Name: sb.Name, UID: sb.UID})
+		switch {
+		case err == nil, errors.Is(err, runtime.ErrNotFound):
+		case errors.Is(err, runtime.ErrConflict):
+			// The name now belongs to another identity: never touch it.
+			log.Warn("runtime object identity changed; not deleting it", "err", err)
+		default:
+			log.Error("ending sandbox", "err", err)
+			return nil, sandbox.Wrap(sandbox.KindUnavailable, err, "the sandbox could not be ended; try again")
+		}
+	}
+	var errs []error
+	if sb.Checkpoint != "" {
+		errs = append(errs, s.d.Runtime.DropCheckpoint(ctx, sb.Checkpoint))
+	}
+	if sb.Project == "" || purge {
+		errs = append(errs, s.d.Runtime.DeleteVolume(ctx, sb.Volume))
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.Error("dropping the sandbox's storage", "err", err)
+		return nil, sandbox.Wrap(sandbox.KindInternal, err, "the sandbox's storage could not be dropped")
+	}
+	wasLeased := sb.Status == sandbox.StatusRunning || sb.Status == sandbox.StatusSleeping
+	if err := s.transition(ctx, sb, moved(sb, sandbox.StatusEnded)); err != nil {
+		return nil, err
+	}
+	if wasLeased {
+		if err := s.d.Store.AddUsage(ctx, sb.Class, 0, s.now().Sub(sb.CreatedAt)); err != nil {
+			log.Error("recording usage", "err", err)
+		}
+	}
+	s.forget(id)
+	log.Info("sandbox ended", "purge", purge)
+	return &EndResult{ID: sb.ID, Ended: true, Purged: purge && sb.Project != ""}, nil
 }

@@ -23,11 +23,20 @@ type RecoverResult struct {
 // container is gone (a host reboot, a crash of the sandbox) is put to sleep
 // without memory: its volume is intact and the next use wakes it. objs is
 // the runtime's view, listed once for every org.
+//
+// The live gauge starts from the org's running rows and then follows the
+// transitions Recover makes, so after every org is recovered it counts
+// what runs.
 func (s *Service) Recover(ctx context.Context, objs map[string]runtime.Object) (RecoverResult, error) {
 	var res RecoverResult
-	rows, err := s.store.List(ctx, store.Filter{Limit: 1 << 30})
+	rows, err := s.d.Store.List(ctx, store.Filter{Limit: 1 << 30})
 	if err != nil {
 		return res, err
+	}
+	for _, sb := range rows {
+		if sb.Status == sandbox.StatusRunning {
+			s.d.Metrics.Live(sb.Class, 1)
+		}
 	}
 	var errs []error
 	for _, sb := range rows {
@@ -41,22 +50,28 @@ func (s *Service) Recover(ctx context.Context, objs map[string]runtime.Object) (
 				continue
 			}
 			if ok {
-				errs = append(errs, ignoreGone(s.rt.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID})))
+				errs = append(errs, ignoreGone(s.d.Runtime.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID})))
 			}
-			errs = append(errs, s.store.SetRuntime(ctx, sb.ID, sandbox.StatusSleeping, sb.Name, sb.UID, ""))
+			next := moved(sb, sandbox.StatusSleeping)
+			next.Checkpoint = ""
+			errs = append(errs, s.transition(ctx, sb, next))
 			res.Lost++
 			log.Warn("recover: container gone; the sandbox sleeps and wakes fresh on its next use")
 		case sandbox.StatusPending:
 			if alive {
-				errs = append(errs, s.store.SetRuntime(ctx, sb.ID, sandbox.StatusRunning, sb.Name, obj.UID, ""))
+				next := moved(sb, sandbox.StatusRunning)
+				next.UID = obj.UID
+				errs = append(errs, s.transition(ctx, sb, next))
 				res.Adopted++
 				log.Info("recover: completed a lease interrupted by the restart")
 				continue
 			}
 			if ok {
-				errs = append(errs, ignoreGone(s.rt.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID})))
+				errs = append(errs, ignoreGone(s.d.Runtime.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID})))
 			}
-			errs = append(errs, s.store.SetStatus(ctx, sb.ID, sandbox.StatusError, "", "the start was interrupted by a server restart"))
+			next := moved(sb, sandbox.StatusError)
+			next.UID, next.Error = "", "the start was interrupted by a server restart"
+			errs = append(errs, s.transition(ctx, sb, next))
 			res.Failed++
 		}
 	}

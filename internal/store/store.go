@@ -204,8 +204,8 @@ func (s *Store) List(ctx context.Context, f Filter) ([]*sandbox.Sandbox, error) 
 	return out, rows.Err()
 }
 
-// LiveInProject returns the live (pending or running) sandbox of project, or
-// nil.
+// LiveInProject returns the live sandbox (pending, running or sleeping: one
+// that holds the project) of project, or nil.
 func (s *Store) LiveInProject(ctx context.Context, project string) (*sandbox.Sandbox, error) {
 	db, org, err := s.orgDB(ctx)
 	if err != nil {
@@ -230,7 +230,8 @@ func liveInProject(ctx context.Context, q querier, org, project string) (*sandbo
 	return sb, nil
 }
 
-// CountLive counts the org's live sandboxes of class over the whole store.
+// CountLive counts the org's live sandboxes (pending, running or sleeping)
+// of class over the whole store.
 func (s *Store) CountLive(ctx context.Context, class string) (int, error) {
 	db, org, err := s.orgDB(ctx)
 	if err != nil {
@@ -300,18 +301,31 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) er
 	return tx.Commit()
 }
 
-// SetStatus records a status change, the runtime identity, and an error
-// reason (empty clears it).
-func (s *Store) SetStatus(ctx context.Context, id string, st sandbox.Status, uid, reason string) error {
-	return s.exec(ctx, `UPDATE sandboxes SET status = ?, uid = ?, error = ? WHERE org = ? AND id = ?`, string(st), uid, reason, id)
-}
+// ErrStale means the row was no longer in the status a change was made
+// from: another call moved it first. Nothing was written.
+var ErrStale = errors.New("store: the sandbox's status changed meanwhile")
 
-// SetRuntime records where a sandbox lives after a sleep or a wake: its
-// status, its runtime object (name and identity; a wake mints a new name),
-// and the checkpoint holding its memory while it sleeps.
-func (s *Store) SetRuntime(ctx context.Context, id string, st sandbox.Status, name, uid, checkpoint string) error {
-	return s.exec(ctx, `UPDATE sandboxes SET status = ?, name = ?, uid = ?, checkpoint = ?, error = '' WHERE org = ? AND id = ?`,
-		string(st), name, uid, checkpoint, id)
+// Transition moves the row from status from to next.Status, writing next's
+// runtime object (name, identity), checkpoint and error reason; a move to
+// sandbox.StatusEnded deletes the row. It is a compare-and-set: when the
+// row is not in from, nothing is written and the answer is ErrStale; when
+// there is no row, KindNotFound. Which moves are allowed is the domain's
+// table (sandbox.CheckTransition), applied by the service.
+func (s *Store) Transition(ctx context.Context, id string, from sandbox.Status, next *sandbox.Sandbox) error {
+	var err error
+	if next.Status == sandbox.StatusEnded {
+		err = s.exec(ctx, `DELETE FROM sandboxes WHERE status = ? AND org = ? AND id = ?`, string(from), id)
+	} else {
+		err = s.exec(ctx, `UPDATE sandboxes SET status = ?, name = ?, uid = ?, checkpoint = ?, error = ?
+			WHERE status = ? AND org = ? AND id = ?`,
+			string(next.Status), next.Name, next.UID, next.Checkpoint, next.Error, string(from), id)
+	}
+	if errors.Is(err, errNotFound) {
+		if _, gerr := s.Get(ctx, id); gerr == nil {
+			return ErrStale
+		}
+	}
+	return err
 }
 
 // Touch stamps last use.
@@ -322,11 +336,6 @@ func (s *Store) Touch(ctx context.Context, id string, at time.Time) error {
 // SetExpiry records a renewed lease.
 func (s *Store) SetExpiry(ctx context.Context, id string, at time.Time) error {
 	return s.exec(ctx, `UPDATE sandboxes SET expires_at = ? WHERE org = ? AND id = ?`, millis(at), id)
-}
-
-// Delete removes the row.
-func (s *Store) Delete(ctx context.Context, id string) error {
-	return s.exec(ctx, `DELETE FROM sandboxes WHERE org = ? AND id = ?`, id)
 }
 
 // exec runs an org-scoped update whose org argument goes in second-to-last

@@ -60,9 +60,9 @@ func TestOneFilePerOrg(t *testing.T) {
 	}
 	// Updates and deletes of another org's id touch nothing.
 	for _, err := range []error{
-		st.Delete(orgCtx("Acme"), b.ID),
+		st.Transition(orgCtx("Acme"), b.ID, sandbox.StatusPending, &sandbox.Sandbox{Status: sandbox.StatusEnded}),
 		st.Touch(orgCtx("Acme"), b.ID, time.Now()),
-		st.SetStatus(orgCtx("Acme"), b.ID, sandbox.StatusError, "", "x"),
+		st.Transition(orgCtx("Acme"), b.ID, sandbox.StatusPending, &sandbox.Sandbox{Status: sandbox.StatusError, Error: "x"}),
 	} {
 		if !errors.Is(err, sandbox.ErrNotFound) {
 			t.Errorf("cross-org write: %v", err)
@@ -95,7 +95,7 @@ func TestListNewestFirstAndFilters(t *testing.T) {
 		}
 		ids = append(ids, r.ID)
 	}
-	st.SetStatus(ctx, ids[2], sandbox.StatusRunning, "uid", "")
+	st.Transition(ctx, ids[2], sandbox.StatusPending, &sandbox.Sandbox{Status: sandbox.StatusRunning, UID: "uid"})
 	all, _ := st.List(ctx, Filter{})
 	if len(all) != 3 || all[0].ID != ids[2] || all[2].ID != ids[0] {
 		t.Errorf("not newest first: %v", all)
@@ -151,7 +151,7 @@ func TestInsertRaces(t *testing.T) {
 		t.Errorf("project has %d live sandboxes", len(live))
 	}
 	// An error row frees the project.
-	st.SetStatus(ctx, live[0].ID, sandbox.StatusError, "", "start failed")
+	st.Transition(ctx, live[0].ID, sandbox.StatusPending, &sandbox.Sandbox{Status: sandbox.StatusError, Error: "start failed"})
 	if l, _ := st.LiveInProject(ctx, "shared"); l != nil {
 		t.Errorf("error row still counts as live: %v", l)
 	}
@@ -201,5 +201,36 @@ func TestReopenKeepsRows(t *testing.T) {
 	defer st.Close()
 	if got, err := st.Get(orgCtx("acme"), r.ID); err != nil || got.ID != r.ID {
 		t.Errorf("row lost across reopen: %v", err)
+	}
+}
+
+// Transition is a compare-and-set on the status: a move from a status the
+// row has left writes nothing and says ErrStale; a missing row is not found.
+func TestTransitionCompareAndSet(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := orgCtx("acme")
+	r := newRow("exec", "")
+	if err := st.Insert(ctx, r, 0); err != nil {
+		t.Fatal(err)
+	}
+	run := &sandbox.Sandbox{Status: sandbox.StatusRunning, Name: r.Name, UID: "u1"}
+	if err := st.Transition(ctx, r.ID, sandbox.StatusPending, run); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Transition(ctx, r.ID, sandbox.StatusPending, &sandbox.Sandbox{Status: sandbox.StatusError, Error: "late"}); !errors.Is(err, ErrStale) {
+		t.Errorf("move from a left status: %v, want ErrStale", err)
+	}
+	got, _ := st.Get(ctx, r.ID)
+	if got.Status != sandbox.StatusRunning || got.UID != "u1" || got.Error != "" {
+		t.Errorf("a stale move wrote: %+v", got)
+	}
+	if err := st.Transition(ctx, r.ID, sandbox.StatusSleeping, &sandbox.Sandbox{Status: sandbox.StatusEnded}); !errors.Is(err, ErrStale) {
+		t.Errorf("stale end: %v", err)
+	}
+	if err := st.Transition(ctx, r.ID, sandbox.StatusRunning, &sandbox.Sandbox{Status: sandbox.StatusEnded}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Transition(ctx, r.ID, sandbox.StatusRunning, &sandbox.Sandbox{Status: sandbox.StatusEnded}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("end of a gone row: %v, want not found", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -46,15 +47,39 @@ func DefaultRunsc() string {
 	return PinnedRunsc
 }
 
-// Config configures the backend. Zero values are documented per field.
-type Config struct {
+// Options are the operator's settings of the backend (flags).
+type Options struct {
 	// Runsc is the runsc binary. Required: Debian's runsc package is too old
 	// to work on current kernels, so the caller passes the pinned build.
 	Runsc string
-	// StateDir holds runsc's root, the bundles and the volumes. Required.
-	StateDir string
 	// Platform is runsc's platform; empty means systrap.
 	Platform string
+}
+
+// RegisterFlags defines the backend's flags on fs, writing into o.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Runsc, "runsc", DefaultRunsc(), "gvisor: the runsc binary (env SANDBOX_RUNSC)")
+	fs.StringVar(&o.Platform, "platform", "systrap", "gvisor: runsc's platform, systrap or ptrace (kvm hangs on nested VMs)")
+}
+
+// Validate checks that the options can run sandboxes here.
+func (o Options) Validate() error {
+	switch o.Platform {
+	case "", "systrap", "ptrace", "kvm":
+	default:
+		return fmt.Errorf("--platform must be systrap, ptrace or kvm, not %q", o.Platform)
+	}
+	if st, err := os.Stat(o.Runsc); o.Runsc == "" || err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("runsc not found at %q: run scripts/deps.sh, or pass --runsc", o.Runsc)
+	}
+	return nil
+}
+
+// Config configures the backend. Zero values are documented per field.
+type Config struct {
+	Options
+	// StateDir holds runsc's root, the bundles and the volumes. Required.
+	StateDir string
 	// ImageRootfs maps an image name to its complete rootfs directory, or an
 	// error saying it is not built. Required.
 	ImageRootfs func(name string) (string, error)

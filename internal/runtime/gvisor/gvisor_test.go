@@ -16,17 +16,16 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newRuntime(t *testing.T) *Runtime {
 	t.Helper()
+	testenv.NeedGVisor(t, DefaultRunsc(), "exec")
 	runsc := DefaultRunsc()
-	images := os.Getenv("SANDBOX_TEST_IMAGES")
-	if images == "" {
-		images = image.DefaultDir
-	}
+	images := testenv.Images()
 	if _, err := image.Rootfs(images, "exec"); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +33,7 @@ func newRuntime(t *testing.T) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Runsc: runsc, StateDir: state, ImageRootfs: func(n string) (string, error) { return image.Rootfs(images, n) }})
+	r, err := New(Config{Options: Options{Runsc: runsc}, StateDir: state, ImageRootfs: func(n string) (string, error) { return image.Rootfs(images, n) }})
 	if err != nil {
 		t.Fatal(err)
 	}

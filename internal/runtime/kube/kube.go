@@ -16,7 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -94,21 +94,6 @@ const uid, gid = 1000, 1000
 // initScript is PID 1: it reaps orphans and never exits on a signal.
 const initScript = `trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
 
-// labelsFor turns runtime labels into Kubernetes label values (the expiry,
-// an RFC 3339 time, becomes Unix seconds: label values allow no ':').
-func labelsFor(in map[string]string) map[string]string {
-	out := make(map[string]string, len(in))
-	for k, v := range in {
-		if k == runtime.LabelExpiresAt {
-			if t, err := time.Parse(time.RFC3339, v); err == nil {
-				v = strconv.FormatInt(t.Unix(), 10)
-			}
-		}
-		out[k] = v
-	}
-	return out
-}
-
 func mib(n int64) resource.Quantity { return *resource.NewQuantity(n<<20, resource.BinarySI) }
 
 // IsolationPolicy is the NetworkPolicy that cuts every sandbox pod off the
@@ -173,7 +158,7 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 	}
 	tmp := mib(512)
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: r.ns, Labels: labelsFor(spec.Labels)},
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: r.ns, Labels: maps.Clone(spec.Labels)},
 		Spec: corev1.PodSpec{
 			ServiceAccountName:            r.cfg.ServiceAccount,
 			AutomountServiceAccountToken:  &no,
@@ -388,7 +373,7 @@ func (r *Runtime) Delete(ctx context.Context, ref runtime.Ref) error {
 
 // List returns the pods of the scope carrying selector's labels.
 func (r *Runtime) List(ctx context.Context, selector map[string]string) ([]runtime.Object, error) {
-	sel, err := r.cfg.Scope.Selector(labelsFor(selector))
+	sel, err := r.cfg.Scope.Selector(selector)
 	if err != nil {
 		return nil, err
 	}

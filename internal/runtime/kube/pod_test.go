@@ -13,7 +13,7 @@ func TestPodSpec(t *testing.T) {
 		Image: func(n string) string { return "sandbox/" + n + ":local" }}, ns: "sandboxes"}
 	spec := runtime.Spec{
 		Name: "sbx-a", Image: "dev", Runtime: "gvisor", Workdir: "/work",
-		Labels: map[string]string{runtime.LabelSandbox: "sb_x", runtime.LabelExpiresAt: "2026-11-30T10:00:00Z"},
+		Labels: map[string]string{runtime.LabelSandbox: "sb_x", runtime.LabelOrg: "acme-1234"},
 		Volume: runtime.Volume{Name: "project-abc", SizeMiB: 100}, CPUs: 2, MemoryMiB: 4096, RootfsMiB: 2048,
 	}
 	p := r.pod(spec)
@@ -36,8 +36,8 @@ func TestPodSpec(t *testing.T) {
 		t.Errorf("resources %+v", c.Resources)
 	case p.Spec.Volumes[0].PersistentVolumeClaim == nil || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "project-abc":
 		t.Errorf("work volume %+v", p.Spec.Volumes[0])
-	case p.Labels[runtime.LabelExpiresAt] != "1796032800":
-		t.Errorf("expiry label %q (label values allow no ':')", p.Labels[runtime.LabelExpiresAt])
+	case p.Labels[runtime.LabelSandbox] != "sb_x" || p.Labels[runtime.LabelOrg] != "acme-1234" || len(p.Labels) != 2:
+		t.Errorf("labels %v", p.Labels)
 	case c.ImagePullPolicy != corev1.PullNever:
 		t.Errorf("pull policy %s", c.ImagePullPolicy)
 	}

@@ -1,4 +1,13 @@
-package service
+// Package terminal is the console of a sandbox: the single-use tickets that
+// open one, a login shell (or a tmux session) on a pty, and the desktop's
+// screen relayed as raw RFB bytes. It reaches sandboxes only through the
+// narrow Sandboxes interface below — the service's Run, the one exec
+// primitive — so it holds no lease policy of its own: a connection is
+// ordinary work that keeps its sandbox awake and its lease extended.
+//
+// The WebSocket side (frames, pings, resize messages) is the API's; this
+// package sees a reader, a writer and a channel of sizes.
+package terminal
 
 import (
 	"context"
@@ -8,8 +17,32 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/ticket"
 )
+
+// Sandboxes is what the console needs of the service.
+type Sandboxes interface {
+	// Resume wakes a sleeping sandbox and answers it; one that cannot run
+	// is an error.
+	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	// Run runs one program in a sandbox of the caller's org.
+	Run(ctx context.Context, id string, cmd service.Command) (service.Outcome, error)
+}
+
+var _ Sandboxes = (*service.Service)(nil)
+
+// Consoles opens terminals and screens.
+type Consoles struct {
+	sb      Sandboxes
+	tickets *ticket.Book
+}
+
+// New returns the consoles over sb; now is the tickets' clock (nil means
+// time.Now).
+func New(sb Sandboxes, now func() time.Time) *Consoles {
+	return &Consoles{sb: sb, tickets: ticket.New(now)}
+}
 
 // TicketResult is a minted ticket.
 type TicketResult struct {
@@ -21,44 +54,36 @@ type TicketResult struct {
 // Ticket mints a single-use ticket for the terminal or the screen (kind)
 // of a sandbox of the caller's org. A sleeping sandbox is woken first; one
 // that cannot run, or a screen of a class without a display, is a 409.
-func (s *Service) Ticket(ctx context.Context, id, kind string) (string, error) {
+func (c *Consoles) Ticket(ctx context.Context, id, kind string) (string, error) {
 	p, ok := sandbox.PrincipalFrom(ctx)
 	if !ok {
 		return "", sandbox.Errorf(sandbox.KindUnauthorized, "no principal")
 	}
-	sb, _, done, err := s.use(ctx, id)
+	sb, err := c.sb.Resume(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	done()
 	if kind == ticket.Screen {
-		if c, err := sandbox.LookupClass(sb.Class); err != nil || !c.Display {
+		if cl, err := sandbox.LookupClass(sb.Class); err != nil || !cl.Display {
 			return "", sandbox.Errorf(sandbox.KindConflict, "sandbox %s is class %s, which has no screen: lease class desktop", sb.ID, sb.Class)
 		}
 	}
-	token, _, ok := s.tickets.Mint(p.Org, sb.ID, kind)
+	token, _, ok := c.tickets.Mint(p.Org, sb.ID, kind)
 	if !ok {
 		return "", &sandbox.Error{Kind: sandbox.KindLimit, Msg: "too many unspent tickets: use or let expire the ones you hold", RetryAfter: int(ticket.TTL / time.Second)}
 	}
 	return token, nil
 }
 
-// SpendTicket spends a ticket (before checking it) and answers what it
-// grants: the context of its org, for a connection to sandbox id.
-func (s *Service) SpendTicket(ctx context.Context, token, id, kind string) (context.Context, error) {
-	t, ok := s.tickets.Spend(token, id, kind)
+// Spend spends a ticket (before checking it) and answers what it grants:
+// the context of its org, for a connection to sandbox id.
+func (c *Consoles) Spend(ctx context.Context, token, id, kind string) (context.Context, error) {
+	t, ok := c.tickets.Spend(token, id, kind)
 	if !ok {
 		return nil, sandbox.Errorf(sandbox.KindUnauthorized, "the ticket is missing, expired, already used, or for another %s: mint a new one with POST .../%s/ticket", kind, kind)
 	}
 	return sandbox.WithPrincipal(ctx, sandbox.Principal{Org: t.Org, Subject: "ticket"}), nil
 }
-
-// keepAlive is how often a connected terminal or screen marks its sandbox
-// used and pushes its lease out, and by how much.
-const (
-	keepAliveEvery = 30 * time.Second
-	keepAliveTTL   = 10 * time.Minute
-)
 
 // shellScript starts the login shell a terminal opens: zsh, else bash,
 // else sh; or, with $1, attaches to (or creates) that tmux session.
@@ -78,7 +103,7 @@ exec sh -l`
 // caller) on a pty in sandbox id until it exits or ctx ends, and answers
 // its exit code. While it runs the sandbox is in use — never idle — and
 // its lease is extended.
-func (s *Service) Terminal(ctx context.Context, id, arg string, stdin io.Reader, stdout io.Writer, resize <-chan runtime.Size) (int, error) {
+func (c *Consoles) Terminal(ctx context.Context, id, arg string, stdin io.Reader, stdout io.Writer, resize <-chan runtime.Size) (int, error) {
 	if arg != "" {
 		if err := sandbox.CheckSessionName("arg", arg); err != nil {
 			return 0, err
@@ -88,7 +113,7 @@ func (s *Service) Terminal(ctx context.Context, id, arg string, stdin io.Reader,
 	if arg != "" {
 		argv = append(argv, arg)
 	}
-	return s.attach(ctx, id, runtime.ExecRequest{Argv: argv, TTY: true, Stdin: stdin, Stdout: stdout, Resize: resize})
+	return c.attach(ctx, id, runtime.ExecRequest{Argv: argv, TTY: true, Stdin: stdin, Stdout: stdout, Resize: resize})
 }
 
 // displayScript starts the desktop's display once (Xvfb, a window manager,
@@ -116,66 +141,20 @@ exit 1`
 // Screen relays the desktop's VNC server (RFB bytes, untranslated: no tty)
 // of sandbox id until either side closes. Like a terminal it keeps the
 // sandbox in use.
-func (s *Service) Screen(ctx context.Context, id string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	return s.attach(ctx, id, runtime.ExecRequest{Argv: []string{"sh", "-c", displayScript}, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+func (c *Consoles) Screen(ctx context.Context, id string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	return c.attach(ctx, id, runtime.ExecRequest{Argv: []string{"sh", "-c", displayScript}, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }
 
-// attach runs an interactive exec with the keep-alive of a connection.
-func (s *Service) attach(ctx context.Context, id string, req runtime.ExecRequest) (int, error) {
-	sb, workCtx, done, err := s.use(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	if req.Dir == "" {
-		req.Dir = sb.Workdir
-	}
-	stopKeep := make(chan struct{})
-	defer close(stopKeep)
-	go s.keepAlive(context.WithoutCancel(ctx), sb, stopKeep)
-	err = s.rt.Exec(workCtx, sb.Name, req)
-	s.touch(ctx, sb)
-	var exit *runtime.ExitError
+// attach runs an interactive program as a connection: it keeps the
+// sandbox in use and its lease extended while it runs, and answers the
+// program's exit code (137 after a stop; 0 when the client went away).
+func (c *Consoles) attach(ctx context.Context, id string, req runtime.ExecRequest) (int, error) {
+	o, err := c.sb.Run(ctx, id, service.Command{ExecRequest: req, KeepAlive: true})
 	switch {
 	case err == nil:
-		return 0, nil
-	case errors.As(err, &exit):
-		return exit.Code, nil
-	case errors.Is(context.Cause(workCtx), errStopped):
-		return 137, nil
-	case ctx.Err() != nil:
+		return o.Code, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return 0, nil // the client went away
 	}
-	return 0, s.died(ctx, sb, err)
-}
-
-// keepAlive marks sb used and extends its lease (never past the ceiling)
-// until stop closes.
-func (s *Service) keepAlive(ctx context.Context, sb *sandbox.Sandbox, stop <-chan struct{}) {
-	class, err := sandbox.LookupClass(sb.Class)
-	if err != nil {
-		return
-	}
-	extend := func() {
-		s.touch(ctx, sb)
-		exp := sandbox.ExpiryFor(class, int64(keepAliveTTL/time.Second), s.now(), sb.CreatedAt, s.cfg.Ceiling)
-		cur, err := s.store.Get(ctx, sb.ID)
-		if err != nil || !exp.After(cur.ExpiresAt) {
-			return
-		}
-		if err := s.store.SetExpiry(ctx, sb.ID, exp); err != nil {
-			s.log.Warn("extending the lease of a connected sandbox", "sandbox", sb.ID, "err", err)
-		}
-	}
-	extend()
-	t := time.NewTicker(keepAliveEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			extend()
-		}
-	}
+	return 0, err
 }

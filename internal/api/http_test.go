@@ -1,0 +1,217 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/interp"
+	"github.com/sandboxd/sandbox/internal/metrics"
+	"github.com/sandboxd/sandbox/internal/ops"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/fake"
+	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/terminal"
+)
+
+// apiEnv is the real handler tree over the real service and store, on the
+// fake runtime: what the routes answer, without a sandbox.
+type apiEnv struct {
+	t    *testing.T
+	url  string
+	rt   *fake.Runtime
+	keys map[string]string
+}
+
+func newAPI(t *testing.T) *apiEnv {
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rt := fake.New()
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Metrics: m, Log: log})
+	it := interp.New(svc, "", log)
+	h := api.New(api.Deps{Leases: svc, Work: svc, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, it), Auth: st,
+		Metrics: m.Handler()}, log, api.Config{})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(h.Close)
+	e := &apiEnv{t: t, url: srv.URL, rt: rt, keys: map[string]string{}}
+	for _, org := range []string{"acme", "globex", "system"} {
+		if e.keys[org], err = st.CreateKey(context.Background(), org, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (a answer) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(a.body, v); err != nil {
+		t.Fatalf("%s: %v", a.body, err)
+	}
+}
+
+func (e *apiEnv) do(method, path, org, body string) answer {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	if org != "" {
+		req.Header.Set("Authorization", "Bearer "+e.keys[org])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return answer{res.StatusCode, res.Header, b}
+}
+
+func (e *apiEnv) must(status int, method, path, org, body string) answer {
+	e.t.Helper()
+	a := e.do(method, path, org, body)
+	if a.status != status {
+		e.t.Fatalf("%s %s: %d %s, want %d", method, path, a.status, a.body, status)
+	}
+	return a
+}
+
+// TestRoutes walks the statuses each kind of answer maps to, in one place.
+func TestRoutes(t *testing.T) {
+	e := newAPI(t)
+	var sb struct {
+		ID, Status, Class string
+	}
+	e.must(201, "POST", "/v1/sandbox", "acme", `{"class":"exec"}`).json(t, &sb)
+	if sb.ID == "" || sb.Status != "running" || sb.Class != "exec" {
+		t.Fatalf("lease: %+v", sb)
+	}
+	id := sb.ID
+	e.rt.SetExec(fake.Exit(0, "42\n"))
+	var res service.ExecResult
+	e.must(200, "POST", "/v1/sandbox/"+id+"/exec", "acme", `{"argv":["python3","-c","print(42)"]}`).json(t, &res)
+	if res.Stdout != "42\n" {
+		t.Errorf("exec: %+v", res)
+	}
+	e.rt.SetExec(fake.Exit(1, ""))
+	e.must(200, "POST", "/v1/sandboxes/"+id+"/exec", "acme", `{"command":"false"}`).json(t, &res)
+	if res.ExitCode != 1 {
+		t.Errorf("a failing command is a 200 with its code: %+v", res)
+	}
+	for _, tc := range []struct {
+		name, method, path, org, body string
+		status                        int
+		contains                      string
+	}{
+		{"no key", "GET", "/v1/sandbox", "", "", 401, "missing bearer token"},
+		{"bad key", "GET", "/v1/sandbox", "nobody", "", 401, ""},
+		{"another org's id", "GET", "/v1/sandbox/" + id, "globex", "", 404, "sandbox not found"},
+		{"another org's exec", "POST", "/v1/sandbox/" + id + "/exec", "globex", `{"command":"id"}`, 404, "sandbox not found"},
+		{"a malformed id", "DELETE", "/v1/sandbox/sb_x", "acme", "", 404, "sandbox not found"},
+		{"unknown class", "POST", "/v1/sandbox", "acme", `{"class":"gpu"}`, 400, "known classes are"},
+		{"an org in the body", "POST", "/v1/sandbox", "acme", `{"org":"globex"}`, 400, `unknown field "org"`},
+		{"malformed JSON", "POST", "/v1/sandbox/" + id + "/exec", "acme", `{"argv":`, 400, "invalid JSON body"},
+		{"neither argv nor command", "POST", "/v1/sandbox/" + id + "/exec", "acme", `{}`, 400, "give argv"},
+		{"a path out of the workdir", "GET", "/v1/sandbox/" + id + "/fs?path=../../etc/passwd", "acme", "", 400, ""},
+		{"a method not allowed", "PUT", "/v1/sandbox/" + id, "acme", "", 405, "is not allowed here"},
+		{"no such route", "GET", "/v2/nothing", "acme", "", 404, "no such route"},
+		{"metrics for a tenant", "GET", "/metrics", "acme", "", 403, "operator org"},
+		{"a bad status filter", "GET", "/v1/sandbox?status=gone", "acme", "", 400, "unknown status"},
+		{"a bad limit", "GET", "/v1/sandbox?limit=0", "acme", "", 400, "limit must be"},
+		{"a forged cursor", "GET", "/v1/sandbox?cursor=abc", "acme", "", 400, "cursor"},
+		{"purge that is not a flag", "DELETE", "/v1/sandbox/" + id + "?purge=maybe", "acme", "", 400, "purge must be"},
+		{"unknown language", "POST", "/v1/exec", "acme", `{"language":"cobol","code":"x"}`, 400, "py, js, ts"},
+		{"screen of an exec sandbox", "POST", "/v1/sandbox/" + id + "/screen/ticket", "acme", "", 409, "has no screen"},
+		{"typed run without an id", "POST", "/v1/sandbox/run", "acme", `{"command":"id"}`, 400, "id is required"},
+		{"typed run with an org", "POST", "/v1/sandbox/run", "acme", `{"id":"` + id + `","org":"globex"}`, 400, "unknown field"},
+		{"a socket without a ticket", "GET", "/v1/sandbox/" + id + "/terminal/ws", "", "", 401, "ticket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := e.do(tc.method, tc.path, tc.org, tc.body)
+			var body struct{ Error string }
+			json.Unmarshal(a.body, &body)
+			if a.status != tc.status || !strings.Contains(body.Error, tc.contains) {
+				t.Errorf("%d %s, want %d containing %q", a.status, a.body, tc.status, tc.contains)
+			}
+			if ct := a.header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("content type %q", ct)
+			}
+		})
+	}
+	e.must(200, "GET", "/metrics", "system", "")
+	var typed service.ExecResult
+	e.rt.SetExec(fake.Exit(0, "typed"))
+	e.must(200, "POST", "/v1/sandbox/run", "acme", `{"id":"`+id+`","command":"echo typed"}`).json(t, &typed)
+	if typed.Stdout != "typed" {
+		t.Errorf("typed run: %+v", typed)
+	}
+	e.must(200, "POST", "/v1/sandbox/"+id+"/pause", "acme", "")
+	var woke struct{ Woken bool }
+	e.must(200, "POST", "/v1/sandbox/"+id+"/resume", "acme", "").json(t, &woke)
+	if !woke.Woken {
+		t.Error("resume of a sleeping sandbox did not say woken")
+	}
+	var ticket terminal.TicketResult
+	e.must(201, "POST", "/v1/sandbox/"+id+"/terminal/ticket", "acme", "").json(t, &ticket)
+	if ticket.ExpiresIn != 30 || !strings.HasPrefix(ticket.URL, "/v1/sandbox/"+id+"/terminal?ticket=tk_") {
+		t.Errorf("ticket %+v", ticket)
+	}
+	e.must(200, "DELETE", "/v1/sandbox/"+id, "acme", "")
+	e.must(404, "GET", "/v1/sandbox/"+id, "acme", "")
+}
+
+// TestCapAnswer: the 17th live exec sandbox is a 429 with Retry-After.
+func TestCapAnswer(t *testing.T) {
+	e := newAPI(t)
+	for range 16 {
+		e.must(201, "POST", "/v1/sandbox", "acme", "")
+	}
+	a := e.must(429, "POST", "/v1/sandbox", "acme", "")
+	if a.header.Get("Retry-After") == "" {
+		t.Error("no Retry-After on a 429")
+	}
+	e.must(201, "POST", "/v1/sandbox", "globex", "")
+}
+
+// TestStartFailureAnswer: a 503 whose message names the kept row and
+// nothing of the runtime's own words.
+func TestStartFailureAnswer(t *testing.T) {
+	e := newAPI(t)
+	e.rt.Set(func(r *fake.Runtime) { r.CreateErr = io.ErrUnexpectedEOF })
+	a := e.must(503, "POST", "/v1/sandbox", "acme", "")
+	if !strings.Contains(string(a.body), "with status error") || strings.Contains(string(a.body), "unexpected EOF") {
+		t.Errorf("answer %s", a.body)
+	}
+	var list struct {
+		Sandboxes []struct{ Status, Error string }
+	}
+	e.must(200, "GET", "/v1/sandbox?status=error", "acme", "").json(t, &list)
+	if len(list.Sandboxes) != 1 || list.Sandboxes[0].Error == "" {
+		t.Errorf("error rows %+v", list)
+	}
+}
+
+// TestBrokenChannelAnswer: 502 when the exec channel breaks.
+func TestBrokenChannelAnswer(t *testing.T) {
+	e := newAPI(t)
+	var sb struct{ ID string }
+	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
+	e.rt.SetExec(func(context.Context, string, runtime.ExecRequest) error { return fake.ErrBroken })
+	e.must(502, "POST", "/v1/sandbox/"+sb.ID+"/exec", "acme", `{"command":"x"}`)
+}

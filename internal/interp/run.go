@@ -1,0 +1,260 @@
+package interp
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
+)
+
+// Sandboxes is what the interpreter needs of the service: sessions are exec
+// sandboxes, leased and ended like any other, and a run is one program
+// through Run, the service's one exec primitive.
+type Sandboxes interface {
+	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
+	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader) (*service.WriteResult, error)
+	Run(ctx context.Context, id string, cmd service.Command) (service.Outcome, error)
+	Timeout(sec int) (time.Duration, error)
+}
+
+var _ Sandboxes = (*service.Service)(nil)
+
+// Interpreter runs programs of the 13 languages in sessions.
+type Interpreter struct {
+	sb     Sandboxes
+	runner string
+	log    *slog.Logger
+}
+
+// New returns the interpreter over sb. runner is the path inside a sandbox
+// of cmd/sandbox-runner, which runs a program in one process start; empty
+// runs the same steps as a shell script.
+func New(sb Sandboxes, runner string, log *slog.Logger) *Interpreter {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Interpreter{sb: sb, runner: runner, log: log}
+}
+
+// Request is the body of POST /v1/exec and of the MCP tool run_code.
+// Everything that steers a run comes from here, never from the query.
+type Request struct {
+	Language   string      `json:"language" jsonschema:"one of py js ts bash r php go rs c cpp java d f90"`
+	Code       string      `json:"code" jsonschema:"the program's source"`
+	SessionID  string      `json:"session_id,omitempty" jsonschema:"a session from an earlier answer, to keep its files; empty starts a new one"`
+	Args       []string    `json:"args,omitempty" jsonschema:"arguments given to the program (not to its compiler)"`
+	Files      []InputFile `json:"files,omitempty" jsonschema:"files written into the working directory before the run"`
+	TimeoutSec int         `json:"timeoutSec,omitempty" jsonschema:"seconds before the run is killed (exit code 124); 0 means the server's default"`
+}
+
+// InputFile is a file placed in the workdir before the run: text in Data,
+// or bytes in DataBase64.
+type InputFile struct {
+	Path       string `json:"path"`
+	Data       string `json:"data,omitempty"`
+	DataBase64 string `json:"dataBase64,omitempty"`
+}
+
+// Result is a finished run. SessionID is the sandbox that ran it: the
+// caller's when it still ran, a new one otherwise (NewSession says so).
+type Result struct {
+	SessionID  string `json:"session_id"`
+	NewSession bool   `json:"newSession,omitempty"`
+	ExitCode   int    `json:"exitCode"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	Files      []File `json:"files"`
+	TimedOut   bool   `json:"timedOut,omitempty"`
+	Stopped    bool   `json:"stopped,omitempty"`
+}
+
+// maxArgs bounds a run's argument list.
+const maxArgs = 1024
+
+func unknownLanguage(name string) error {
+	return sandbox.Errorf(sandbox.KindInvalid, "unknown language %q: use one of %s", name, strings.Join(Names(), ", "))
+}
+
+// Run runs a program in the caller's session (a sandbox) or in a new one.
+// Every input is checked before a sandbox is leased for it.
+func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
+	lang, ok := Lookup(req.Language)
+	if !ok {
+		return nil, unknownLanguage(req.Language)
+	}
+	if strings.TrimSpace(req.Code) == "" {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "code is empty")
+	}
+	if len(req.Args) > maxArgs {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "at most %d args", maxArgs)
+	}
+	if err := service.NoNUL("args", req.Args...); err != nil {
+		return nil, err
+	}
+	timeout, err := it.sb.Timeout(req.TimeoutSec)
+	if err != nil {
+		return nil, err
+	}
+	inputs, err := decodeInputs(req.Files)
+	if err != nil {
+		return nil, err
+	}
+	workdir := sandbox.MustClass(sandbox.ClassExec).Workdir
+	for _, f := range inputs {
+		if _, err := sandbox.ResolvePath(workdir, f.path); err != nil {
+			return nil, err
+		}
+		if len(f.data) > service.MaxFileBytes {
+			return nil, sandbox.Errorf(sandbox.KindTooLarge, "file %q is larger than %d bytes", f.path, service.MaxFileBytes)
+		}
+	}
+
+	res := &Result{SessionID: req.SessionID}
+	if !it.alive(ctx, req.SessionID) {
+		sb, err := it.sb.Lease(ctx, service.LeaseRequest{Class: sandbox.ClassExec})
+		if err != nil {
+			return nil, err
+		}
+		res.SessionID, res.NewSession = sb.ID, true
+	}
+	out, err := it.run(ctx, lang, req, inputs, timeout, res)
+	if err != nil && res.NewSession {
+		// The caller never learns a session that failed on its first run:
+		// end it rather than leave it running on the caller's account.
+		if _, eerr := it.sb.End(context.WithoutCancel(ctx), res.SessionID, false); eerr != nil {
+			it.log.Warn("ending a session whose first run failed", "sandbox", res.SessionID, "err", eerr)
+		}
+	}
+	return out, err
+}
+
+// run writes the inputs and runs the program in session res.SessionID.
+func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs []inputFile, timeout time.Duration, res *Result) (*Result, error) {
+	for _, f := range inputs {
+		if _, err := it.sb.Write(ctx, res.SessionID, f.path, strings.NewReader(f.data)); err != nil {
+			return nil, err
+		}
+	}
+	nonce, dir := Nonce(), RunDir()
+	stdout, stderr := service.NewOutput(service.OutputCap), service.NewOutput(service.OutputCap)
+	split := NewSplitter(stdout, nonce)
+	cmd := service.Command{ExecRequest: runtime.ExecRequest{Stdout: split, Stderr: stderr}, Timeout: timeout, Metric: "interp_" + lang.Name}
+	switch {
+	case lang.Inline != nil:
+		cmd.Argv = lang.Inline
+		cmd.Stdin = io.MultiReader(strings.NewReader(lang.InlineHeader(nonce, dir, req.Args)), strings.NewReader(req.Code))
+	case it.runner != "":
+		spec, err := json.Marshal(lang.Spec(nonce, dir, req.Args))
+		if err != nil {
+			return nil, err
+		}
+		cmd.Argv = []string{it.runner}
+		cmd.Stdin = io.MultiReader(bytes.NewReader(append(spec, '\n')), strings.NewReader(req.Code))
+	default:
+		cmd.Argv = append([]string{"sh", "-c", lang.Script(), dir}, req.Args...)
+		cmd.Stdin = io.MultiReader(strings.NewReader(nonce+"\n"), strings.NewReader(req.Code))
+	}
+	o, err := it.sb.Run(ctx, res.SessionID, cmd)
+	if err != nil {
+		return nil, err
+	}
+	res.ExitCode, res.TimedOut, res.Stopped = o.Code, o.TimedOut, o.Stopped
+	if b, ok := split.Trailer(); ok {
+		if t, ok := ParseTrailer(b); ok {
+			res.ExitCode, res.Files = t.ExitCode, t.Files
+		}
+	} else {
+		// Killed before it could say what changed: ask on its own.
+		var err error
+		if res.Files, err = it.listFiles(ctx, res.SessionID, "d="+shellQuote(dir)+"\n"+ChangedScript); err != nil {
+			it.log.Warn("listing the files of a killed run", "sandbox", res.SessionID, "err", err)
+		}
+	}
+	stderr.Note(o.Note(timeout))
+	res.Stdout, res.Stderr = stdout.String(), stderr.String()
+	if res.Files == nil {
+		res.Files = []File{}
+	}
+	return res, nil
+}
+
+// alive reports whether id names a sandbox of the caller that still runs
+// (or sleeps, and wakes on use). Anything else — malformed, ended, another
+// org's, failed — is not a session to reuse.
+func (it *Interpreter) alive(ctx context.Context, id string) bool {
+	if id == "" || !sandbox.ValidID(id) {
+		return false
+	}
+	sb, err := it.sb.Get(ctx, id)
+	return err == nil && (sb.Status == sandbox.StatusRunning || sb.Status == sandbox.StatusSleeping)
+}
+
+type inputFile struct{ path, data string }
+
+func decodeInputs(files []InputFile) ([]inputFile, error) {
+	if len(files) > 100 {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "at most 100 files per run")
+	}
+	out := make([]inputFile, 0, len(files))
+	for _, f := range files {
+		if f.Path == "" {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "every file needs a path")
+		}
+		if f.Data != "" && f.DataBase64 != "" {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "file %q: give data or dataBase64, not both", f.Path)
+		}
+		data := f.Data
+		if f.DataBase64 != "" {
+			b, err := base64.StdEncoding.DecodeString(f.DataBase64)
+			if err != nil {
+				return nil, sandbox.Errorf(sandbox.KindInvalid, "file %q: dataBase64 is not standard base64", f.Path)
+			}
+			data = string(b)
+		}
+		out = append(out, inputFile{path: f.Path, data: data})
+	}
+	return out, nil
+}
+
+// Files lists the files of a session's workdir (at most MaxFiles, sorted by
+// path).
+func (it *Interpreter) Files(ctx context.Context, id string) ([]File, error) {
+	return it.listFiles(ctx, id, ListScript)
+}
+
+// listFiles runs a listing script in the session's workdir and parses its
+// answer. The listing's own exit code does not matter (head cuts find
+// short); a listing that could not finish is an error.
+func (it *Interpreter) listFiles(ctx context.Context, id, script string) ([]File, error) {
+	out := service.NewOutput(4 << 20)
+	o, err := it.sb.Run(ctx, id, service.Command{
+		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", script}, Stdout: out, Stderr: io.Discard},
+		Timeout:     30 * time.Second,
+	})
+	if err == nil && (o.TimedOut || o.Stopped) {
+		err = sandbox.Errorf(sandbox.KindBadGateway, "the file list could not be read")
+	}
+	if err != nil {
+		return nil, err
+	}
+	files := ParseFiles(out.Bytes())
+	if files == nil {
+		files = []File{}
+	}
+	return files, nil
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

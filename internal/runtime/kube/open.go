@@ -1,0 +1,106 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// Options are the operator's settings of the backend (flags).
+type Options struct {
+	// Kubeconfig is a kubeconfig file; empty means the in-cluster config
+	// (the server running as a pod).
+	Kubeconfig string
+	// Namespace of the sandbox pods (required; never a system namespace).
+	Namespace string
+	// ServerNamespace is the server's own namespace, which the sandboxes
+	// must not share; empty means unknown.
+	ServerNamespace string
+	// RuntimeClass is the RuntimeClass of the default runtime (gvisor);
+	// empty runs pods without one.
+	RuntimeClass string
+	// ServiceAccount the pods run as; empty means "sandbox-pod".
+	ServiceAccount string
+	// StorageClass of project volumes; empty means the cluster's default.
+	StorageClass string
+}
+
+// RegisterFlags defines the backend's flags on fs, writing into o.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default: the in-cluster config of the server's pod)")
+	fs.StringVar(&o.Namespace, "namespace", "sandboxes", "kube: namespace of the sandbox pods (never default, kube-* or the server's own)")
+	fs.StringVar(&o.RuntimeClass, "runtime-class", "gvisor", "kube: RuntimeClass of the gvisor runtime (\"\" runs pods without one)")
+	fs.StringVar(&o.ServerNamespace, "server-namespace", os.Getenv("POD_NAMESPACE"), "kube: the server's own namespace, refused for sandboxes (env POD_NAMESPACE)")
+	fs.StringVar(&o.ServiceAccount, "service-account", "sandbox-pod", "kube: service account of the sandbox pods (its token is never mounted)")
+	fs.StringVar(&o.StorageClass, "storage-class", "", "kube: StorageClass of project volumes (default: the cluster's)")
+}
+
+// Validate checks the options without a cluster.
+func (o Options) Validate() error {
+	if o.Namespace == "" {
+		return errors.New("--namespace is required with --runtime kube")
+	}
+	_, err := NewScope(o.Namespace, o.ServerNamespace)
+	return err
+}
+
+// Open connects to the cluster of o, and returns the backend once the
+// sandbox namespace is isolated (its deny-all NetworkPolicy is in place).
+// client-go's own logging (klog, and what it reports as "unhandled") goes
+// to log, the latter at debug level.
+func Open(ctx context.Context, o Options, log *slog.Logger) (*Runtime, error) {
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, msg string, kv ...any) {
+		log.Debug("client-go: "+msg, append([]any{"err", err}, kv...)...)
+	}}
+	scope, err := NewScope(o.Namespace, o.ServerNamespace)
+	if err != nil {
+		return nil, err
+	}
+	var rc *rest.Config
+	if o.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kube: loading the cluster config: %w", err)
+	}
+	rc.QPS, rc.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	classes := map[string]string{}
+	if o.RuntimeClass != "" {
+		classes[sandbox.RuntimeGVisor] = o.RuntimeClass
+	}
+	// The other runtimes are RuntimeClasses of their own name.
+	classes[sandbox.RuntimeKataCLH] = sandbox.RuntimeKataCLH
+	classes[sandbox.RuntimeKataFC] = sandbox.RuntimeKataFC
+	rt, err := New(Config{
+		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
+		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := rt.Isolate(ictx); err != nil {
+		return nil, err
+	}
+	return rt, nil
+}

@@ -1,0 +1,12 @@
+package service
+
+import "time"
+
+// SetRecordTimeout makes the deadline of a start's record shorter than the
+// start itself, which the test that pins its placement needs; it returns
+// the undo.
+func SetRecordTimeout(d time.Duration) func() {
+	old := recordTimeout
+	recordTimeout = d
+	return func() { recordTimeout = old }
+}

@@ -1,0 +1,223 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/meter"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+// LeaseRequest is the body of POST /v1/sandbox, and of the typed op and MCP
+// tool lease (which embed it).
+type LeaseRequest struct {
+	Class   string `json:"class,omitempty" jsonschema:"exec (default: short code runs), dev, desktop or android"`
+	Project string `json:"project,omitempty" jsonschema:"project whose volume is mounted; required for every class but exec"`
+	Image   string `json:"image,omitempty" jsonschema:"image name; defaults to the class's image"`
+	Runtime string `json:"runtime,omitempty" jsonschema:"isolation runtime; defaults to the server's"`
+	TTLSec  int64  `json:"ttlSec,omitempty" jsonschema:"lease length in seconds; defaults to the class's"`
+}
+
+// retryAfterCap is the hint given with a 429: exec sandboxes are short.
+const retryAfterCap = 30
+
+// recordTimeout bounds the store writes that record a start's outcome; it
+// starts when the start has ended, so a start that used up its own time
+// can still record its failure. A variable for the test that pins this.
+var recordTimeout = 30 * time.Second
+
+// Lease runs the lease checks in their stated order — class, image, project
+// present, project free, live cap, fee, runtime — each refusing with nothing
+// left behind; then writes the row pending, starts the container, and marks
+// the row running (or error with the reason, 503).
+func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
+	sb, err := s.lease(ctx, req)
+	class := req.Class
+	if _, cerr := sandbox.LookupClass(class); cerr != nil {
+		class = "unknown" // a caller's typo must not mint a metric label
+	} else if class == "" {
+		class = sandbox.ClassExec
+	}
+	switch {
+	case err == nil:
+		s.d.Metrics.Lease(class, "created")
+	case sandbox.KindOf(err) == sandbox.KindUnavailable || sandbox.KindOf(err) == sandbox.KindInternal:
+		s.d.Metrics.Lease(class, "failed")
+	default:
+		s.d.Metrics.Lease(class, "refused")
+	}
+	return sb, err
+}
+
+func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	class, err := sandbox.LookupClass(req.Class)
+	if err != nil {
+		return nil, err
+	}
+	image := req.Image
+	if image == "" {
+		image = class.Image
+	}
+	if image != class.Image {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "image %q is not allowed for class %s (allowed: %s)", image, class.Name, class.Image)
+	}
+	if s.d.ImageReady != nil {
+		if err := s.d.ImageReady(image); err != nil {
+			var se *sandbox.Error
+			if errors.As(err, &se) {
+				return nil, err // the checker said it for the caller
+			}
+			return nil, sandbox.Wrap(sandbox.KindInvalid, err, fmt.Sprintf("image %q of class %s is not built on this server: the operator runs `sandbox image build %s`", image, class.Name, image))
+		}
+	}
+	if class.NeedsProject && req.Project == "" {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "class %s needs a project: its volume is the project's", class.Name)
+	}
+	if req.Project != "" {
+		if err := sandbox.ValidateProject(req.Project); err != nil {
+			return nil, err
+		}
+		live, err := s.d.Store.LiveInProject(ctx, req.Project)
+		if err != nil {
+			return nil, err
+		}
+		if live != nil {
+			return nil, projectBusy(req.Project, live.ID)
+		}
+	}
+	if class.LiveCapPerOrg > 0 {
+		n, err := s.d.Store.CountLive(ctx, class.Name)
+		if err != nil {
+			return nil, err
+		}
+		if n >= class.LiveCapPerOrg {
+			return nil, capReached(class)
+		}
+	}
+	refund := func(context.Context) error { return nil }
+	if s.d.Meter != nil {
+		if refund, err = s.d.Meter.Charge(ctx, org, meter.Kind, class.Name); err != nil {
+			return nil, err
+		}
+	}
+	// From here on every refusal or failure gives the fee back, even when
+	// the caller has hung up.
+	charged := true
+	defer func() {
+		if charged {
+			if err := refund(context.WithoutCancel(ctx)); err != nil {
+				s.log.Error("refunding a refused lease", "org", org, "class", class.Name, "err", err)
+			}
+		}
+	}()
+	rt, err := sandbox.DecideRuntime(req.Runtime, s.d.RuntimeName, []string{s.d.RuntimeName}, req.Project != "")
+	if err != nil {
+		return nil, err
+	}
+
+	now := s.now()
+	sb := &sandbox.Sandbox{
+		ID: sandbox.NewID(), Org: org, Class: class.Name, Project: req.Project, Status: sandbox.StatusPending,
+		Image: image, Runtime: rt, Workdir: class.Workdir, Name: sandbox.NewName(),
+		CreatedAt: now, LastUsedAt: now, ExpiresAt: sandbox.ExpiryFor(class, req.TTLSec, now, now, s.cfg.Ceiling),
+	}
+	sb.Volume = volumeName(org, sb)
+	switch err := s.d.Store.Insert(ctx, sb, class.LiveCapPerOrg); {
+	case errors.Is(err, store.ErrProjectBusy):
+		live, _ := s.d.Store.LiveInProject(ctx, sb.Project)
+		id := "another lease"
+		if live != nil {
+			id = live.ID
+		}
+		return nil, projectBusy(sb.Project, id)
+	case errors.Is(err, store.ErrCapReached):
+		return nil, capReached(class)
+	case err != nil:
+		return nil, err
+	}
+	log := s.log.With("sandbox", sb.ID, "class", sb.Class)
+
+	// The start must finish (or fail and be recorded) even if the caller
+	// hangs up: a half-started container is exactly the orphan to avoid.
+	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
+	obj, err := s.d.Runtime.Create(startCtx, s.spec(sb, ""))
+	cancel()
+	// The outcome is recorded under a deadline of its own, counted from
+	// now: the start may have used up all of its time.
+	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancelRecord()
+	if err != nil {
+		log.Error("sandbox start failed", "err", err)
+		reason := "the sandbox could not be started"
+		next := moved(sb, sandbox.StatusError)
+		next.Error = reason
+		if uerr := s.transition(recordCtx, sb, next); uerr != nil {
+			log.Error("recording start failure", "err", uerr)
+		}
+		return nil, sandbox.Wrap(sandbox.KindUnavailable, err, reason+"; it is kept as "+sb.ID+" with status error")
+	}
+	next := moved(sb, sandbox.StatusRunning)
+	next.UID = obj.UID
+	if err := s.transition(recordCtx, sb, next); err != nil {
+		// The row cannot say running: take the container down again so
+		// that nothing runs that no row claims.
+		if derr := s.d.Runtime.Delete(recordCtx, runtime.Ref{Name: obj.Name, UID: obj.UID}); derr != nil {
+			log.Error("removing a container whose row could not be updated", "err", derr)
+		}
+		return nil, err
+	}
+	charged = false
+	if err := s.d.Store.AddUsage(recordCtx, sb.Class, 1, 0); err != nil {
+		log.Error("recording usage", "err", err)
+	}
+	log.Info("sandbox leased", "expiresAt", sb.ExpiresAt)
+	return sb, nil
+}
+
+// volumeName is the runtime volume of sb: per sandbox for scratch, or per
+// (org, project), hashed together in full so that no two pairs share one.
+func volumeName(org string, sb *sandbox.Sandbox) string {
+	if sb.Project == "" {
+		return "scratch-" + sb.ID
+	}
+	sum := sha256.Sum256([]byte(org + "\x00" + sb.Project))
+	return "project-" + hex.EncodeToString(sum[:20])
+}
+
+// spec is the runtime spec of sb: its class limits, labels and volume, and
+// the checkpoint to restore from, if any.
+func (s *Service) spec(sb *sandbox.Sandbox, restore string) runtime.Spec {
+	class := sandbox.MustClass(sb.Class)
+	return runtime.Spec{
+		Name: sb.Name,
+		Labels: map[string]string{
+			runtime.LabelSandbox: sb.ID,
+			runtime.LabelOrg:     sandbox.Slug(sb.Org),
+		},
+		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
+		Volume: runtime.Volume{Name: sb.Volume, Scratch: sb.Project == "", SizeMiB: class.Limits.VolumeMiB},
+		CPUs:   class.Limits.CPUs, MemoryMiB: class.Limits.MemoryMiB, Pids: class.Limits.Pids,
+		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,
+		Restore: restore,
+	}
+}
+
+func projectBusy(project, id string) error {
+	return sandbox.Errorf(sandbox.KindConflict, "project %q already has a live sandbox: %s", project, id)
+}
+
+func capReached(c sandbox.Class) error {
+	e := sandbox.Errorf(sandbox.KindLimit, "at most %d live %s sandboxes per org: end one or wait", c.LiveCapPerOrg, c.Name)
+	e.RetryAfter = retryAfterCap
+	return e
+}

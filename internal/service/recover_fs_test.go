@@ -1,0 +1,175 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/fake"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
+)
+
+// TestRecoverMatrix: every (row status, runtime object) pair a restart can
+// find, and what Recover makes of it; the live gauge ends up counting what
+// runs.
+func TestRecoverMatrix(t *testing.T) {
+	h := newHarness(t)
+	insert := func(st sandbox.Status, uid string) *sandbox.Sandbox {
+		now := h.now()
+		sb := &sandbox.Sandbox{ID: sandbox.NewID(), Class: "exec", Status: sandbox.StatusPending, Image: "exec", Runtime: "gvisor",
+			Workdir: "/mnt/data", Name: sandbox.NewName(), CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(time.Hour)}
+		sb.Volume = "scratch-" + sb.ID
+		if err := h.st.Insert(acme, sb, 0); err != nil {
+			t.Fatal(err)
+		}
+		if st != sandbox.StatusPending {
+			next := *sb
+			next.Status, next.UID = st, uid
+			if err := h.st.Transition(acme, sb.ID, sandbox.StatusPending, &next); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sb
+	}
+	adopted := insert(sandbox.StatusRunning, "u-run")
+	h.rt.Put(adopted.Name, "u-run", adopted.ID, h.now(), true)
+	gone := insert(sandbox.StatusRunning, "u-gone")
+	replaced := insert(sandbox.StatusRunning, "u-old")
+	h.rt.Put(replaced.Name, "u-new", replaced.ID, h.now(), true)
+	stopped := insert(sandbox.StatusRunning, "u-stopped")
+	h.rt.Put(stopped.Name, "u-stopped", stopped.ID, h.now(), false)
+	interrupted := insert(sandbox.StatusPending, "")
+	h.rt.Put(interrupted.Name, "u-half", interrupted.ID, h.now(), true)
+	never := insert(sandbox.StatusPending, "")
+	deadPending := insert(sandbox.StatusPending, "")
+	h.rt.Put(deadPending.Name, "u-dead", deadPending.ID, h.now(), false)
+	sleeping := insert(sandbox.StatusRunning, "u-s")
+	h.st.Transition(acme, sleeping.ID, sandbox.StatusRunning, &sandbox.Sandbox{Status: sandbox.StatusSleeping, Name: sleeping.Name, UID: "u-s", Checkpoint: sleeping.ID})
+	errored := insert(sandbox.StatusError, "")
+
+	objs := map[string]runtime.Object{}
+	list, _ := h.rt.List(context.Background(), nil)
+	for _, o := range list {
+		objs[o.Name] = o
+	}
+	res, err := h.svc.Recover(acme, objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (service.RecoverResult{Adopted: 2, Lost: 3, Failed: 2}) {
+		t.Errorf("result %+v", res)
+	}
+	for _, tc := range []struct {
+		name string
+		sb   *sandbox.Sandbox
+		want sandbox.Status
+		obj  bool // the runtime object is still there
+	}{
+		{"running, container runs: adopted", adopted, sandbox.StatusRunning, true},
+		{"running, container gone: sleeps", gone, sandbox.StatusSleeping, false},
+		{"running, its name under another identity (a stray start): removed by that identity, sleeps", replaced, sandbox.StatusSleeping, false},
+		{"running, container stopped: removed, sleeps", stopped, sandbox.StatusSleeping, false},
+		{"pending, container runs: the lease is completed", interrupted, sandbox.StatusRunning, true},
+		{"pending, never started: error", never, sandbox.StatusError, false},
+		{"pending, container dead: removed, error", deadPending, sandbox.StatusError, false},
+		{"sleeping: untouched", sleeping, sandbox.StatusSleeping, false},
+		{"error: untouched", errored, sandbox.StatusError, false},
+	} {
+		got := h.row(acme, tc.sb.ID)
+		_, obj := objs[tc.sb.Name]
+		_, still := h.rt.Status(context.Background(), tc.sb.Name)
+		if got.Status != tc.want || (still == nil) != tc.obj {
+			t.Errorf("%s: status %s (want %s), object there: %v (want %v; listed: %v)", tc.name, got.Status, tc.want, still == nil, tc.obj, obj)
+		}
+	}
+	if got := h.row(acme, interrupted.ID); got.UID != "u-half" {
+		t.Errorf("adopted pending row has uid %q", got.UID)
+	}
+	if got := h.row(acme, sleeping.ID); got.Checkpoint == "" {
+		t.Error("recover dropped a sleeping sandbox's checkpoint")
+	}
+	if h.live("exec") != 2 {
+		t.Errorf("live gauge after recover: %v, want 2", h.live("exec"))
+	}
+}
+
+// readFake emulates the file protocol's exit codes for a path.
+func readFake(files map[string]string, dirs map[string]string) fake.ExecFunc {
+	return func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		p := req.Argv[len(req.Argv)-1]
+		if d, ok := dirs[p]; ok {
+			io.WriteString(req.Stdout, d)
+			return &runtime.ExitError{Code: 10}
+		}
+		if f, ok := files[p]; ok {
+			io.WriteString(req.Stdout, f)
+			return nil
+		}
+		return &runtime.ExitError{Code: 4}
+	}
+}
+
+func TestFiles(t *testing.T) {
+	h := newHarness(t, func(c *service.Config, _ *service.Deps) { c.ExecTimeout = 50 * time.Millisecond })
+	sb := h.lease(acme, service.LeaseRequest{})
+	h.rt.SetExec(readFake(map[string]string{"/mnt/data/a.bin": "\x00\x01raw"}, map[string]string{"/mnt/data": "a.bin\nsrc/\n", "/mnt/data/empty": ""}))
+	if r, err := h.svc.Read(acme, sb.ID, "a.bin"); err != nil || r.Dir || string(r.Data) != "\x00\x01raw" {
+		t.Errorf("file: %+v %v", r, err)
+	}
+	if r, err := h.svc.Read(acme, sb.ID, ""); err != nil || !r.Dir || strings.Join(r.Entries, ",") != "a.bin,src/" {
+		t.Errorf("dir: %+v %v", r, err)
+	}
+	if r, err := h.svc.Read(acme, sb.ID, "empty"); err != nil || !r.Dir || len(r.Entries) != 0 {
+		t.Errorf("empty dir: %+v %v", r, err)
+	}
+	_, err := h.svc.Read(acme, sb.ID, "nope")
+	wantKind(t, err, sandbox.KindNotFound)
+	_, err = h.svc.Read(acme, sb.ID, "../etc/passwd")
+	wantKind(t, err, sandbox.KindInvalid)
+
+	// Past the limit the program is cancelled at once: 413.
+	h.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		req.Stdout.Write(make([]byte, service.MaxFileBytes))
+		req.Stdout.Write([]byte("x"))
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	_, err = h.svc.Read(acme, sb.ID, "big")
+	wantKind(t, err, sandbox.KindTooLarge)
+	// A read that never ends (a FIFO) is killed at the exec timeout: 504.
+	h.rt.SetExec(fake.Block(nil))
+	_, err = h.svc.Read(acme, sb.ID, "fifo")
+	wantKind(t, err, sandbox.KindTimeout)
+
+	// Writes: the bytes go over stdin; a directory in the way is a 409.
+	var got bytes.Buffer
+	h.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		if req.Argv[len(req.Argv)-1] == "/mnt/data/dir" {
+			return &runtime.ExitError{Code: 7}
+		}
+		_, err := io.Copy(&got, req.Stdin)
+		return err
+	})
+	if w, err := h.svc.Write(acme, sb.ID, "src/x.txt", strings.NewReader("hello")); err != nil || w.Bytes != 5 || w.Path != "/mnt/data/src/x.txt" || got.String() != "hello" {
+		t.Errorf("write: %+v %v %q", w, err, got.String())
+	}
+	_, err = h.svc.Write(acme, sb.ID, "dir", strings.NewReader("x"))
+	wantKind(t, err, sandbox.KindConflict)
+	_, err = h.svc.Write(acme, sb.ID, "", strings.NewReader("x"))
+	wantKind(t, err, sandbox.KindInvalid)
+	calls := len(h.rt.Calls())
+	_, err = h.svc.Write(acme, sb.ID, "huge", io.LimitReader(zeros{}, service.MaxFileBytes+1))
+	wantKind(t, err, sandbox.KindTooLarge)
+	if len(h.rt.Calls()) != calls {
+		t.Error("an oversized write reached the sandbox")
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }

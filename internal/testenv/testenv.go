@@ -1,0 +1,86 @@
+// Package testenv decides whether a real-runtime test can run here. A plain
+// `go test ./...` (no root, no runsc, no images, no cluster, no browser)
+// runs every unit test and SKIPS each real-runtime suite with a message
+// naming what is missing. scripts/test.sh (CI) sets SANDBOX_TEST_REQUIRE to
+// the parts it installs (gvisor,browser,kube): there a missing part FAILS
+// the test instead, so a suite can never skip silently in CI.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandbox/internal/image"
+)
+
+// Parts a real-runtime test may need, as SANDBOX_TEST_REQUIRE names them.
+const (
+	GVisor  = "gvisor"  // root, the pinned runsc and the built images
+	Browser = "browser" // a real Chromium
+	Kube    = "kube"    // a real cluster (SANDBOX_TEST_KUBECONFIG)
+)
+
+// Required reports whether CI requires part to be here.
+func Required(part string) bool {
+	return slices.Contains(strings.Split(os.Getenv("SANDBOX_TEST_REQUIRE"), ","), part)
+}
+
+// Missing skips t, naming what is missing and how to get it, or fails it
+// when CI requires part.
+func Missing(t testing.TB, part, what string) {
+	t.Helper()
+	if Required(part) {
+		t.Fatalf("%s (SANDBOX_TEST_REQUIRE=%s: scripts/test.sh requires every %s suite to run)", what, os.Getenv("SANDBOX_TEST_REQUIRE"), part)
+	}
+	t.Skipf("skipped, needs %s: %s (scripts/test.sh sets it up)", part, what)
+}
+
+// Images is where the tests read the built class images:
+// SANDBOX_TEST_IMAGES, else image.DefaultDir.
+func Images() string {
+	if d := os.Getenv("SANDBOX_TEST_IMAGES"); d != "" {
+		return d
+	}
+	return image.DefaultDir
+}
+
+// NeedGVisor skips (or fails, see Missing) unless the real gVisor runtime
+// can run here: root, runsc (gvisor.DefaultRunsc, passed in so that the
+// backend's own tests can use this), and every named image built.
+func NeedGVisor(t testing.TB, runsc string, images ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, GVisor, "root (runsc creates sandboxes, cgroups and mounts)")
+	}
+	if _, err := os.Stat(runsc); err != nil {
+		Missing(t, GVisor, "runsc at "+runsc+" (scripts/deps.sh builds it)")
+	}
+	for _, name := range images {
+		if _, err := image.Rootfs(Images(), name); err != nil {
+			Missing(t, GVisor, err.Error()+" (SANDBOX_TEST_IMAGES="+Images()+"; scripts/deps.sh builds it)")
+		}
+	}
+}
+
+// NeedBrowser answers the path of a real Chromium, or skips (fails).
+func NeedBrowser(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("chromium")
+	if err != nil {
+		Missing(t, Browser, "chromium (Debian's package; scripts/deps.sh installs it for the tests)")
+	}
+	return p
+}
+
+// NeedKube answers the kubeconfig of a real cluster, or skips (fails).
+func NeedKube(t testing.TB) string {
+	t.Helper()
+	k := os.Getenv("SANDBOX_TEST_KUBECONFIG")
+	if k == "" {
+		Missing(t, Kube, "a cluster: SANDBOX_TEST_KUBECONFIG (scripts/test.sh starts one with scripts/kube-up.sh)")
+	}
+	return k
+}
