@@ -1,7 +1,7 @@
 // Package api is the HTTP face of the service: routes (net/http patterns),
 // bearer authentication, JSON in and out, and the one place where error
 // kinds become statuses. Handlers hold no policy; they decode, call the
-// service, and encode.
+// service (through the small interfaces below, owned here), and encode.
 package api
 
 import (

@@ -1,13 +1,15 @@
-// Package interp is the code interpreter's knowledge: the 13 languages, how
-// each is built and run inside an exec sandbox, and how the answer of one
-// run is read back. It runs nothing itself; the service hands the script to
-// the runtime.
+// Package interp is the code interpreter: the 13 languages, how each is
+// built and run inside an exec sandbox, how the answer of one run is read
+// back (this file), and its sessions (run.go): a session is an exec
+// sandbox, leased on the first run and reused while it lives, reached only
+// through the Sandboxes interface the package owns — the service's Run, its
+// one exec primitive, and the lease calls.
 //
 // One run is ONE exec (the interpreter's latency is the point): a POSIX sh
 // script reads a nonce line and the source from stdin, builds (build output
 // goes to stderr), runs the program in the workdir with the caller's args
 // and /dev/null as stdin, then prints the nonce, the exit code and the
-// files changed under the workdir. The service splits stdout at the nonce.
+// files changed under the workdir. The interpreter splits stdout at the nonce.
 // The nonce arrives over stdin, not argv or env, so a program cannot read it
 // from /proc/$PPID/cmdline; a program that digs it out anyway can only
 // forge its own answer.

@@ -3,7 +3,9 @@
 // object to another, with ids and paths in the body. The HTTP routes
 // POST /v1/sandbox/{op} and the MCP tools at /mcp both call these, so the
 // two doors cannot drift apart; and these call the same service as the
-// REST routes.
+// REST routes, through the Sandboxes and Interpreter interfaces owned here.
+// Their inputs embed the service's request types, so an option added there
+// reaches both doors with its JSON schema.
 //
 // No input here names an org or a credential: the org comes from the
 // caller's key, in the context, and nothing else.

@@ -1,0 +1,86 @@
+package arch
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/sandboxd/sandbox/"
+
+type pkg struct {
+	ImportPath string
+	Deps       []string // transitive
+	Imports    []string // direct
+}
+
+func list(t *testing.T) map[string]pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Deps,Imports", mod+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs[strings.TrimPrefix(p.ImportPath, mod)] = p
+	}
+	return pkgs
+}
+
+func ours(deps []string) []string {
+	var out []string
+	for _, d := range deps {
+		if strings.HasPrefix(d, mod) {
+			out = append(out, strings.TrimPrefix(d, mod))
+		}
+	}
+	return out
+}
+
+func TestLayering(t *testing.T) {
+	pkgs := list(t)
+	backends := []string{"internal/runtime/gvisor", "internal/runtime/kube", "internal/runtime/fake"}
+	rules := []struct {
+		pkg    string
+		never  []string // not even transitively
+		direct bool     // check direct imports only
+	}{
+		{"internal/sandbox", []string{"internal/"}, false},
+		{"internal/store", append([]string{"internal/runtime"}, backends...), false},
+		{"internal/service", backends, false},
+		{"internal/reaper", backends, false},
+		{"internal/api", backends, false},
+		{"internal/ops", backends, false},
+		{"internal/mcpserver", backends, false},
+		{"internal/terminal", backends, false},
+		{"internal/interp", backends, false},
+		// The console and the interpreter reach sandboxes only through
+		// their own interfaces: never the store directly.
+		{"internal/terminal", []string{"internal/store"}, true},
+		{"internal/interp", []string{"internal/store"}, true},
+	}
+	for _, r := range rules {
+		p, ok := pkgs[r.pkg]
+		if !ok {
+			t.Errorf("no package %s", r.pkg)
+			continue
+		}
+		deps := p.Deps
+		if r.direct {
+			deps = p.Imports
+		}
+		for _, d := range ours(deps) {
+			for _, n := range r.never {
+				if d == n || strings.HasPrefix(d, n) && strings.HasSuffix(n, "/") {
+					t.Errorf("%s depends on %s", r.pkg, d)
+				}
+			}
+		}
+	}
+}
