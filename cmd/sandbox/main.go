@@ -27,6 +27,8 @@ Usage:
         show which class images are built
   sandbox credits add --data DIR --org ORG --cents N
         prepay an org's leases (only matters when SANDBOX_FEE_CENTS* set a fee)
+  sandbox quota get|set|clear --data DIR --org ORG [--projects N] [--live dev=2] ...
+        read or override one org's quotas (see 'sandbox quota')
 
 Lease fees default to 0. SANDBOX_FEE_CENTS sets a fee for every class and
 SANDBOX_FEE_CENTS_EXEC|_DEV|_DESKTOP|_ANDROID one per class; a lease the org's
@@ -61,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return imageCmd(ctx, args[1:], stdout, stderr)
 	case "credits":
 		return credits(ctx, args[1:], stdout, stderr)
+	case "quota":
+		return quotaCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

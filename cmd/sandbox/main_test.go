@@ -130,3 +130,32 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// TestQuotaVerb: set changes only what it names, get shows it, clear drops
+// it, and a bad value changes nothing.
+func TestQuotaVerb(t *testing.T) {
+	data := t.TempDir()
+	run1 := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"quota"}, append(args, "--data", data, "--org", "acme")...), &out, io.Discard)
+		return out.String(), err
+	}
+	if out, err := run1("set", "--projects", "3", "--live", "dev=1"); err != nil || !strings.Contains(out, `"projects": 3`) {
+		t.Fatalf("set: %v %s", err, out)
+	}
+	if out, err := run1("set", "--commands", "5"); err != nil || !strings.Contains(out, `"projects": 3`) || !strings.Contains(out, `"commands": 5`) {
+		t.Fatalf("a second set kept the first: %v %s", err, out)
+	}
+	if _, err := run1("set", "--projects", "-2"); err == nil {
+		t.Error("a negative quota was accepted")
+	}
+	if _, err := run1("set", "--live", "gpu=1"); err == nil {
+		t.Error("an unknown class was accepted")
+	}
+	if out, err := run1("get"); err != nil || !strings.Contains(out, `"dev": 1`) {
+		t.Errorf("get: %v %s", err, out)
+	}
+	if out, err := run1("clear"); err != nil || strings.Contains(out, "projects") {
+		t.Errorf("clear: %v %s", err, out)
+	}
+}

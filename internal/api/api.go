@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/ops"
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
@@ -53,6 +54,22 @@ type Work interface {
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 }
 
+// Quotas is what the quota, volume and follower routes need of the service.
+type Quotas interface {
+	QuotaLines(ctx context.Context) ([]quota.Line, error)
+	Policy(ctx context.Context) (quota.Policy, error)
+	Volumes(ctx context.Context) ([]store.Project, error)
+	DeleteVolume(ctx context.Context, project string) (*service.VolumeResult, error)
+	// Acquire takes a command slot of the caller's org (a follower).
+	Acquire(ctx context.Context) (release func(), err error)
+}
+
+// Operator is what the operator routes need: the per-org quota overrides.
+type Operator interface {
+	OrgQuota(ctx context.Context, org string) (quota.Policy, error)
+	SetOrgQuota(ctx context.Context, org string, p quota.Policy) error
+}
+
 // Consoles is what the terminal and screen routes need.
 type Consoles interface {
 	Ticket(ctx context.Context, id, kind string) (string, error)
@@ -69,15 +86,19 @@ type Interpreter interface {
 
 var (
 	_ Leases      = (*service.Service)(nil)
+	_ Quotas      = (*service.Service)(nil)
+	_ Operator    = (*store.Store)(nil)
 	_ Work        = (*service.Service)(nil)
 	_ Consoles    = (*terminal.Consoles)(nil)
 	_ Interpreter = (*interp.Interpreter)(nil)
 )
 
-// Deps are the parts the handlers call; the first six are required.
+// Deps are the parts the handlers call; the first eight are required.
 type Deps struct {
 	Leases      Leases
 	Work        Work
+	Quotas      Quotas
+	Operator    Operator
 	Consoles    Consoles
 	Interpreter Interpreter
 	// Ops are the typed ops (POST /v1/sandbox/{op}), the same object the
@@ -162,6 +183,7 @@ func (s *Server) routes() {
 		s.handle("POST "+p, s.lease)
 		s.handle("GET "+p, s.list)
 		s.handle("GET "+p+"/usage", s.usage)
+		s.handle("GET "+p+"/quota", s.quotaLines)
 		s.handle("GET "+p+"/{id}", s.get)
 		s.handle("DELETE "+p+"/{id}", s.end)
 		s.handle("POST "+p+"/{id}/renew", s.renew)
@@ -175,6 +197,10 @@ func (s *Server) routes() {
 		s.consoles(p)
 	}
 	s.interpreter()
+	s.handle("GET /v1/volumes", s.volumes)
+	s.handle("DELETE /v1/volumes/{project}", s.deleteVolume)
+	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota))
+	s.handle("PUT /v1/orgs/{org}/quota", s.operator(s.setOrgQuota))
 	s.handle("GET /v1/sessions/{name}/events", s.sessionEvents)
 	if s.MCP != nil {
 		s.mux.Handle("/mcp", s.MCP)
@@ -309,6 +335,8 @@ func status(k sandbox.Kind) int {
 		return http.StatusServiceUnavailable
 	case sandbox.KindBadGateway:
 		return http.StatusBadGateway
+	case sandbox.KindQuota:
+		return http.StatusForbidden
 	}
 	return http.StatusInternalServerError
 }

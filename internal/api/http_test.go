@@ -39,9 +39,9 @@ func newAPI(t *testing.T) *apiEnv {
 	rt := fake.New()
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
-	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Metrics: m, Log: log})
+	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Metrics: m, Log: log, Quotas: st})
 	it := interp.New(svc, "", log)
-	h := api.New(api.Deps{Leases: svc, Work: svc, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, it), Auth: st,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, it), Auth: st,
 		Metrics: m.Handler()}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -214,4 +214,58 @@ func TestBrokenChannelAnswer(t *testing.T) {
 	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
 	e.rt.SetExec(func(context.Context, string, runtime.ExecRequest) error { return fake.ErrBroken })
 	e.must(502, "POST", "/v1/sandbox/"+sb.ID+"/exec", "acme", `{"command":"x"}`)
+}
+
+// TestQuotaRoutes: the tenant sees each quota with its use and its volumes;
+// only the operator org reads or sets an org's override; a refusal names
+// the quota (403 for projects, which waiting does not free).
+func TestQuotaRoutes(t *testing.T) {
+	e := newAPI(t)
+	e.must(201, "POST", "/v1/sandbox", "acme", `{"class":"dev","project":"p1"}`)
+	var q struct {
+		Quotas []struct {
+			Name, Class string
+			Limit, Used float64
+		}
+	}
+	e.must(200, "GET", "/v1/sandbox/quota", "acme", "").json(t, &q)
+	found := map[string]float64{}
+	for _, l := range q.Quotas {
+		found[l.Name+l.Class] = l.Used
+	}
+	if found["livedev"] != 1 || found["cpus"] != 2 || found["projects"] != 1 || found["diskMiB"] != 10240 {
+		t.Errorf("quota lines %+v", q)
+	}
+	e.must(403, "PUT", "/v1/orgs/acme/quota", "acme", `{"projects":5}`)
+	e.must(403, "GET", "/v1/orgs/acme/quota", "globex", "")
+	var set struct {
+		Override  struct{ Projects *int }
+		Effective struct{ Projects *int }
+	}
+	e.must(200, "PUT", "/v1/orgs/acme/quota", "system", `{"projects":1}`).json(t, &set)
+	if set.Override.Projects == nil || *set.Override.Projects != 1 || *set.Effective.Projects != 1 {
+		t.Errorf("set: %+v", set)
+	}
+	e.must(400, "PUT", "/v1/orgs/acme/quota", "system", `{"projects":-1}`)
+	e.must(400, "PUT", "/v1/orgs/acme/quota", "system", `{"live":{"gpu":1}}`)
+	a := e.must(403, "POST", "/v1/sandbox", "acme", `{"class":"dev","project":"p2"}`)
+	if !strings.Contains(string(a.body), "quota projects exceeded: limit 1, in use 1") {
+		t.Errorf("refusal %s", a.body)
+	}
+	var vols struct {
+		Volumes []struct {
+			Project, LiveSandbox string
+			SizeMiB              int64
+		}
+	}
+	e.must(200, "GET", "/v1/volumes", "acme", "").json(t, &vols)
+	if len(vols.Volumes) != 1 || vols.Volumes[0].Project != "p1" || vols.Volumes[0].LiveSandbox == "" {
+		t.Errorf("volumes %+v", vols)
+	}
+	e.must(409, "DELETE", "/v1/volumes/p1", "acme", "")
+	e.must(404, "DELETE", "/v1/volumes/p1", "globex", "")
+	e.must(200, "DELETE", "/v1/sandbox/"+vols.Volumes[0].LiveSandbox, "acme", "")
+	e.must(200, "DELETE", "/v1/volumes/p1", "acme", "")
+	e.must(201, "POST", "/v1/sandbox", "acme", `{"class":"dev","project":"p2"}`)
+	e.must(200, "PUT", "/v1/orgs/acme/quota", "system", `{}`)
 }

@@ -53,6 +53,12 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		after = n
 	}
+	// A follower holds one of its org's command slots while it follows.
+	release, err := s.Quotas.Acquire(r.Context())
+	if err != nil {
+		return err
+	}
+	defer release()
 	backlog, f, err := s.Sessions.Follow(r.Context(), name, after)
 	if err != nil {
 		return err

@@ -34,7 +34,6 @@ type Class struct {
 	DefaultTTL    time.Duration // lease when ttlSec <= 0
 	NeedsProject  bool          // every class but exec needs a project volume
 	Image         string        // the image built for it (see internal/image)
-	LiveCapPerOrg int           // 0 = no cap
 	Display       bool          // runs a desktop: a screen can be opened
 	Limits        Limits
 }
@@ -42,7 +41,7 @@ type Class struct {
 var classes = map[string]Class{
 	ClassExec: {
 		Name: ClassExec, Workdir: "/mnt/data", DefaultTTL: 900 * time.Second,
-		Image: "exec", LiveCapPerOrg: 16,
+		Image: "exec",
 		Limits: Limits{CPUs: 1, MemoryMiB: 1024, Pids: 256, RootfsMiB: 512, FileMiB: 256, VolumeMiB: 512},
 	},
 	ClassDev: {

@@ -22,6 +22,10 @@ const (
 	KindForbidden                // a valid principal without the right (operator-only routes): 403
 	KindTooLarge                 // a body or a file over the API's size limit: 413
 	KindTimeout                  // the work took longer than its bound: 504
+	// KindQuota: a quota that waiting does not free (disk, projects) is
+	// full: 403, error kind quota_exceeded. Quotas that free themselves
+	// as work ends are KindLimit (429 with Retry-After).
+	KindQuota
 )
 
 // Error carries a message that is safe to show a caller, and the internal
@@ -117,6 +121,8 @@ func (k Kind) String() string {
 		return "too_large"
 	case KindTimeout:
 		return "timeout"
+	case KindQuota:
+		return "quota_exceeded"
 	}
 	return "internal"
 }

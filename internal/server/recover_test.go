@@ -110,7 +110,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	half := &sandbox.Sandbox{ID: sandbox.NewID(), Class: "exec", Status: sandbox.StatusPending, Image: "exec", Runtime: "gvisor",
 		Workdir: "/mnt/data", Name: sandbox.NewName(), CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(time.Hour)}
 	half.Volume = "scratch-" + half.ID
-	if err := e.srv.Store.Insert(ctx, half, 0); err != nil {
+	if err := e.srv.Store.Insert(ctx, half, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.srv.Runtime.Create(ctx, runtime.Spec{Name: half.Name, Labels: map[string]string{runtime.LabelSandbox: half.ID},
@@ -121,7 +121,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	never := *half
 	never.ID, never.Name = sandbox.NewID(), sandbox.NewName()
 	never.Volume = "scratch-" + never.ID
-	if err := e.srv.Store.Insert(ctx, &never, 0); err != nil {
+	if err := e.srv.Store.Insert(ctx, &never, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The container of one sandbox vanishes while the server is down.

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/host"
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/mcpserver"
 	"github.com/sandboxd/sandbox/internal/meter"
@@ -172,6 +173,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
+		Quotas: st, Host: host.New(cfg.Data),
 	})
 	if err := reconcile(ctx, st, b, svc, sessions, log); err != nil {
 		st.Close()
@@ -182,7 +184,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	it := interp.New(svc, b.runner, log)
 	typed := ops.New(svc, it)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
+		Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
 		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version),
 	}, log, cfg.API)
 	return &Server{

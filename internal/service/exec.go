@@ -79,7 +79,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 	if err := validRedact(req.Redact); err != nil {
 		return nil, err
 	}
-	sb, work, done, err := s.use(ctx, id)
+	sb, work, done, err := s.use(ctx, id, true)
 	if err != nil {
 		return nil, err
 	}

@@ -10,3 +10,12 @@ func SetRecordTimeout(d time.Duration) func() {
 	recordTimeout = d
 	return func() { recordTimeout = old }
 }
+
+// MapSizes reports the sizes of the in-memory maps keyed by id or org.
+func (s *Service) MapSizes() (locks, sandboxes, orgs int) {
+	s.locksMu.Lock()
+	locks = len(s.locks)
+	s.locksMu.Unlock()
+	sandboxes, orgs = s.cmds.sizes()
+	return
+}

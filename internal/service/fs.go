@@ -60,7 +60,7 @@ type ReadResult struct {
 
 // Read reads a regular file or lists a directory.
 func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error) {
-	sb, work, done, err := s.use(ctx, id)
+	sb, work, done, err := s.use(ctx, id, true)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 	if len(data) > MaxFileBytes {
 		return nil, sandbox.Errorf(sandbox.KindTooLarge, "files written through the API are at most %d MiB", MaxFileBytes>>20)
 	}
-	sb, work, done, err := s.use(ctx, id)
+	sb, work, done, err := s.use(ctx, id, true)
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	h := &harness{t: t, st: st, rt: fake.New(), m: metrics.New(), clock: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	h.rt.Now = h.now
 	cfg := service.Config{StartTimeout: 5 * time.Second, ExecTimeout: 5 * time.Second}
-	deps := service.Deps{Store: st, Runtime: h.rt, Metrics: h.m, Now: h.now}
+	deps := service.Deps{Store: st, Runtime: h.rt, Metrics: h.m, Now: h.now, Quotas: st}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

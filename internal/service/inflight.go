@@ -10,13 +10,16 @@ import (
 // errStopped is the cause given to commands cancelled by Stop.
 var errStopped = errors.New("stopped by the caller")
 
-// inflight tracks the running commands of each sandbox so that Stop can
-// cancel them all. It lives in memory on purpose: a command does not outlive
-// the server process that runs its client.
+// inflight tracks the running commands of each sandbox, so that Stop can
+// cancel them all and a sleep backs off, and counts each org's commands
+// for its quota. It lives in memory on purpose: a command does not outlive
+// the server process that runs its client. Nothing in it outlives its
+// command: the maps hold only what runs.
 type inflight struct {
-	mu   sync.Mutex
-	next uint64
-	cmds map[string]map[uint64]*command // by sandbox id
+	mu     sync.Mutex
+	next   uint64
+	cmds   map[string]map[uint64]*command // by sandbox id
+	perOrg map[string]int                 // commands (and slots) by org
 }
 
 type command struct {
@@ -24,31 +27,73 @@ type command struct {
 	done   chan struct{}
 }
 
-// start registers a command of sandbox id and returns its context and the
-// function to call when it has finished.
-func (f *inflight) start(ctx context.Context, id string) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	c := &command{cancel: cancel, done: make(chan struct{})}
+// start registers work on sandbox id of org and returns its context and
+// the function to call when it has finished. With limit >= 0 the work is a
+// command and counts against org's limit: at the limit nothing is
+// registered, ok is false and n says how many run.
+func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ context.Context, done func(), n int, ok bool) {
 	f.mu.Lock()
-	if f.cmds == nil {
+	defer f.mu.Unlock()
+	if f.perOrg == nil {
+		f.perOrg = map[string]int{}
 		f.cmds = map[string]map[uint64]*command{}
 	}
+	counted := limit >= 0
+	if counted && f.perOrg[org] >= limit {
+		return nil, nil, f.perOrg[org], false
+	}
+	if counted {
+		f.perOrg[org]++
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &command{cancel: cancel, done: make(chan struct{})}
 	if f.cmds[id] == nil {
 		f.cmds[id] = map[uint64]*command{}
 	}
 	f.next++
-	n := f.next
-	f.cmds[id][n] = c
-	f.mu.Unlock()
+	key := f.next
+	f.cmds[id][key] = c
 	return ctx, func() {
 		f.mu.Lock()
-		delete(f.cmds[id], n)
+		delete(f.cmds[id], key)
 		if len(f.cmds[id]) == 0 {
 			delete(f.cmds, id)
+		}
+		if counted {
+			f.release(org)
 		}
 		f.mu.Unlock()
 		cancel(nil)
 		close(c.done)
+	}, 0, true
+}
+
+// takeSlot counts one of org's commands that runs no program (a follower).
+func (f *inflight) takeSlot(org string, limit int) (release func(), n int, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.perOrg == nil {
+		f.perOrg = map[string]int{}
+		f.cmds = map[string]map[uint64]*command{}
+	}
+	if f.perOrg[org] >= limit {
+		return nil, f.perOrg[org], false
+	}
+	f.perOrg[org]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.release(org)
+			f.mu.Unlock()
+		})
+	}, 0, true
+}
+
+// release gives back one of org's slots; f.mu is held.
+func (f *inflight) release(org string) {
+	if f.perOrg[org]--; f.perOrg[org] <= 0 {
+		delete(f.perOrg, org)
 	}
 }
 
@@ -80,4 +125,18 @@ func (f *inflight) count(id string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.cmds[id])
+}
+
+// orgCount reports how many commands of org run.
+func (f *inflight) orgCount(org string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.perOrg[org]
+}
+
+// sizes reports the sizes of the maps (for the test that they do not grow).
+func (f *inflight) sizes() (sandboxes, orgs int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.cmds), len(f.perOrg)
 }

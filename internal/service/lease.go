@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/meter"
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -24,18 +25,16 @@ type LeaseRequest struct {
 	TTLSec  int64  `json:"ttlSec,omitempty" jsonschema:"lease length in seconds; defaults to the class's"`
 }
 
-// retryAfterCap is the hint given with a 429: exec sandboxes are short.
-const retryAfterCap = 30
-
 // recordTimeout bounds the store writes that record a start's outcome; it
 // starts when the start has ended, so a start that used up its own time
 // can still record its failure. A variable for the test that pins this.
 var recordTimeout = 30 * time.Second
 
 // Lease runs the lease checks in their stated order — class, image, project
-// present, project free, live cap, fee, runtime — each refusing with nothing
-// left behind; then writes the row pending, starts the container, and marks
-// the row running (or error with the reason, 503).
+// present, project free, quotas (live per class, projects, disk, CPU,
+// memory), fee, runtime, host headroom — each refusing with nothing left
+// behind; then writes the row pending, starts the container, and marks the
+// row running (or error with the reason, 503).
 func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
 	sb, err := s.lease(ctx, req)
 	class := req.Class
@@ -95,14 +94,23 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 			return nil, projectBusy(req.Project, live.ID)
 		}
 	}
-	if class.LiveCapPerOrg > 0 {
-		n, err := s.d.Store.CountLive(ctx, class.Name)
-		if err != nil {
-			return nil, err
-		}
-		if n >= class.LiveCapPerOrg {
-			return nil, capReached(class)
-		}
+	// The quotas: live sandboxes of the class (exec's 16 → 429), then a
+	// new project's count and disk (403), then the CPU and memory the
+	// start reserves (429). Checked here read-only, in the stated order,
+	// and again inside the insert's transaction.
+	pol, err := s.policy(ctx, org)
+	if err != nil {
+		return nil, err
+	}
+	ask := func(newProject bool) quota.Ask {
+		return quota.Ask{Class: class.Name, Start: true, NewSandbox: true, NewProject: newProject}
+	}
+	use, newProject, err := s.d.Store.Use(ctx, req.Project)
+	if err != nil {
+		return nil, err
+	}
+	if err := quota.Check(pol, use, ask(newProject)); err != nil {
+		return nil, refusal(err)
 	}
 	refund := func(context.Context) error { return nil }
 	if s.d.Meter != nil {
@@ -124,6 +132,9 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 	if err != nil {
 		return nil, err
 	}
+	if err := s.admitHost(ctx, class); err != nil {
+		return nil, err
+	}
 
 	now := s.now()
 	sb := &sandbox.Sandbox{
@@ -132,7 +143,14 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 		CreatedAt: now, LastUsedAt: now, ExpiresAt: sandbox.ExpiryFor(class, req.TTLSec, now, now, s.cfg.Ceiling),
 	}
 	sb.Volume = volumeName(org, sb)
-	switch err := s.d.Store.Insert(ctx, sb, class.LiveCapPerOrg); {
+	admit := func(u quota.Use, newProject bool) error { return quota.Check(pol, u, ask(newProject)) }
+	if sb.Project != "" {
+		// Until the container runs on the volume, the volume is not
+		// deleted under it (DeleteVolume takes the same lock).
+		unlock := s.projectLock(org, sb.Project)
+		defer unlock()
+	}
+	switch err := s.d.Store.Insert(ctx, sb, admit); {
 	case errors.Is(err, store.ErrProjectBusy):
 		live, _ := s.d.Store.LiveInProject(ctx, sb.Project)
 		id := "another lease"
@@ -140,9 +158,8 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 			id = live.ID
 		}
 		return nil, projectBusy(sb.Project, id)
-	case errors.Is(err, store.ErrCapReached):
-		return nil, capReached(class)
 	case err != nil:
+		err = refusal(err) // a racing lease took the room
 		return nil, err
 	}
 	log := s.log.With("sandbox", sb.ID, "class", sb.Class)
@@ -214,10 +231,4 @@ func (s *Service) spec(sb *sandbox.Sandbox, restore string) runtime.Spec {
 
 func projectBusy(project, id string) error {
 	return sandbox.Errorf(sandbox.KindConflict, "project %q already has a live sandbox: %s", project, id)
-}
-
-func capReached(c sandbox.Class) error {
-	e := sandbox.Errorf(sandbox.KindLimit, "at most %d live %s sandboxes per org: end one or wait", c.LiveCapPerOrg, c.Name)
-	e.RetryAfter = retryAfterCap
-	return e
 }

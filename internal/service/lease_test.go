@@ -95,7 +95,7 @@ func TestLeaseCap(t *testing.T) {
 	_, err := h.svc.Lease(acme, service.LeaseRequest{Runtime: "runc"})
 	wantKind(t, err, sandbox.KindLimit)
 	var e *sandbox.Error
-	if !errors.As(err, &e) || e.RetryAfter <= 0 || !strings.Contains(e.Msg, "at most 16 live exec sandboxes") {
+	if !errors.As(err, &e) || e.RetryAfter <= 0 || !strings.Contains(e.Msg, "quota live exec sandboxes exceeded: limit 16, in use 16") {
 		t.Errorf("cap refusal %+v", e)
 	}
 	if got := h.snapshot(acme); got != before {

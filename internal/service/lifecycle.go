@@ -6,31 +6,41 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
-// lock serialises sleep, wake and end of one sandbox.
+// idLock is the lock of one sandbox id, and how many hold or wait for it.
+type idLock struct {
+	sync.Mutex
+	refs int
+}
+
+// lock serialises sleep, wake and end of one sandbox. The entry lives only
+// while someone holds or waits for it, so ids that are unknown or another
+// org's (a flood of ends on made-up ids) leave nothing behind.
 func (s *Service) lock(id string) func() {
 	s.locksMu.Lock()
 	if s.locks == nil {
-		s.locks = map[string]*sync.Mutex{}
+		s.locks = map[string]*idLock{}
 	}
-	mu := s.locks[id]
-	if mu == nil {
-		mu = &sync.Mutex{}
-		s.locks[id] = mu
+	l := s.locks[id]
+	if l == nil {
+		l = &idLock{}
+		s.locks[id] = l
 	}
+	l.refs++
 	s.locksMu.Unlock()
-	mu.Lock()
-	return mu.Unlock
-}
-
-// forget drops the lock of an ended sandbox.
-func (s *Service) forget(id string) {
-	s.locksMu.Lock()
-	delete(s.locks, id)
-	s.locksMu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		s.locksMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, id)
+		}
+		s.locksMu.Unlock()
+	}
 }
 
 func notFound() error { return sandbox.Errorf(sandbox.KindNotFound, "sandbox not found") }
@@ -50,11 +60,29 @@ func notRunning(sb *sandbox.Sandbox) error {
 // The work is registered BEFORE the row is read. A sleep marks the row
 // sleeping before it counts the work in flight, so either the sleep sees
 // this work and backs off, or this read sees "sleeping" and wakes.
-func (s *Service) use(ctx context.Context, id string) (*sandbox.Sandbox, context.Context, func(), error) {
+//
+// A command (exec, a file operation, a run, a connection) counts against
+// its org's commands quota; a refusal (429) registers nothing.
+func (s *Service) use(ctx context.Context, id string, command bool) (*sandbox.Sandbox, context.Context, func(), error) {
 	if !sandbox.ValidID(id) {
 		return nil, nil, nil, notFound()
 	}
-	wctx, done := s.cmds.start(ctx, id)
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	limit := -1
+	if command {
+		p, err := s.policy(ctx, org)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		limit = *p.Commands
+	}
+	wctx, done, n, ok := s.cmds.start(ctx, org, id, limit)
+	if !ok {
+		return nil, nil, nil, refusal(&quota.Exceeded{Quota: quota.NameCommands, Limit: float64(limit), Used: float64(n), Ask: 1})
+	}
 	sb, err := s.d.Store.Get(ctx, id)
 	if err == nil && sb.Status == sandbox.StatusSleeping {
 		sb, err = s.wake(ctx, id)
@@ -79,7 +107,7 @@ func (s *Service) touch(ctx context.Context, sb *sandbox.Sandbox) {
 // Renew extends a lease by ttlSec from now (class default when <= 0), never
 // past the ceiling counted from creation. A sleeping sandbox is woken.
 func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error) {
-	sb, _, done, err := s.use(ctx, id)
+	sb, _, done, err := s.use(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +125,7 @@ func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.
 
 // Resume wakes a sleeping sandbox now; a running one is answered as is.
 func (s *Service) Resume(ctx context.Context, id string) (*sandbox.Sandbox, error) {
-	sb, _, done, err := s.use(ctx, id)
+	sb, _, done, err := s.use(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +144,9 @@ func (s *Service) wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 		return sb, err // someone else woke (or ended) it meanwhile
 	}
 	log := s.log.With("sandbox", sb.ID)
+	if err := s.admitStart(ctx, sb); err != nil {
+		return nil, err
+	}
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
 	defer cancel()
 	used := sb.Checkpoint // dropped once the sandbox runs again
@@ -344,12 +375,14 @@ func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*
 	if err := s.transition(ctx, sb, moved(sb, sandbox.StatusEnded)); err != nil {
 		return nil, err
 	}
+	if purge && sb.Project != "" {
+		s.forgetProject(ctx, sb.Project)
+	}
 	if wasLeased {
 		if err := s.d.Store.AddUsage(ctx, sb.Class, 0, s.now().Sub(sb.CreatedAt)); err != nil {
 			log.Error("recording usage", "err", err)
 		}
 	}
-	s.forget(id)
 	log.Info("sandbox ended", "purge", purge)
 	return &EndResult{ID: sb.ID, Ended: true, Purged: purge && sb.Project != ""}, nil
 }

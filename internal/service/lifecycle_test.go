@@ -78,7 +78,7 @@ func TestEnd(t *testing.T) {
 		// A pending row stuck past every start is the reaper's to end.
 		stuck := &sandbox.Sandbox{ID: sandbox.NewID(), Class: "exec", Status: sandbox.StatusPending, Image: "exec", Runtime: "gvisor",
 			Workdir: "/mnt/data", Name: sandbox.NewName(), Volume: "scratch-x", CreatedAt: h.now().Add(-2 * time.Hour), LastUsedAt: h.now(), ExpiresAt: h.now()}
-		if err := h.st.Insert(acme, stuck, 0); err != nil {
+		if err := h.st.Insert(acme, stuck, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := h.svc.End(acme, stuck.ID, false); err != nil {

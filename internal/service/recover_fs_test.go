@@ -24,7 +24,7 @@ func TestRecoverMatrix(t *testing.T) {
 		sb := &sandbox.Sandbox{ID: sandbox.NewID(), Class: "exec", Status: sandbox.StatusPending, Image: "exec", Runtime: "gvisor",
 			Workdir: "/mnt/data", Name: sandbox.NewName(), CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(time.Hour)}
 		sb.Volume = "scratch-" + sb.ID
-		if err := h.st.Insert(acme, sb, 0); err != nil {
+		if err := h.st.Insert(acme, sb, nil); err != nil {
 			t.Fatal(err)
 		}
 		if st != sandbox.StatusPending {

@@ -54,7 +54,7 @@ func (o Outcome) Note(timeout time.Duration) string {
 // means the sandbox's workdir. This is the one exec primitive the terminal
 // and the interpreter are built on.
 func (s *Service) Run(ctx context.Context, id string, cmd Command) (Outcome, error) {
-	sb, work, done, err := s.use(ctx, id)
+	sb, work, done, err := s.use(ctx, id, true)
 	if err != nil {
 		return Outcome{}, err
 	}

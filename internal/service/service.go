@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/narrate"
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -32,7 +33,10 @@ type Store interface {
 	List(ctx context.Context, f store.Filter) ([]*sandbox.Sandbox, error)
 	LiveInProject(ctx context.Context, project string) (*sandbox.Sandbox, error)
 	CountLive(ctx context.Context, class string) (int, error)
-	Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) error
+	Insert(ctx context.Context, sb *sandbox.Sandbox, admit store.Admit) error
+	Use(ctx context.Context, project string) (quota.Use, bool, error)
+	DropProject(ctx context.Context, name string, ifFree bool) (store.Project, error)
+	Projects(ctx context.Context) ([]store.Project, error)
 	Transition(ctx context.Context, id string, from sandbox.Status, next *sandbox.Sandbox) error
 	Touch(ctx context.Context, id string, at time.Time) error
 	SetExpiry(ctx context.Context, id string, at time.Time) error
@@ -44,6 +48,17 @@ type Store interface {
 // back when the lease fails after the gate. A nil Meter is free.
 type Meter interface {
 	Charge(ctx context.Context, org, kind, class string) (refund func(context.Context) error, err error)
+}
+
+// Quotas are the per-org overrides of the quota policy.
+type Quotas interface {
+	OrgQuota(ctx context.Context, org string) (quota.Policy, error)
+}
+
+// Host reports the machine's headroom: available memory and free space on
+// the data disk, in MiB.
+type Host interface {
+	Headroom(ctx context.Context) (memoryMiB, diskMiB int64, err error)
 }
 
 // Config is the service's policy: what an operator sets with flags. A zero
@@ -60,6 +75,15 @@ type Config struct {
 	MaxExecTimeout time.Duration
 	// StartTimeout bounds a container start or wake; zero means 60 s.
 	StartTimeout time.Duration
+	// Quota is every org's policy unless the operator overrides it for
+	// one; nil fields take quota.Default's.
+	Quota quota.Policy
+	// ReserveMemoryMiB and ReserveDiskMiB are the host headroom a start
+	// (lease, wake, restore) must leave: the host's available memory less
+	// the class's memory limit, and the data disk's free space. Zero
+	// keeps none; `sandbox serve` defaults to DefaultReserve*.
+	ReserveMemoryMiB int64
+	ReserveDiskMiB   int64
 }
 
 // Defaults of the zero Config fields.
@@ -67,6 +91,9 @@ const (
 	DefaultExecTimeout    = 60 * time.Second
 	DefaultMaxExecTimeout = 10 * time.Minute
 	DefaultStartTimeout   = 60 * time.Second
+
+	DefaultReserveMemoryMiB = 512
+	DefaultReserveDiskMiB   = 1024
 )
 
 // withDefaults is THE place the defaults are applied.
@@ -83,6 +110,7 @@ func (c Config) withDefaults() Config {
 	if c.StartTimeout == 0 {
 		c.StartTimeout = DefaultStartTimeout
 	}
+	c.Quota = quota.Default().Over(c.Quota)
 	return c
 }
 
@@ -94,6 +122,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ExecTimeout, "exec-timeout", d.ExecTimeout, "timeout of a command that names none (timeoutSec 0), and of each file operation")
 	fs.DurationVar(&c.MaxExecTimeout, "max-exec-timeout", d.MaxExecTimeout, "the largest timeoutSec a caller may ask for; larger ones are cut to it")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", d.StartTimeout, "how long a sandbox may take to start or wake before the lease fails (503)")
+	fs.Int64Var(&c.ReserveMemoryMiB, "reserve-memory-mib", DefaultReserveMemoryMiB, "host memory (MiB) a start must leave available beyond the class's limit, else 503; 0 keeps none")
+	fs.Int64Var(&c.ReserveDiskMiB, "reserve-disk-mib", DefaultReserveDiskMiB, "free space (MiB) on the data disk below which starts are refused (503); 0 keeps none")
+	c.Quota.RegisterFlags(fs)
 }
 
 // Validate refuses a configuration the service cannot keep.
@@ -109,7 +140,10 @@ func (c Config) Validate() error {
 	if d := c.withDefaults(); d.ExecTimeout > d.MaxExecTimeout {
 		return errors.New("--exec-timeout must not exceed --max-exec-timeout")
 	}
-	return nil
+	if c.ReserveMemoryMiB < 0 || c.ReserveDiskMiB < 0 {
+		return errors.New("--reserve-memory-mib and --reserve-disk-mib must not be negative")
+	}
+	return c.Quota.Validate()
 }
 
 // Deps are the parts the service is built from. Store and Runtime are
@@ -130,6 +164,11 @@ type Deps struct {
 	Metrics *metrics.Metrics
 	// Narrator keeps the live logs of named sessions; nil narrates nothing.
 	Narrator narrate.Appender
+	// Quotas holds the operator's per-org quota overrides; nil means none.
+	Quotas Quotas
+	// Host tells the machine's headroom for admission; nil admits every
+	// start.
+	Host Host
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log is where the service logs; nil discards.
@@ -144,7 +183,7 @@ type Service struct {
 	cmds inflight
 
 	locksMu sync.Mutex
-	locks   map[string]*sync.Mutex // per sandbox: sleep, wake and end
+	locks   map[string]*idLock // per sandbox: sleep, wake and end
 }
 
 // New returns a Service; cfg's zero fields take their defaults.

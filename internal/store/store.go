@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
@@ -250,17 +251,20 @@ func countLive(ctx context.Context, q querier, org, class string) (int, error) {
 	return n, nil
 }
 
-// ErrProjectBusy and ErrCapReached are returned by Insert when a racing lease
-// won; the caller turns them into the same answers as its read-only checks.
-var (
-	ErrProjectBusy = errors.New("store: project has a live sandbox")
-	ErrCapReached  = errors.New("store: live cap reached")
-)
+// ErrProjectBusy is returned by Insert when a racing lease won the
+// project; the caller turns it into the same answer as its read-only check.
+var ErrProjectBusy = errors.New("store: project has a live sandbox")
 
-// Insert writes a new row (status pending) after re-checking, inside one
-// write transaction, that the project is free and that fewer than liveCap
-// sandboxes of its class are live (liveCap 0 = no cap).
-func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) error {
+// Admit decides, inside the insert's write transaction, whether the org's
+// use (as it is, before this row) leaves room for the new sandbox;
+// newProject says the lease would create its project. An error refuses
+// the insert and is returned as is.
+type Admit func(u quota.Use, newProject bool) error
+
+// Insert writes a new row (status pending), and records its project, after
+// re-checking inside one write transaction that the project is free and
+// that admit lets the org's use grow: two racing leases cannot both pass.
+func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, admit Admit) error {
 	db, org, err := s.orgDB(ctx)
 	if err != nil {
 		return err
@@ -271,6 +275,7 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) er
 		return fmt.Errorf("store: insert: %w", err)
 	}
 	defer tx.Rollback()
+	newProject := false
 	if sb.Project != "" {
 		live, err := liveInProject(ctx, tx, org, sb.Project)
 		if err != nil {
@@ -279,14 +284,19 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) er
 		if live != nil {
 			return fmt.Errorf("%w: %s", ErrProjectBusy, live.ID)
 		}
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM projects WHERE org = ? AND name = ?`, org, sb.Project).Scan(&n); err != nil {
+			return fmt.Errorf("store: insert: %w", err)
+		}
+		newProject = n == 0
 	}
-	if liveCap > 0 {
-		n, err := countLive(ctx, tx, org, sb.Class)
+	if admit != nil {
+		u, err := use(ctx, tx, org)
 		if err != nil {
 			return err
 		}
-		if n >= liveCap {
-			return ErrCapReached
+		if err := admit(u, newProject); err != nil {
+			return err
 		}
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -297,6 +307,14 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, liveCap int) er
 			return ErrProjectBusy
 		}
 		return fmt.Errorf("store: insert: %w", err)
+	}
+	if sb.Project != "" {
+		_, err = tx.ExecContext(ctx, `INSERT INTO projects (org, name, volume, size_mib, created_at, last_used_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (org, name) DO UPDATE SET last_used_at = excluded.last_used_at`,
+			org, sb.Project, sb.Volume, sandbox.MustClass(sb.Class).Limits.VolumeMiB, millis(sb.CreatedAt), millis(sb.CreatedAt))
+		if err != nil {
+			return fmt.Errorf("store: insert: project: %w", err)
+		}
 	}
 	return tx.Commit()
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
@@ -40,10 +41,10 @@ func openStore(t *testing.T) (*Store, string) {
 func TestOneFilePerOrg(t *testing.T) {
 	st, dir := openStore(t)
 	a, b := newRow("exec", ""), newRow("exec", "")
-	if err := st.Insert(orgCtx("Acme"), a, 0); err != nil {
+	if err := st.Insert(orgCtx("Acme"), a, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Insert(orgCtx("acme"), b, 0); err != nil {
+	if err := st.Insert(orgCtx("acme"), b, nil); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "orgs", "*", "sandbox.db"))
@@ -78,7 +79,7 @@ func TestOrgRequired(t *testing.T) {
 	if _, err := st.Get(context.Background(), "sb_x"); !errors.Is(err, sandbox.ErrUnauthorized) {
 		t.Errorf("Get without a principal: %v", err)
 	}
-	if err := st.Insert(context.Background(), newRow("exec", ""), 0); !errors.Is(err, sandbox.ErrUnauthorized) {
+	if err := st.Insert(context.Background(), newRow("exec", ""), nil); !errors.Is(err, sandbox.ErrUnauthorized) {
 		t.Errorf("Insert without a principal: %v", err)
 	}
 }
@@ -90,7 +91,7 @@ func TestListNewestFirstAndFilters(t *testing.T) {
 	for i, p := range []string{"", "p1", ""} {
 		r := newRow("exec", p)
 		r.CreatedAt = r.CreatedAt.Add(time.Duration(i) * time.Second)
-		if err := st.Insert(ctx, r, 0); err != nil {
+		if err := st.Insert(ctx, r, nil); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, r.ID)
@@ -124,12 +125,12 @@ func TestInsertRaces(t *testing.T) {
 			if i%2 == 0 {
 				project = "shared"
 			}
-			err := st.Insert(ctx, newRow("exec", project), 16)
+			err := st.Insert(ctx, newRow("exec", project), capAt(16))
 			key := "ok"
 			switch {
 			case errors.Is(err, ErrProjectBusy):
 				key = "busy"
-			case errors.Is(err, ErrCapReached):
+			case errors.Is(err, errCap):
 				key = "cap"
 			case err != nil:
 				key = err.Error()
@@ -192,7 +193,7 @@ func TestReopenKeepsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRow("exec", "")
-	st.Insert(orgCtx("acme"), r, 0)
+	st.Insert(orgCtx("acme"), r, nil)
 	st.Close()
 	st, err = Open(context.Background(), dir) // migrations run again: a no-op
 	if err != nil {
@@ -210,7 +211,7 @@ func TestTransitionCompareAndSet(t *testing.T) {
 	st, _ := openStore(t)
 	ctx := orgCtx("acme")
 	r := newRow("exec", "")
-	if err := st.Insert(ctx, r, 0); err != nil {
+	if err := st.Insert(ctx, r, nil); err != nil {
 		t.Fatal(err)
 	}
 	run := &sandbox.Sandbox{Status: sandbox.StatusRunning, Name: r.Name, UID: "u1"}
@@ -232,5 +233,86 @@ func TestTransitionCompareAndSet(t *testing.T) {
 	}
 	if err := st.Transition(ctx, r.ID, sandbox.StatusRunning, &sandbox.Sandbox{Status: sandbox.StatusEnded}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("end of a gone row: %v, want not found", err)
+	}
+}
+
+var errCap = errors.New("cap")
+
+// capAt admits while fewer than n exec sandboxes are live.
+func capAt(n int) Admit {
+	return func(u quota.Use, _ bool) error {
+		if u.Live["exec"] >= n {
+			return errCap
+		}
+		return nil
+	}
+}
+
+// TestUseAndProjects: what the quotas count, from the rows and the projects.
+func TestUseAndProjects(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := orgCtx("acme")
+	dev := newRow("dev", "app")
+	exec := newRow("exec", "")
+	for _, r := range []*sandbox.Sandbox{dev, exec} {
+		if err := st.Insert(ctx, r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, fresh, err := st.Use(ctx, "app")
+	if err != nil || fresh || u.Live["dev"] != 1 || u.Live["exec"] != 1 || u.CPUs != 3 || u.MemoryMiB != 5120 || u.Projects != 1 || u.DiskMiB != 10240 {
+		t.Fatalf("use %+v fresh %v %v", u, fresh, err)
+	}
+	if _, fresh, _ := st.Use(ctx, "other"); !fresh {
+		t.Error("an unknown project is not new")
+	}
+	// A sleeping sandbox with a checkpoint holds disk, not CPU.
+	st.Transition(ctx, dev.ID, sandbox.StatusPending, &sandbox.Sandbox{Status: sandbox.StatusSleeping, Name: dev.Name, Checkpoint: dev.ID})
+	u, _, _ = st.Use(ctx, "")
+	if u.CPUs != 1 || u.MemoryMiB != 1024 || u.DiskMiB != 10240+4096 || u.Live["dev"] != 1 {
+		t.Errorf("with a checkpoint: %+v", u)
+	}
+	if _, err := st.DropProject(ctx, "app", true); !errors.Is(err, ErrProjectLive) {
+		t.Errorf("dropped a held project: %v", err)
+	}
+	st.Transition(ctx, dev.ID, sandbox.StatusSleeping, &sandbox.Sandbox{Status: sandbox.StatusEnded})
+	ps, _ := st.Projects(ctx)
+	if len(ps) != 1 || ps[0].Name != "app" || ps[0].LiveSandbox != "" || ps[0].SizeMiB != 10240 {
+		t.Errorf("projects %+v", ps)
+	}
+	if p, err := st.DropProject(ctx, "app", true); err != nil || p.Volume != dev.Volume {
+		t.Errorf("drop: %+v %v", p, err)
+	}
+	if u, _, _ := st.Use(ctx, ""); u.Projects != 0 || u.DiskMiB != 0 {
+		t.Errorf("after the drop: %+v", u)
+	}
+	if _, err := st.DropProject(orgCtx("globex"), "app", true); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("another org's project: %v", err)
+	}
+}
+
+func TestOrgQuota(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := context.Background()
+	if p, err := st.OrgQuota(ctx, "acme"); err != nil || p.Projects != nil {
+		t.Fatalf("%+v %v", p, err)
+	}
+	two := 2
+	if err := st.SetOrgQuota(ctx, "acme", quota.Policy{Projects: &two, Live: map[string]int{"dev": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.OrgQuota(ctx, "acme")
+	if err != nil || *p.Projects != 2 || p.Live["dev"] != 1 {
+		t.Errorf("%+v %v", p, err)
+	}
+	neg := -1
+	if err := st.SetOrgQuota(ctx, "acme", quota.Policy{Projects: &neg}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("negative quota: %v", err)
+	}
+	if err := st.SetOrgQuota(ctx, "acme", quota.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := st.OrgQuota(ctx, "acme"); p.Projects != nil {
+		t.Errorf("cleared override still there: %+v", p)
 	}
 }

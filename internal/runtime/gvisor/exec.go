@@ -254,7 +254,7 @@ func (r *Runtime) KillAll(ctx context.Context, name string) error {
 		return fmt.Errorf("gvisor: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	proc := r.process(m, []string{"/bin/kill", "-9", "-1"}, r.baseEnv(), "/")
+	proc := r.process(m, []string{"/bin/sh", "-c", killAllScript}, r.baseEnv(), "/")
 	proc.User = map[string]int{"uid": 0, "gid": 0}
 	proc.Rlimits = []rlimit{{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024}}
 	killCap := []string{"CAP_KILL"}
@@ -263,11 +263,32 @@ func (r *Runtime) KillAll(ctx context.Context, name string) error {
 	if err := writeJSON(procFile, proc); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
 	}
-	// kill(-1) signals the killer too; its own death is the expected end.
 	_, err = r.runsc(ctx, m.Flags, "exec", "--process", procFile, name)
 	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		return err
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ee) && ee.ExitCode() == 3:
+		return fmt.Errorf("gvisor: %s: processes kept appearing through %d rounds of kill -9 -1", name, killRounds)
+	case errors.As(err, &ee):
+		return nil // the killer was killed: nothing of the sandbox's is left to fork
 	}
-	return nil
+	return err
 }
+
+// killRounds bounds the killer's rounds.
+const killRounds = 50
+
+// killAllScript kills every process but init and itself, round after
+// round, until a round finds none to signal (kill fails). One round is not
+// enough: kill(-1) signals a snapshot of the processes, and a fork bomb's
+// children forked during the round escape it (gVisor's sys_signal.go
+// iterates ThreadGroups() as of the call; so does Linux, in effect). The
+// rounds fork nothing (kill, [ and $(( )) are sh builtins), so a sandbox at
+// its process limit cannot starve them.
+var killAllScript = fmt.Sprintf(`i=0
+while [ $i -lt %d ]; do
+  kill -9 -1 2>/dev/null || exit 0
+  i=$((i+1))
+done
+exit 3`, killRounds)

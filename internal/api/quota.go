@@ -1,0 +1,108 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/sandboxd/sandbox/internal/quota"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+type quotaBody struct {
+	Quotas []quota.Line `json:"quotas"`
+}
+
+// quotaLines answers each quota of the caller's org with its use.
+func (s *Server) quotaLines(w http.ResponseWriter, r *http.Request) error {
+	lines, err := s.Quotas.QuotaLines(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, quotaBody{Quotas: lines})
+	return nil
+}
+
+type volumesBody struct {
+	Volumes []store.Project `json:"volumes"`
+}
+
+func (s *Server) volumes(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.Quotas.Volumes(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, volumesBody{Volumes: v})
+	return nil
+}
+
+func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.Quotas.DeleteVolume(r.Context(), r.PathValue("project"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// operator gates a route to the operator org's keys: a tenant key is a 403.
+func (s *Server) operator(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if p, _ := sandbox.PrincipalFrom(r.Context()); p.Org != s.opts.OperatorOrg {
+			return sandbox.Errorf(sandbox.KindForbidden, "this route is for the operator org")
+		}
+		return h(w, r)
+	}
+}
+
+type orgQuotaBody struct {
+	Org string `json:"org"`
+	// Override is what the operator set for the org (absent: the server's).
+	Override quota.Policy `json:"override"`
+	// Effective is the policy in force.
+	Effective quota.Policy `json:"effective"`
+}
+
+func (s *Server) orgQuotaBody(r *http.Request, org string) (orgQuotaBody, error) {
+	o, err := s.Operator.OrgQuota(r.Context(), org)
+	if err != nil {
+		return orgQuotaBody{}, err
+	}
+	// The effective policy is what the org's own calls see.
+	octx := sandbox.WithPrincipal(r.Context(), sandbox.Principal{Org: org, Subject: "operator"})
+	eff, err := s.Quotas.Policy(octx)
+	if err != nil {
+		return orgQuotaBody{}, err
+	}
+	return orgQuotaBody{Org: org, Override: o, Effective: eff}, nil
+}
+
+func (s *Server) orgQuota(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.orgQuotaBody(r, r.PathValue("org"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, b)
+	return nil
+}
+
+// setOrgQuota replaces the org's override with the body (an empty object
+// clears it): PUT semantics, so a field left out takes the server's value.
+func (s *Server) setOrgQuota(w http.ResponseWriter, r *http.Request) error {
+	org := r.PathValue("org")
+	if org == "" || len(org) > 256 {
+		return sandbox.Errorf(sandbox.KindInvalid, "name an org")
+	}
+	var p quota.Policy
+	if err := decode(r.Body, &p); err != nil {
+		return err
+	}
+	if err := s.Operator.SetOrgQuota(r.Context(), org, p); err != nil {
+		return err
+	}
+	b, err := s.orgQuotaBody(r, org)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, b)
+	return nil
+}
