@@ -29,19 +29,19 @@ type Limits struct {
 
 // Class is one row of the closed class table.
 type Class struct {
-	Name          string
-	Workdir       string        // where the volume is mounted inside
-	DefaultTTL    time.Duration // lease when ttlSec <= 0
-	NeedsProject  bool          // every class but exec needs a project volume
-	Image         string        // the image built for it (see internal/image)
-	Display       bool          // runs a desktop: a screen can be opened
-	Limits        Limits
+	Name         string
+	Workdir      string        // where the volume is mounted inside
+	DefaultTTL   time.Duration // lease when ttlSec <= 0
+	NeedsProject bool          // every class but exec needs a project volume
+	Image        string        // the image built for it (see internal/image)
+	Display      bool          // runs a desktop: a screen can be opened
+	Limits       Limits
 }
 
 var classes = map[string]Class{
 	ClassExec: {
 		Name: ClassExec, Workdir: "/mnt/data", DefaultTTL: 900 * time.Second,
-		Image: "exec",
+		Image:  "exec",
 		Limits: Limits{CPUs: 1, MemoryMiB: 1024, Pids: 256, RootfsMiB: 512, FileMiB: 256, VolumeMiB: 512},
 	},
 	ClassDev: {
