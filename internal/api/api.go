@@ -50,7 +50,7 @@ type Leases interface {
 type Work interface {
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
 	Read(ctx context.Context, id, path string) (*service.ReadResult, error)
-	Write(ctx context.Context, id, path string, body io.Reader) (*service.WriteResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 }
 

@@ -139,7 +139,7 @@ func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
+	res, err := s.Work.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body, r.ContentLength)
 	if err != nil {
 		return err
 	}

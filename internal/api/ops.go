@@ -94,7 +94,7 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 			part.Close()
 			continue
 		}
-		res, err := s.Work.Write(r.Context(), id, name, part)
+		res, err := s.Work.Write(r.Context(), id, name, part, -1)
 		part.Close()
 		if err != nil {
 			var tooBig *http.MaxBytesError

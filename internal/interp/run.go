@@ -22,7 +22,7 @@ type Sandboxes interface {
 	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
 	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
-	Write(ctx context.Context, id, path string, body io.Reader) (*service.WriteResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
 	Run(ctx context.Context, id string, cmd service.Command) (service.Outcome, error)
 	Timeout(sec int) (time.Duration, error)
 }
@@ -141,7 +141,7 @@ func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
 // run writes the inputs and runs the program in session res.SessionID.
 func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs []inputFile, timeout time.Duration, res *Result) (*Result, error) {
 	for _, f := range inputs {
-		if _, err := it.sb.Write(ctx, res.SessionID, f.path, strings.NewReader(f.data)); err != nil {
+		if _, err := it.sb.Write(ctx, res.SessionID, f.path, strings.NewReader(f.data), int64(len(f.data))); err != nil {
 			return nil, err
 		}
 	}

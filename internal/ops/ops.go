@@ -29,7 +29,7 @@ type Sandboxes interface {
 	Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error)
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
 	Read(ctx context.Context, id, path string) (*service.ReadResult, error)
-	Write(ctx context.Context, id, path string, body io.Reader) (*service.WriteResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
 }
@@ -158,7 +158,7 @@ func (o *Ops) Write(ctx context.Context, in WriteIn) (*service.WriteResult, erro
 		}
 		data = string(b)
 	}
-	return o.svc.Write(ctx, in.ID, in.Path, strings.NewReader(data))
+	return o.svc.Write(ctx, in.ID, in.Path, strings.NewReader(data), int64(len(data)))
 }
 
 // IDIn names a sandbox.

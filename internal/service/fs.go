@@ -3,7 +3,10 @@ package service
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"io"
+	pathpkg "path"
+	"strconv"
 	"strings"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -34,16 +37,30 @@ const (
 )
 
 // writeScript creates the parents, refuses to overwrite a directory, and
-// writes stdin to a temporary file beside the target that replaces it only
-// once complete: a failed write never leaves a truncated file.
-const writeScript = `p=$1
+// writes stdin to a temporary file beside the target ($2, named by the
+// server) that replaces the target only once complete: a failed write never
+// leaves a truncated file. With the size known ($3), the script checks it
+// and renames (one exec); with "-" it leaves the temporary file for
+// commitScript, which the server runs once it has seen the body end well
+// within the limit. The body is streamed, never held whole by the server.
+const writeScript = `p=$1 t=$2 n=$3
 [ -d "$p" ] && exit 7
 d=$(dirname -- "$p")
 mkdir -p -- "$d" 2>/dev/null || exit 6
-t=$(mktemp "$d/.sandbox-write.XXXXXX") || exit 9
-if cat > "$t" && mv -f -- "$t" "$p"; then exit 0; fi
+if ! cat > "$t"; then rm -f -- "$t"; exit 9; fi
+[ "$n" = - ] && exit 0
+if [ "$(wc -c < "$t")" -ne "$n" ]; then rm -f -- "$t"; exit 12; fi
+mv -f -- "$t" "$p" && exit 0
 rm -f -- "$t"
 exit 9`
+
+// commitScript ends a write of unknown size: $3 "mv" puts the temporary file
+// $2 in place of $1, anything else removes it.
+const commitScript = `if [ "$3" = mv ]; then [ -d "$1" ] && { rm -f -- "$2"; exit 7; }; mv -f -- "$2" "$1" && exit 0; fi
+rm -f -- "$2"
+exit 9`
+
+const writeShort = 12 // the body ended before its stated size
 
 // MaxFileBytes bounds one fs read or write through the API.
 const MaxFileBytes = 64 << 20
@@ -111,16 +128,15 @@ type WriteResult struct {
 	Woken bool   `json:"woken,omitempty"`
 }
 
-// Write replaces a file's content with body, creating parent directories.
-// The body is read whole (up to MaxFileBytes) before the sandbox is touched,
-// so a failed or oversized upload changes nothing.
-func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*WriteResult, error) {
-	data, err := io.ReadAll(io.LimitReader(body, MaxFileBytes+1))
-	if err != nil {
-		return nil, sandbox.Wrap(sandbox.KindInvalid, err, "reading the request body failed")
-	}
-	if len(data) > MaxFileBytes {
-		return nil, sandbox.Errorf(sandbox.KindTooLarge, "files written through the API are at most %d MiB", MaxFileBytes>>20)
+// Write replaces a file's content with body, creating parent
+// directories. size is the body's length when known (-1 when not: a
+// multipart part, a chunked upload). The sandbox is checked first (id,
+// org, state, the commands quota), then the body is streamed into it, at
+// most MaxFileBytes: a body over the limit, cut short, or refused changes
+// nothing (413, or the reading error).
+func (s *Service) Write(ctx context.Context, id, path string, body io.Reader, size int64) (*WriteResult, error) {
+	if size > MaxFileBytes {
+		return nil, tooLarge()
 	}
 	sb, work, done, err := s.use(ctx, id, true)
 	if err != nil {
@@ -134,23 +150,87 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader) (*
 	if full == sb.Workdir {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "path names the workdir itself; name a file under it")
 	}
+	tmp := pathpkg.Join(pathpkg.Dir(full), ".sandbox-write."+rand.Text())
+	in := &bodyReader{r: body, max: MaxFileBytes}
+	n := "-"
+	if size >= 0 {
+		n = strconv.FormatInt(size, 10)
+	}
 	errb := NewOutput(4096)
 	o, err := s.run(ctx, work, sb, Command{
-		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", writeScript, "sh", full}, Stdin: bytes.NewReader(data), Stderr: errb},
+		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", writeScript, "sh", full, tmp, n}, Stdin: in, Stderr: errb},
 		Timeout:     s.cfg.ExecTimeout, Metric: "fs_write",
 	})
+	ok := err == nil && o.Code == 0 && !o.Stopped && !o.TimedOut && in.err == nil && !in.exceeded
+	if size < 0 || !ok {
+		// Put the file in place, or (whatever went wrong, even a program
+		// killed mid-write) leave nothing behind.
+		verb := "rm"
+		if ok {
+			verb = "mv"
+		}
+		co, cerr := s.run(context.WithoutCancel(ctx), context.WithoutCancel(work), sb, Command{
+			ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", commitScript, "sh", full, tmp, verb}, Stderr: errb},
+			Timeout:     s.cfg.ExecTimeout, Metric: "fs_write",
+		})
+		if ok {
+			o, err = co, cerr // the commit's outcome is the write's
+		}
+	}
+	switch {
+	case in.exceeded:
+		return nil, tooLarge()
+	case in.err != nil:
+		return nil, sandbox.Wrap(sandbox.KindInvalid, in.err, "reading the request body failed; nothing was written")
+	}
 	if err = fileOpError(o, err); err != nil {
 		return nil, err
 	}
 	switch o.Code {
 	case 0:
-		return &WriteResult{Path: full, Bytes: int64(len(data)), Woken: o.Woken}, nil
+		return &WriteResult{Path: full, Bytes: in.n, Woken: o.Woken}, nil
 	case writeDirExists:
 		return nil, sandbox.Errorf(sandbox.KindConflict, "%s is a directory", full)
 	case writeNotDir:
 		return nil, sandbox.Errorf(sandbox.KindConflict, "cannot create the parent directories of %s", full)
+	case writeShort:
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "the body ended after %d of its %d bytes; nothing was written", in.n, size)
 	}
 	return nil, sandbox.Errorf(sandbox.KindInvalid, "writing %s failed: %s", full, firstLine(errb.String()))
+}
+
+func tooLarge() error {
+	return sandbox.Errorf(sandbox.KindTooLarge, "files written through the API are at most %d MiB; nothing was written", MaxFileBytes>>20)
+}
+
+// bodyReader passes a request body to a program's stdin: at most max bytes
+// (then exceeded, and EOF), and a reading error becomes EOF too (recorded),
+// so that the program always ends and the server decides what to keep.
+type bodyReader struct {
+	r        io.Reader
+	max, n   int64
+	exceeded bool
+	err      error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.exceeded || b.err != nil {
+		return 0, io.EOF
+	}
+	if room := b.max + 1 - b.n; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.n > b.max {
+		b.exceeded = true
+		return 0, io.EOF
+	}
+	if err != nil && err != io.EOF {
+		b.err = err
+		return n, io.EOF
+	}
+	return n, err
 }
 
 // fileOpError is what a file operation answers for an end that is not its

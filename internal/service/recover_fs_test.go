@@ -1,10 +1,11 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"io"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,29 +147,93 @@ func TestFiles(t *testing.T) {
 	_, err = h.svc.Read(acme, sb.ID, "fifo")
 	wantKind(t, err, sandbox.KindTimeout)
 
-	// Writes: the bytes go over stdin; a directory in the way is a 409.
-	var got bytes.Buffer
-	h.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
-		if req.Argv[len(req.Argv)-1] == "/mnt/data/dir" {
-			return &runtime.ExitError{Code: 7}
-		}
-		_, err := io.Copy(&got, req.Stdin)
-		return err
-	})
-	if w, err := h.svc.Write(acme, sb.ID, "src/x.txt", strings.NewReader("hello")); err != nil || w.Bytes != 5 || w.Path != "/mnt/data/src/x.txt" || got.String() != "hello" {
-		t.Errorf("write: %+v %v %q", w, err, got.String())
+	// Writes: the bytes go over stdin to a temporary file, which the write
+	// (known size) or a second call (unknown size) puts in place; a
+	// directory in the way is a 409. The fake keeps the files.
+	files := map[string]string{}
+	h.rt.SetExec(writeFake(files))
+	if w, err := h.svc.Write(acme, sb.ID, "src/x.txt", strings.NewReader("hello"), 5); err != nil || w.Bytes != 5 || w.Path != "/mnt/data/src/x.txt" || files["/mnt/data/src/x.txt"] != "hello" {
+		t.Errorf("write: %+v %v %q", w, err, files)
 	}
-	_, err = h.svc.Write(acme, sb.ID, "dir", strings.NewReader("x"))
+	if w, err := h.svc.Write(acme, sb.ID, "y.txt", strings.NewReader("streamed"), -1); err != nil || w.Bytes != 8 || files["/mnt/data/y.txt"] != "streamed" {
+		t.Errorf("write of unknown size: %+v %v %q", w, err, files)
+	}
+	_, err = h.svc.Write(acme, sb.ID, "dir", strings.NewReader("x"), 1)
 	wantKind(t, err, sandbox.KindConflict)
-	_, err = h.svc.Write(acme, sb.ID, "", strings.NewReader("x"))
+	_, err = h.svc.Write(acme, sb.ID, "", strings.NewReader("x"), 1)
 	wantKind(t, err, sandbox.KindInvalid)
+	// Over the limit: refused before the sandbox when the size says so,
+	// cut and removed when it does not.
 	calls := len(h.rt.Calls())
-	_, err = h.svc.Write(acme, sb.ID, "huge", io.LimitReader(zeros{}, service.MaxFileBytes+1))
+	_, err = h.svc.Write(acme, sb.ID, "huge", zeros{}, service.MaxFileBytes+1)
 	wantKind(t, err, sandbox.KindTooLarge)
 	if len(h.rt.Calls()) != calls {
 		t.Error("an oversized write reached the sandbox")
 	}
+	_, err = h.svc.Write(acme, sb.ID, "huge", io.LimitReader(zeros{}, service.MaxFileBytes+1), -1)
+	wantKind(t, err, sandbox.KindTooLarge)
+	// A body cut short (the client went away mid-upload) writes nothing.
+	_, err = h.svc.Write(acme, sb.ID, "cut", io.MultiReader(strings.NewReader("part"), errReader{}), -1)
+	wantKind(t, err, sandbox.KindInvalid)
+	_, err = h.svc.Write(acme, sb.ID, "short", strings.NewReader("abc"), 10)
+	wantKind(t, err, sandbox.KindInvalid)
+	for p := range files {
+		if p != "/mnt/data/src/x.txt" && p != "/mnt/data/y.txt" {
+			t.Errorf("a failed write left %s", p)
+		}
+	}
+	// The id is checked before the body is read.
+	unread := &countingReader{}
+	_, err = h.svc.Write(acme, "sb_"+strings.Repeat("a", 26), "x", unread, -1)
+	wantKind(t, err, sandbox.KindNotFound)
+	if unread.n != 0 {
+		t.Errorf("%d bytes of a write to an unknown id were read", unread.n)
+	}
 }
+
+// writeFake plays writeScript and commitScript on a map of files.
+func writeFake(files map[string]string) fake.ExecFunc {
+	var mu sync.Mutex
+	return func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		a := req.Argv
+		full, tmp, arg := a[len(a)-3], a[len(a)-2], a[len(a)-1]
+		mu.Lock()
+		defer mu.Unlock()
+		if full == "/mnt/data/dir" {
+			return &runtime.ExitError{Code: 7}
+		}
+		if req.Stdin == nil { // the commit
+			if arg == "mv" {
+				files[full] = files[tmp]
+			}
+			delete(files, tmp)
+			return nil
+		}
+		b, err := io.ReadAll(req.Stdin)
+		if err != nil {
+			return err
+		}
+		files[tmp] = string(b)
+		if arg == "-" {
+			return nil
+		}
+		if strconv.Itoa(len(b)) != arg {
+			delete(files, tmp)
+			return &runtime.ExitError{Code: 12}
+		}
+		files[full] = files[tmp]
+		delete(files, tmp)
+		return nil
+	}
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
+type countingReader struct{ n int }
+
+func (c *countingReader) Read(p []byte) (int, error) { c.n += len(p); return len(p), nil }
 
 type zeros struct{}
 

@@ -483,20 +483,36 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 }
 
 // killScript kills the command an exec started: the processes holding its
-// token ($0) in their environment that are in the session of the oldest
-// holder (the command itself). Whatever the command detached into a
-// session of its own (a tmux server, a desktop's X server) is left alone,
-// as the gvisor backend leaves it by killing the command's process group.
-const killScript = `token=$0 holders= first= sess=
+// token ($0) in their environment that are in the command's session.
+// Whatever the command detached into a session of its own (a tmux server, a
+// desktop's X server) is left alone, as the gvisor backend leaves it by
+// killing the command's process group.
+//
+// The command's session is that of the holder the exec started (parent 0:
+// its parent is outside the pod's PID namespace). When that holder is
+// already gone (a closed terminal's client exits at once), it is NOT the
+// oldest holder left (that is a detached tmux server, whose session must
+// live): then the holders killed are those whose session's leader is no
+// holder any more, i.e. the command's own background jobs. (Fields of
+// /proc/PID/stat after the command name: state ppid pgrp session.)
+const killScript = `token=$0 holders= sess= pids=" "
 for p in /proc/[0-9]*; do
   grep -qxz -- "$token" "$p/environ" 2>/dev/null || continue
   set -- $(sed 's/.*) //' "$p/stat" 2>/dev/null)
-  [ $# -ge 20 ] || continue
-  holders="$holders ${p#/proc/}:$4"
-  if [ -z "$first" ] || [ "${20}" -lt "$first" ]; then first=${20} sess=$4; fi
+  [ $# -ge 4 ] || continue
+  pid=${p#/proc/}
+  holders="$holders $pid:$4"
+  pids="$pids$pid "
+  [ "$2" = 0 ] && sess=$4
 done
 for h in $holders; do
-  [ "${h#*:}" = "$sess" ] && kill -9 "${h%%:*}" 2>/dev/null
+  s=${h#*:}
+  if [ -n "$sess" ]; then
+    [ "$s" = "$sess" ] || continue
+  else
+    case "$pids" in *" $s "*) continue ;; esac
+  fi
+  kill -9 "${h%%:*}" 2>/dev/null
 done
 exit 0`
 
