@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -341,4 +342,17 @@ func TestKubeScreen(t *testing.T) {
 		t.Fatalf("security types: %q %v", sec, err)
 	}
 	ws.Close(websocket.StatusNormalClosure, "")
+}
+
+// TestKubeRefusesAMissingRuntimeClass: a server told to use a RuntimeClass
+// the cluster does not have refuses to start, before any pod exists (a
+// sandbox pod is never created on the node's default runc).
+func TestKubeRefusesAMissingRuntimeClass(t *testing.T) {
+	testenv.NeedKube(t)
+	_, err := server.New(context.Background(), server.Config{Data: t.TempDir(), Backend: server.BackendKube, Kube: kube.Options{
+		Kubeconfig: os.Getenv("SANDBOX_TEST_KUBECONFIG"), Namespace: "sbt-norc", RuntimeClass: "no-such-class",
+	}}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), `RuntimeClass "no-such-class" does not exist`) {
+		t.Errorf("a server on a missing RuntimeClass: %v", err)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -41,7 +43,7 @@ type Options struct {
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kube: kubeconfig file (default: the in-cluster config of the server's pod)")
 	fs.StringVar(&o.Namespace, "namespace", "sandboxes", "kube: namespace of the sandbox pods (never default, kube-* or the server's own)")
-	fs.StringVar(&o.RuntimeClass, "runtime-class", "gvisor", "kube: RuntimeClass of the gvisor runtime (\"\" runs pods without one)")
+	fs.StringVar(&o.RuntimeClass, "runtime-class", "gvisor", "kube: RuntimeClass of the gvisor runtime (required: it must exist; pods never run without one)")
 	fs.StringVar(&o.ServerNamespace, "server-namespace", os.Getenv("POD_NAMESPACE"), "kube: the server's own namespace, refused for sandboxes (env POD_NAMESPACE)")
 	fs.StringVar(&o.ServiceAccount, "service-account", "sandbox-pod", "kube: service account of the sandbox pods (its token is never mounted)")
 	fs.StringVar(&o.StorageClass, "storage-class", "", "kube: StorageClass of project volumes (default: the cluster's)")
@@ -51,6 +53,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 func (o Options) Validate() error {
 	if o.Namespace == "" {
 		return errors.New("--namespace is required with --runtime kube")
+	}
+	// A pod without a RuntimeClass runs on the node's default handler —
+	// runc, no sandbox at all — so there is no such thing as "none" here.
+	if o.RuntimeClass == "" {
+		return errors.New("--runtime-class is required with --runtime kube: a sandbox pod without a sandboxing RuntimeClass would run on the node's default runtime (runc)")
 	}
 	_, err := NewScope(o.Namespace, o.ServerNamespace)
 	return err
@@ -83,13 +90,24 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
-	classes := map[string]string{}
-	if o.RuntimeClass != "" {
-		classes[sandbox.RuntimeGVisor] = o.RuntimeClass
-	}
+	classes := map[string]string{sandbox.RuntimeGVisor: o.RuntimeClass}
 	// The other runtimes are RuntimeClasses of their own name.
 	classes[sandbox.RuntimeKataCLH] = sandbox.RuntimeKataCLH
 	classes[sandbox.RuntimeKataFC] = sandbox.RuntimeKataFC
+	// The RuntimeClass must exist: the server refuses to start rather than
+	// find out from each pod. (A server whose RBAC cannot read
+	// RuntimeClasses is told so, and the apiserver's admission still
+	// refuses a pod naming one that does not exist.)
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	switch _, err := client.NodeV1().RuntimeClasses().Get(ictx, o.RuntimeClass, metav1.GetOptions{}); {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("kube: RuntimeClass %q does not exist: create it (deploy/kube/runtimeclass.yaml) or pass --runtime-class", o.RuntimeClass)
+	case apierrors.IsForbidden(err):
+		log.Warn("kube: cannot read RuntimeClasses to check that the one named exists; pods naming a missing one will be refused by the apiserver", "runtimeClass", o.RuntimeClass)
+	case err != nil:
+		return nil, fmt.Errorf("kube: reading RuntimeClass %q: %w", o.RuntimeClass, err)
+	}
 	rt, err := New(Config{
 		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
 		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass,
@@ -97,8 +115,6 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	if err := rt.Isolate(ictx); err != nil {
 		return nil, err
 	}
