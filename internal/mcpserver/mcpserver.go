@@ -65,8 +65,61 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 		// refuses the session's id presented with another org's key.
 		return &auth.TokenInfo{UserID: p.Org, Extra: map[string]any{principalKey: p}}, nil
 	}
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(sameAsUnknown(h))
 }
+
+// sameAsUnknown answers another org's session id exactly like an unknown
+// one: the SDK says 403 "session user mismatch", which tells the caller the
+// session exists (a cross-tenant fact); this turns it into the SDK's own
+// 404 "session not found".
+func sameAsUnknown(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Session-Id") == "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(&mismatchWriter{ResponseWriter: w}, r)
+	})
+}
+
+// mismatchWriter holds back a 403 until its body shows whether it is the
+// SDK's session mismatch.
+type mismatchWriter struct {
+	http.ResponseWriter
+	held bool
+}
+
+const mismatch = "session user mismatch\n"
+
+func (m *mismatchWriter) WriteHeader(code int) {
+	if code == http.StatusForbidden {
+		m.held = true
+		return
+	}
+	m.ResponseWriter.WriteHeader(code)
+}
+
+func (m *mismatchWriter) Write(p []byte) (int, error) {
+	if !m.held {
+		return m.ResponseWriter.Write(p)
+	}
+	m.held = false
+	if string(p) == mismatch {
+		m.ResponseWriter.WriteHeader(http.StatusNotFound)
+		m.ResponseWriter.Write([]byte("session not found\n"))
+		return len(p), nil
+	}
+	m.ResponseWriter.WriteHeader(http.StatusForbidden)
+	return m.ResponseWriter.Write(p)
+}
+
+// FlushError flushes through whatever wraps the connection below (the API's
+// status recorder unwraps, it does not flush).
+func (m *mismatchWriter) FlushError() error {
+	return http.NewResponseController(m.ResponseWriter).Flush()
+}
+
+func (m *mismatchWriter) Unwrap() http.ResponseWriter { return m.ResponseWriter }
 
 // add registers one typed op as a tool. Its errors become tool errors (the
 // model reads them) with the same safe message the HTTP API sends.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -193,6 +194,28 @@ func TestMCP(t *testing.T) {
 		if msg != "not_found: sandbox not found" {
 			t.Errorf("globex %s on acme's sandbox: %q", op, msg)
 		}
+	}
+
+	// Another org's key on acme's MCP session id: answered exactly like a
+	// session id that does not exist (the SDK's own 403 would say it does).
+	post := func(org, session string) (int, string) {
+		req, _ := http.NewRequest("POST", e.http.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+		req.Header.Set("Authorization", "Bearer "+e.keys[org])
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", session)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	foreignCode, foreign := post("globex", s.ID())
+	unknownCode, unknown := post("globex", "no-such-session")
+	if foreignCode != http.StatusNotFound || foreignCode != unknownCode || foreign != unknown {
+		t.Errorf("another org's session: %d %q; an unknown one: %d %q", foreignCode, foreign, unknownCode, unknown)
 	}
 
 	if r, msg := call(t, s, "stop", map[string]any{"id": id}); r["id"] != id {
