@@ -125,6 +125,7 @@ type Server struct {
 	opts Config
 
 	methods map[string][]string // path pattern → methods, for 405 answers
+	perKey  keyCounter
 
 	// Console connections outlive their request (the socket is hijacked):
 	// Close ends them and waits, so nothing touches the store after it.
@@ -293,8 +294,79 @@ func (s *Server) authenticate(next http.HandlerFunc) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
+		// One key holds at most maxPerKey requests at once: a client
+		// opening connection after connection is refused, not served.
+		release, ok := s.perKey.take(token)
+		if !ok {
+			e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
+			e.RetryAfter = 1
+			s.writeError(w, r, e)
+			return
+		}
+		defer release()
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
+			r.Body.(*progressBody).extend()
+		}
 		next(w, r.WithContext(sandbox.WithPrincipal(r.Context(), p)))
 	})
+}
+
+// maxPerKey bounds the open requests (and hence connections) of one key.
+const maxPerKey = 256
+
+// bodyIdle is how long a request body may send nothing before the server
+// stops waiting for it: a client trickling a body byte by byte (slowloris)
+// holds a connection for at most this long per byte it stops sending.
+var bodyIdle = 30 * time.Second
+
+// progressBody pushes the connection's read deadline out on every read of
+// the body, and lifts it at the body's end, so that a handler that runs long
+// after reading (an exec of ten minutes) is not cut off.
+type progressBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+}
+
+func (b *progressBody) extend() { b.rc.SetReadDeadline(time.Now().Add(bodyIdle)) }
+
+func (b *progressBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		b.rc.SetReadDeadline(time.Time{})
+	case err == nil:
+		b.extend()
+	}
+	// On another error the deadline stays as it is (passed): net/http then
+	// gives up the connection instead of waiting to discard the body's rest.
+	return n, err
+}
+
+// keyCounter counts the open requests of each key (by the key's text: the
+// map holds only keys with requests open).
+type keyCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *keyCounter) take(key string) (release func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[key] >= maxPerKey {
+		return nil, false
+	}
+	c.n[key]++
+	return func() {
+		c.mu.Lock()
+		if c.n[key]--; c.n[key] == 0 {
+			delete(c.n, key)
+		}
+		c.mu.Unlock()
+	}, true
 }
 
 func bearer(h string) (string, bool) {

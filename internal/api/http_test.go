@@ -1,19 +1,25 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/ops"
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/service"
@@ -26,6 +32,7 @@ import (
 type apiEnv struct {
 	t    *testing.T
 	url  string
+	st   *store.Store
 	rt   *fake.Runtime
 	keys map[string]string
 }
@@ -46,7 +53,7 @@ func newAPI(t *testing.T) *apiEnv {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)
-	e := &apiEnv{t: t, url: srv.URL, rt: rt, keys: map[string]string{}}
+	e := &apiEnv{t: t, url: srv.URL, st: st, rt: rt, keys: map[string]string{}}
 	for _, org := range []string{"acme", "globex", "system"} {
 		if e.keys[org], err = st.CreateKey(context.Background(), org, "test"); err != nil {
 			t.Fatal(err)
@@ -269,3 +276,70 @@ func TestQuotaRoutes(t *testing.T) {
 	e.must(201, "POST", "/v1/sandbox", "acme", `{"class":"dev","project":"p2"}`)
 	e.must(200, "PUT", "/v1/orgs/acme/quota", "system", `{}`)
 }
+
+// TestSlowBody: a body that stops coming is given up after the idle bound
+// (here 300 ms): the write answers and the connection is freed, instead of
+// being held for as long as the client trickles.
+func TestSlowBody(t *testing.T) {
+	defer api.SetBodyIdle(300 * time.Millisecond)()
+	e := newAPI(t)
+	var sb struct{ ID string }
+	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
+	e.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		if req.Stdin != nil {
+			io.Copy(io.Discard, req.Stdin)
+		}
+		return nil
+	})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/sandbox/%s/fs?path=slow.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 1000\r\n\r\n0123456789", sb.ID, e.keys["acme"])
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+
+	start := time.Now()
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.Contains(line, "400") || time.Since(start) > 5*time.Second {
+		t.Errorf("a stalled body: %q %v after %v", line, err, time.Since(start))
+	}
+}
+
+// TestRequestsPerKey: one key holds at most MaxPerKey requests at once; the
+// next is a 429, another key is served.
+func TestRequestsPerKey(t *testing.T) {
+	e := newAPI(t)
+	var sb struct{ ID string }
+	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
+	if err := e.st.SetOrgQuota(context.Background(), "acme", quota.Policy{Commands: ptr(10000)}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, api.MaxPerKey)
+	e.rt.SetExec(fake.Block(started))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range api.MaxPerKey {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/sandbox/"+sb.ID+"/exec", strings.NewReader(`{"command":"sleep 99"}`))
+			req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}()
+	}
+	for range api.MaxPerKey {
+		<-started
+	}
+	a := e.must(429, "GET", "/v1/sandbox", "acme", "")
+	if !strings.Contains(string(a.body), "requests of this key are open") || a.header.Get("Retry-After") == "" {
+		t.Errorf("%s", a.body)
+	}
+	e.must(200, "GET", "/v1/sandbox", "globex", "")
+	cancel()
+	wg.Wait()
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/sandboxd/sandbox/internal/pages"
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -66,6 +67,13 @@ func (s *Server) mintTicket(kind string) func(http.ResponseWriter, *http.Request
 	}
 }
 
+// A console socket's input bounds: one frame, and all the frames queued for
+// the program's stdin together.
+const (
+	maxFrame       = 1 << 20
+	maxQueuedInput = 1 << 20
+)
+
 // pingEvery keeps idle sockets (and what is between) alive and finds dead
 // peers.
 const pingEvery = 20 * time.Second
@@ -101,15 +109,19 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 	if err != nil {
 		return nil // Accept has answered
 	}
-	c.SetReadLimit(1 << 20)
+	c.SetReadLimit(maxFrame)
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.closing, cancel)
 	pr, pw := io.Pipe()
 	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8), done: func() { stopOnClose() }}
 	// Frames are read without waiting for the program to take its stdin:
 	// a reader blocked on a busy shell would leave pongs unread and the
-	// ping would drop a healthy connection. Up to 64 frames wait here.
+	// ping would drop a healthy connection. Up to 64 frames and
+	// maxQueuedInput bytes wait here; past that the reader waits too
+	// (backpressure to the client), and a program that takes no input for
+	// longer than a ping's patience loses the connection.
 	frames := make(chan []byte, 64)
+	queued := semaphore.NewWeighted(maxQueuedInput)
 	k.wg.Add(3)
 	go func() { // frames → queue
 		defer k.wg.Done()
@@ -129,6 +141,9 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 					continue
 				}
 			}
+			if queued.Acquire(ctx, int64(len(data))) != nil {
+				return
+			}
 			select {
 			case frames <- data:
 			case <-ctx.Done():
@@ -140,7 +155,9 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 		defer k.wg.Done()
 		defer pw.Close()
 		for data := range frames {
-			if _, err := pw.Write(data); err != nil {
+			_, err := pw.Write(data)
+			queued.Release(int64(len(data)))
+			if err != nil {
 				for range frames { // drain so the reader never blocks
 				}
 				return
