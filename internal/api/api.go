@@ -49,7 +49,7 @@ type Leases interface {
 // Work is what the exec and file routes need.
 type Work interface {
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
-	Read(ctx context.Context, id, path string) (*service.ReadResult, error)
+	Read(ctx context.Context, id, path string, max int64) (*service.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 }

@@ -115,7 +115,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 // readFS answers a file's bytes as application/octet-stream, or a
 // directory's entries one per line as text/plain; X-Sandbox-Kind says which.
 func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.Read(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
+	res, err := s.Work.Read(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), 0)
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ func uploadError(err error, written []interp.File) error {
 }
 
 func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.Read(r.Context(), r.PathValue("session"), r.PathValue("path"))
+	res, err := s.Work.Read(r.Context(), r.PathValue("session"), r.PathValue("path"), 0)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ type Sandboxes interface {
 	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
 	Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error)
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
-	Read(ctx context.Context, id, path string) (*service.ReadResult, error)
+	Read(ctx context.Context, id, path string, max int64) (*service.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
@@ -105,12 +105,18 @@ type ReadOut struct {
 	Woken      bool     `json:"woken,omitempty"`
 }
 
-// Read reads a file or lists a directory.
+// MaxReadBytes bounds a file the typed read answers: its answer carries
+// the bytes up to three times (text, base64, and JSON escapes of up to six
+// bytes each), so a typed read of a 64 MiB file would cost the server
+// hundreds of MiB.
+const MaxReadBytes = 4 << 20
+
+// Read reads a file (at most MaxReadBytes) or lists a directory.
 func (o *Ops) Read(ctx context.Context, in PathIn) (*ReadOut, error) {
 	if err := needID(in.ID); err != nil {
 		return nil, err
 	}
-	r, err := o.svc.Read(ctx, in.ID, in.Path)
+	r, err := o.svc.Read(ctx, in.ID, in.Path, MaxReadBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -75,8 +75,12 @@ type ReadResult struct {
 	Woken   bool
 }
 
-// Read reads a regular file or lists a directory.
-func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error) {
+// Read reads a regular file (at most max bytes; max <= 0 means
+// MaxFileBytes: 413 past it) or lists a directory.
+func (s *Service) Read(ctx context.Context, id, path string, max int64) (*ReadResult, error) {
+	if max <= 0 || max > MaxFileBytes {
+		max = MaxFileBytes
+	}
 	sb, work, done, err := s.use(ctx, id, true)
 	if err != nil {
 		return nil, err
@@ -90,14 +94,17 @@ func (s *Service) Read(ctx context.Context, id, path string) (*ReadResult, error
 	// the work's, so the outcome is not a broken channel).
 	work, cancel := context.WithCancel(work)
 	defer cancel()
-	out := &limited{max: MaxFileBytes, over: cancel}
+	out := &limited{max: int(max), over: cancel}
 	errb := NewOutput(4096)
 	o, err := s.run(ctx, work, sb, Command{
 		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", readScript, "sh", full}, Stdout: out, Stderr: errb},
 		Timeout:     s.cfg.ExecTimeout, Metric: "fs_read",
 	})
 	if out.exceeded {
-		return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB: read it in parts with exec", full, MaxFileBytes>>20)
+		if max < MaxFileBytes {
+			return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB, the most this read answers: GET /v1/sandbox/{id}/fs?path= answers up to %d MiB", full, max>>20, MaxFileBytes>>20)
+		}
+		return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB: read it in parts with exec", full, max>>20)
 	}
 	if err = fileOpError(o, err); err != nil {
 		return nil, err

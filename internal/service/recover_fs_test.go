@@ -119,18 +119,18 @@ func TestFiles(t *testing.T) {
 	h := newHarness(t, func(c *service.Config, _ *service.Deps) { c.ExecTimeout = 50 * time.Millisecond })
 	sb := h.lease(acme, service.LeaseRequest{})
 	h.rt.SetExec(readFake(map[string]string{"/mnt/data/a.bin": "\x00\x01raw"}, map[string]string{"/mnt/data": "a.bin\nsrc/\n", "/mnt/data/empty": ""}))
-	if r, err := h.svc.Read(acme, sb.ID, "a.bin"); err != nil || r.Dir || string(r.Data) != "\x00\x01raw" {
+	if r, err := h.svc.Read(acme, sb.ID, "a.bin", 0); err != nil || r.Dir || string(r.Data) != "\x00\x01raw" {
 		t.Errorf("file: %+v %v", r, err)
 	}
-	if r, err := h.svc.Read(acme, sb.ID, ""); err != nil || !r.Dir || strings.Join(r.Entries, ",") != "a.bin,src/" {
+	if r, err := h.svc.Read(acme, sb.ID, "", 0); err != nil || !r.Dir || strings.Join(r.Entries, ",") != "a.bin,src/" {
 		t.Errorf("dir: %+v %v", r, err)
 	}
-	if r, err := h.svc.Read(acme, sb.ID, "empty"); err != nil || !r.Dir || len(r.Entries) != 0 {
+	if r, err := h.svc.Read(acme, sb.ID, "empty", 0); err != nil || !r.Dir || len(r.Entries) != 0 {
 		t.Errorf("empty dir: %+v %v", r, err)
 	}
-	_, err := h.svc.Read(acme, sb.ID, "nope")
+	_, err := h.svc.Read(acme, sb.ID, "nope", 0)
 	wantKind(t, err, sandbox.KindNotFound)
-	_, err = h.svc.Read(acme, sb.ID, "../etc/passwd")
+	_, err = h.svc.Read(acme, sb.ID, "../etc/passwd", 0)
 	wantKind(t, err, sandbox.KindInvalid)
 
 	// Past the limit the program is cancelled at once: 413.
@@ -140,11 +140,11 @@ func TestFiles(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	_, err = h.svc.Read(acme, sb.ID, "big")
+	_, err = h.svc.Read(acme, sb.ID, "big", 0)
 	wantKind(t, err, sandbox.KindTooLarge)
 	// A read that never ends (a FIFO) is killed at the exec timeout: 504.
 	h.rt.SetExec(fake.Block(nil))
-	_, err = h.svc.Read(acme, sb.ID, "fifo")
+	_, err = h.svc.Read(acme, sb.ID, "fifo", 0)
 	wantKind(t, err, sandbox.KindTimeout)
 
 	// Writes: the bytes go over stdin to a temporary file, which the write
