@@ -27,7 +27,7 @@ func newRow(class, project string) *sandbox.Sandbox {
 	}
 }
 
-func openStore(t *testing.T) (*Store, string) {
+func openStore(t testing.TB) (*Store, string) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := Open(context.Background(), dir)
