@@ -19,8 +19,10 @@ const usage = `sandbox — lease isolated gVisor sandboxes over HTTP
 Usage:
   sandbox serve --data DIR [--listen ADDR] [--images DIR] [--reap-every DUR]
         run the server (see 'sandbox serve -h')
-  sandbox keys create --data DIR --org ORG
+  sandbox keys create --data DIR --org ORG [--expires DUR]
         mint an API key for ORG and print it alone on stdout
+  sandbox keys list|revoke --data DIR --org ORG [KEY_ID]
+        list an org's keys (never a secret), or revoke one at once
   sandbox image build exec|dev|desktop|android [--images DIR]
         build a class image from Debian packages (idempotent)
   sandbox image list [--images DIR]

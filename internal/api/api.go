@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/interp"
+	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -64,10 +65,14 @@ type Quotas interface {
 	Acquire(ctx context.Context) (release func(), err error)
 }
 
-// Operator is what the operator routes need: the per-org quota overrides.
+// Operator is what the operator routes need: the per-org quota overrides
+// and the API keys.
 type Operator interface {
 	OrgQuota(ctx context.Context, org string) (quota.Policy, error)
 	SetOrgQuota(ctx context.Context, org string, p quota.Policy) error
+	Keys(ctx context.Context, org string) ([]store.Key, error)
+	MintKey(ctx context.Context, org, subject string, expires time.Time) (string, store.Key, error)
+	RevokeKey(ctx context.Context, org, id string) error
 }
 
 // Consoles is what the terminal and screen routes need.
@@ -115,6 +120,9 @@ type Deps struct {
 	// MCP serves the typed ops as MCP tools at /mcp; it authenticates on
 	// its own. Nil means no /mcp.
 	MCP http.Handler
+	// Keys tells long connections (consoles, event streams) that their
+	// key was revoked; nil never ends them for it.
+	Keys keywatch.Checker
 }
 
 // Server serves the HTTP API.
@@ -202,6 +210,9 @@ func (s *Server) routes() {
 	s.handle("DELETE /v1/volumes/{project}", s.deleteVolume)
 	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota))
 	s.handle("PUT /v1/orgs/{org}/quota", s.operator(s.setOrgQuota))
+	s.handle("GET /v1/orgs/{org}/keys", s.operator(s.listKeys))
+	s.handle("POST /v1/orgs/{org}/keys", s.operator(s.mintKey))
+	s.handle("DELETE /v1/orgs/{org}/keys/{key}", s.operator(s.revokeKey))
 	s.handle("GET /v1/sessions/{name}/events", s.sessionEvents)
 	if s.MCP != nil {
 		s.mux.Handle("/mcp", s.MCP)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
@@ -53,13 +54,16 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		after = n
 	}
-	// A follower holds one of its org's command slots while it follows.
-	release, err := s.Quotas.Acquire(r.Context())
+	// A follower holds one of its org's command slots while it follows,
+	// and ends when its key is revoked.
+	ctx, stopWatch := keywatch.Watch(r.Context(), s.Keys)
+	defer stopWatch()
+	release, err := s.Quotas.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
-	backlog, f, err := s.Sessions.Follow(r.Context(), name, after)
+	backlog, f, err := s.Sessions.Follow(ctx, name, after)
 	if err != nil {
 		return err
 	}
@@ -106,7 +110,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	defer tick.Stop()
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return nil
 		case e, ok := <-f.C():
 			if !ok {

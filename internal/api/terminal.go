@@ -4,17 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/pages"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -88,6 +91,8 @@ type socket struct {
 	resize chan runtime.Size
 	wg     sync.WaitGroup
 	done   func()
+	// revoked says the caller's key was revoked while connected.
+	revoked atomic.Bool
 }
 
 // open spends the ticket (refusing with 401 and no upgrade), then upgrades.
@@ -110,10 +115,25 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 		return nil // Accept has answered
 	}
 	c.SetReadLimit(maxFrame)
+	watched, stopWatch := keywatch.Watch(ctx, s.Keys)
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.closing, cancel)
 	pr, pw := io.Pipe()
-	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8), done: func() { stopOnClose() }}
+	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8), done: func() { stopOnClose(); stopWatch() }}
+	// A revoked key ends the connection with a close frame that says so,
+	// sent before the socket's context goes (cancelling a read would drop
+	// the connection without one).
+	go func() {
+		select {
+		case <-watched.Done():
+			if errors.Is(context.Cause(watched), keywatch.ErrRevoked) {
+				k.revoked.Store(true)
+				c.Close(websocket.StatusPolicyViolation, sandbox.Message(keywatch.ErrRevoked))
+				cancel()
+			}
+		case <-ctx.Done():
+		}
+	}()
 	// Frames are read without waiting for the program to take its stdin:
 	// a reader blocked on a busy shell would leave pongs unread and the
 	// ping would drop a healthy connection. Up to 64 frames and
@@ -195,8 +215,12 @@ func (k *socket) Write(p []byte) (int, error) {
 }
 
 // close ends the connection with a status and a reason (at most 123 bytes
-// by the protocol) and waits for the socket's goroutines.
+// by the protocol) and waits for the socket's goroutines. A connection its
+// key's revocation ended says so, whatever the program's end.
 func (k *socket) close(code websocket.StatusCode, reason string) {
+	if k.revoked.Load() {
+		code, reason = websocket.StatusPolicyViolation, sandbox.Message(keywatch.ErrRevoked)
+	}
 	if len(reason) > 120 { // cut on a character boundary: a browser fails a close with invalid UTF-8
 		reason = strings.ToValidUTF8(reason[:120], "")
 		for len(reason) > 0 && !utf8.ValidString(reason) {

@@ -19,13 +19,16 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandbox/internal/interp"
+	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
-// Authenticator resolves a bearer key to a principal.
+// Authenticator resolves a bearer key to a principal, and says later
+// whether the key still works (an open MCP stream ends when it does not).
 type Authenticator interface {
 	Principal(ctx context.Context, token string) (sandbox.Principal, error)
+	keywatch.Checker
 }
 
 const principalKey = "principal"
@@ -65,7 +68,23 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 		// refuses the session's id presented with another org's key.
 		return &auth.TokenInfo{UserID: p.Org, Extra: map[string]any{principalKey: p}}, nil
 	}
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(sameAsUnknown(h))
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(watchKey(sameAsUnknown(h), authn))
+}
+
+// watchKey ends a request (an MCP stream can be long) once the key that
+// opened it is revoked. The SDK checks the key again on every request.
+func watchKey(h http.Handler, c keywatch.Checker) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		if ti := auth.TokenInfoFromContext(ctx); ti != nil {
+			if p, ok := ti.Extra[principalKey].(sandbox.Principal); ok {
+				wctx, stop := keywatch.Watch(sandbox.WithPrincipal(ctx, p), c)
+				defer stop()
+				ctx = wctx
+			}
+		}
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // sameAsUnknown answers another org's session id exactly like an unknown

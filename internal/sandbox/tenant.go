@@ -12,6 +12,9 @@ import (
 type Principal struct {
 	Org     string
 	Subject string
+	// Key is the public id of the API key the caller presented (empty for
+	// the server's own work): long connections end when it is revoked.
+	Key string
 }
 
 type principalKey struct{}

@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/sandboxd/sandbox/internal/keywatch"
 )
 
 // ticketFor mints a ticket for kind on id as org.
@@ -176,4 +179,69 @@ func TestTerminalPage(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRevokedKeyEndsItsConnections: revoking a key (as the CLI does, on the
+// store) makes its next call a 401 and ends, within seconds, the terminal
+// and the event stream it opened, saying why; another key's terminal stays.
+func TestRevokedKeyEndsItsConnections(t *testing.T) {
+	defer func(d time.Duration) { keywatch.Every = d }(keywatch.Every)
+	keywatch.Every = 200 * time.Millisecond
+	e := newEnv(t)
+	ctx := context.Background()
+	secret, k, err := e.srv.Store.MintKey(ctx, "acme", "doomed", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.keys["doomed"] = secret // the env's calls send this key as org "doomed"
+	id := e.lease("doomed", nil)
+	tk, _ := e.ticketFor("doomed", id, "terminal")
+	doomed, _, err := e.dialTerm(t, id, tk, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk2, _ := e.ticketFor("acme", id, "terminal")
+	kept, _, err := e.dialTerm(t, id, tk2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", e.http.URL+"/v1/sessions/rev/events", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil || stream.StatusCode != http.StatusOK {
+		t.Fatalf("event stream: %v %v", err, stream)
+	}
+	defer stream.Body.Close()
+
+	if err := e.srv.Store.RevokeKey(ctx, "acme", k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("GET", "/v1/sandbox/"+id, "doomed", nil); r.Status != http.StatusUnauthorized {
+		t.Errorf("a revoked key's next call: %d %s", r.Status, r.Body)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	for {
+		_, _, err := doomed.c.Read(rctx)
+		if err != nil {
+			if websocket.CloseStatus(err) != websocket.StatusPolicyViolation || !strings.Contains(err.Error(), "revoked") {
+				t.Errorf("the revoked key's terminal ended with %v", err)
+			}
+			break
+		}
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("the terminal took %v to end", time.Since(start))
+	}
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, stream.Body); done <- err }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the revoked key's event stream is still open")
+	}
+	kept.send(websocket.MessageBinary, "echo still-$((1+1))\r")
+	kept.expect("still-2")
+	kept.c.Close(websocket.StatusNormalClosure, "")
 }

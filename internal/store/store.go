@@ -27,23 +27,12 @@ type Store struct {
 
 	mu   sync.Mutex
 	orgs map[string]*orgDB // by raw org name
-
-	keys sync.Map // key hash → cachedPrincipal
 }
 
 // orgDB is one org's database with its hot statement prepared once.
 type orgDB struct {
 	*sql.DB
 	get *sql.Stmt
-}
-
-// keyCacheTTL bounds how long a resolved API key is trusted without asking
-// the control database again.
-const keyCacheTTL = 30 * time.Second
-
-type cachedPrincipal struct {
-	p       sandbox.Principal
-	expires time.Time
 }
 
 // Open opens (creating if needed) the store under dataDir.
@@ -382,41 +371,148 @@ func hashKey(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CreateKey mints an API key for org and stores only its hash. The key is
-// returned once; it cannot be read back.
+// CreateKey mints an API key for org, without expiry (see MintKey).
 func (s *Store) CreateKey(ctx context.Context, org, subject string) (string, error) {
+	key, _, err := s.MintKey(ctx, org, subject, time.Time{})
+	return key, err
+}
+
+// Key is an API key as it can be shown: never its secret.
+type Key struct {
+	ID         string    `json:"id"`
+	Org        string    `json:"org"`
+	Subject    string    `json:"subject"`
+	Prefix     string    `json:"prefix"` // the secret's first characters, to recognise it
+	CreatedAt  time.Time `json:"createdAt"`
+	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
+	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
+}
+
+// keyID is a key's public id: a prefix of its hash, which says nothing of
+// the secret.
+func keyID(hash string) string { return "key_" + hash[:16] }
+
+// MintKey mints an API key for org (expiring at expires, unless zero) and
+// stores only its hash. The secret is returned once; it cannot be read
+// back.
+func (s *Store) MintKey(ctx context.Context, org, subject string, expires time.Time) (string, Key, error) {
 	if strings.TrimSpace(org) == "" || len(org) > 128 {
-		return "", sandbox.Errorf(sandbox.KindInvalid, "org must be 1-128 characters")
+		return "", Key{}, sandbox.Errorf(sandbox.KindInvalid, "org must be 1-128 characters")
 	}
 	b := make([]byte, 32)
 	rand.Read(b)
-	key := "sbk_" + keyEncoding.EncodeToString(b)
-	_, err := s.control.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, created_at) VALUES (?, ?, ?, ?, ?)`,
-		hashKey(key), org, subject, key[:10], millis(time.Now()))
-	if err != nil {
-		return "", fmt.Errorf("store: create key: %w", err)
+	secret := "sbk_" + keyEncoding.EncodeToString(b)
+	h := hashKey(secret)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	exp := int64(0)
+	if !expires.IsZero() {
+		exp = millis(expires)
 	}
-	return key, nil
+	_, err := s.control.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		h, org, subject, secret[:10], millis(now), exp)
+	if err != nil {
+		return "", Key{}, fmt.Errorf("store: create key: %w", err)
+	}
+	k := Key{ID: keyID(h), Org: org, Subject: subject, Prefix: secret[:10], CreatedAt: now}
+	if exp != 0 {
+		k.ExpiresAt = fromMillis(exp)
+	}
+	return secret, k, nil
 }
 
-// Principal resolves an API key, or KindUnauthorized. A resolved key is
-// cached for keyCacheTTL; an unknown one is never cached, so a key minted by
-// the CLI works at once.
+// touchEvery bounds how often a key's last use is written.
+const touchEvery = time.Minute
+
+// Principal resolves an API key, or KindUnauthorized. It asks the control
+// database every time (about 10 µs): a key revoked or expired — by the
+// server or by the CLI on the data directory — stops working at once.
 func (s *Store) Principal(ctx context.Context, key string) (sandbox.Principal, error) {
 	h := hashKey(key)
-	if c, ok := s.keys.Load(h); ok && time.Now().Before(c.(cachedPrincipal).expires) {
-		return c.(cachedPrincipal).p, nil
-	}
 	var p sandbox.Principal
-	err := s.control.QueryRowContext(ctx, `SELECT org, subject FROM api_keys WHERE hash = ?`, h).Scan(&p.Org, &p.Subject)
+	var used, exp int64
+	err := s.control.QueryRowContext(ctx, `SELECT org, subject, last_used_at, expires_at FROM api_keys WHERE hash = ?`, h).
+		Scan(&p.Org, &p.Subject, &used, &exp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, sandbox.Errorf(sandbox.KindUnauthorized, "invalid API key")
 	}
 	if err != nil {
 		return p, fmt.Errorf("store: key: %w", err)
 	}
-	s.keys.Store(h, cachedPrincipal{p: p, expires: time.Now().Add(keyCacheTTL)})
+	now := time.Now()
+	if exp != 0 && !now.Before(fromMillis(exp)) {
+		return sandbox.Principal{}, sandbox.Errorf(sandbox.KindUnauthorized, "the API key has expired")
+	}
+	if now.Sub(fromMillis(used)) >= touchEvery {
+		if _, err := s.control.ExecContext(ctx, `UPDATE api_keys SET last_used_at = ? WHERE hash = ?`, millis(now), h); err != nil {
+			return p, fmt.Errorf("store: key: %w", err)
+		}
+	}
+	p.Key = keyID(h)
 	return p, nil
+}
+
+// KeyActive reports whether the key of id still works (not revoked, not
+// expired): long connections ask it, to end once their key is revoked.
+func (s *Store) KeyActive(ctx context.Context, id string) (bool, error) {
+	var exp int64
+	err := s.control.QueryRowContext(ctx, `SELECT expires_at FROM api_keys WHERE substr(hash, 1, 16) = ?`, strings.TrimPrefix(id, "key_")).Scan(&exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: key: %w", err)
+	}
+	return exp == 0 || time.Now().Before(fromMillis(exp)), nil
+}
+
+// Keys lists org's keys, oldest first.
+func (s *Store) Keys(ctx context.Context, org string) ([]Key, error) {
+	rows, err := s.control.QueryContext(ctx, `SELECT hash, org, subject, prefix, created_at, last_used_at, expires_at
+		FROM api_keys WHERE org = ? ORDER BY created_at, hash`, org)
+	if err != nil {
+		return nil, fmt.Errorf("store: keys: %w", err)
+	}
+	defer rows.Close()
+	out := []Key{}
+	for rows.Next() {
+		var k Key
+		var h string
+		var created, used, exp int64
+		if err := rows.Scan(&h, &k.Org, &k.Subject, &k.Prefix, &created, &used, &exp); err != nil {
+			return nil, fmt.Errorf("store: keys: %w", err)
+		}
+		k.ID, k.CreatedAt = keyID(h), fromMillis(created)
+		if used != 0 {
+			k.LastUsedAt = fromMillis(used)
+		}
+		if exp != 0 {
+			k.ExpiresAt = fromMillis(exp)
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RevokeKey deletes the key of id (of org, when org is not empty): it
+// stops working at once. An unknown id is KindNotFound.
+func (s *Store) RevokeKey(ctx context.Context, org, id string) error {
+	q := `DELETE FROM api_keys WHERE substr(hash, 1, 16) = ?`
+	args := []any{strings.TrimPrefix(id, "key_")}
+	if org != "" {
+		q += ` AND org = ?`
+		args = append(args, org)
+	}
+	if !strings.HasPrefix(id, "key_") || len(id) != 20 {
+		return sandbox.Errorf(sandbox.KindNotFound, "no key %q", id)
+	}
+	res, err := s.control.ExecContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("store: revoke: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return sandbox.Errorf(sandbox.KindNotFound, "no key %q", id)
+	}
+	return nil
 }
 
 // Orgs lists every org that has a store, for background work that visits

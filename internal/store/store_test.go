@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -314,5 +315,52 @@ func TestOrgQuota(t *testing.T) {
 	}
 	if p, _ := st.OrgQuota(ctx, "acme"); p.Projects != nil {
 		t.Errorf("cleared override still there: %+v", p)
+	}
+}
+
+// TestKeyLifecycle: a key lists without its secret, stamps its last use,
+// stops at once when revoked (no cache window) and when expired.
+func TestKeyLifecycle(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := context.Background()
+	secret, k, err := st.MintKey(ctx, "acme", "ci", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.Principal(ctx, secret)
+	if err != nil || p.Org != "acme" || p.Key != k.ID {
+		t.Fatalf("principal %+v %v (key %s)", p, err, k.ID)
+	}
+	ks, _ := st.Keys(ctx, "acme")
+	if len(ks) != 1 || ks[0].ID != k.ID || ks[0].LastUsedAt.IsZero() || strings.Contains(fmt.Sprint(ks), secret[10:]) {
+		t.Errorf("keys %+v", ks)
+	}
+	if others, _ := st.Keys(ctx, "globex"); len(others) != 0 {
+		t.Errorf("another org's keys: %+v", others)
+	}
+	if err := st.RevokeKey(ctx, "globex", k.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("revoked from another org: %v", err)
+	}
+	if ok, _ := st.KeyActive(ctx, k.ID); !ok {
+		t.Error("an active key is not active")
+	}
+	if err := st.RevokeKey(ctx, "acme", k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Principal(ctx, secret); !errors.Is(err, sandbox.ErrUnauthorized) {
+		t.Errorf("a revoked key still works: %v", err)
+	}
+	if ok, _ := st.KeyActive(ctx, k.ID); ok {
+		t.Error("a revoked key is active")
+	}
+	if err := st.RevokeKey(ctx, "acme", k.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("revoked twice: %v", err)
+	}
+	old, ko, _ := st.MintKey(ctx, "acme", "ci", time.Now().Add(-time.Second))
+	if _, err := st.Principal(ctx, old); !errors.Is(err, sandbox.ErrUnauthorized) || !strings.Contains(sandbox.Message(err), "expired") {
+		t.Errorf("an expired key: %v", err)
+	}
+	if ok, _ := st.KeyActive(ctx, ko.ID); ok {
+		t.Error("an expired key is active")
 	}
 }

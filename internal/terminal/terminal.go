@@ -68,7 +68,7 @@ func (c *Consoles) Ticket(ctx context.Context, id, kind string) (string, error) 
 			return "", sandbox.Errorf(sandbox.KindConflict, "sandbox %s is class %s, which has no screen: lease class desktop", sb.ID, sb.Class)
 		}
 	}
-	token, _, ok := c.tickets.Mint(p.Org, sb.ID, kind)
+	token, _, ok := c.tickets.MintFor(p.Org, p.Key, sb.ID, kind)
 	if !ok {
 		return "", &sandbox.Error{Kind: sandbox.KindLimit, Msg: "too many unspent tickets: use or let expire the ones you hold", RetryAfter: int(ticket.TTL / time.Second)}
 	}
@@ -82,7 +82,7 @@ func (c *Consoles) Spend(ctx context.Context, token, id, kind string) (context.C
 	if !ok {
 		return nil, sandbox.Errorf(sandbox.KindUnauthorized, "the ticket is missing, expired, already used, or for another %s: mint a new one with POST .../%s/ticket", kind, kind)
 	}
-	return sandbox.WithPrincipal(ctx, sandbox.Principal{Org: t.Org, Subject: "ticket"}), nil
+	return sandbox.WithPrincipal(ctx, sandbox.Principal{Org: t.Org, Subject: "ticket", Key: t.Key}), nil
 }
 
 // shellScript starts the login shell a terminal opens: zsh, else bash,

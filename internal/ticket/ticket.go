@@ -28,6 +28,7 @@ const (
 // Ticket is what a ticket grants.
 type Ticket struct {
 	Org     string
+	Key     string // the API key that bought it (its public id)
 	Sandbox string
 	Kind    string
 	Expires time.Time
@@ -56,7 +57,13 @@ const MaxPerOrg = 256
 // Mint issues a ticket for kind on a sandbox of org; ok is false when the
 // org already holds MaxPerOrg unspent ones.
 func (b *Book) Mint(org, sandbox, kind string) (token string, t Ticket, ok bool) {
-	t = Ticket{Org: org, Sandbox: sandbox, Kind: kind, Expires: b.now().Add(TTL)}
+	return b.MintFor(org, "", sandbox, kind)
+}
+
+// MintFor is Mint for a caller with an API key (key is its public id): the
+// connection the ticket opens ends when that key is revoked.
+func (b *Book) MintFor(org, key, sandbox, kind string) (token string, t Ticket, ok bool) {
+	t = Ticket{Org: org, Key: key, Sandbox: sandbox, Kind: kind, Expires: b.now().Add(TTL)}
 	token = "tk_" + rand.Text() + rand.Text() // 260 random bits
 	b.mu.Lock()
 	defer b.mu.Unlock()
