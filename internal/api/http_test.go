@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/metrics"
+	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -343,3 +345,86 @@ func TestRequestsPerKey(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestFollowerPagesTheBacklog: a follower of a long log gets every event in
+// order, read from the store a page at a time.
+func TestFollowerPagesTheBacklog(t *testing.T) {
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log := slog.New(slog.DiscardHandler)
+	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: fake.New(), Log: log, Quotas: st})
+	it := interp.New(svc, "", log)
+	sessions := narrate.New(st, log)
+	pages := pageCounter{Log: sessions}
+	ctx, cancel := context.WithCancel(context.Background())
+	go sessions.Run(ctx)
+	defer func() { cancel(); sessions.Wait() }()
+	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it,
+		Ops: ops.New(svc, it), Auth: st, Sessions: &pages}, log, api.Config{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+	key, _ := st.CreateKey(context.Background(), "acme", "t")
+	n := 3*narrate.BacklogPage + 17
+	for i := range n {
+		sessions.Append("acme", "long", "stdout", []byte(strconv.Itoa(i)))
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer rcancel()
+	req, _ := http.NewRequestWithContext(rctx, "GET", srv.URL+"/v1/sessions/long/events", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	next := 0
+	for next < n && sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct{ Text string }
+		json.Unmarshal([]byte(data), &ev)
+		if ev.Text != strconv.Itoa(next) {
+			t.Fatalf("event %d is %q", next, ev.Text)
+		}
+		next++
+	}
+	if next != n {
+		t.Errorf("got %d of %d events", next, n)
+	}
+	if pages.largest > narrate.BacklogPage || pages.pages < 4 {
+		t.Errorf("the backlog came in %d pages, the largest %d events", pages.pages, pages.largest)
+	}
+}
+
+// pageCounter records the pages of backlog a follower was handed.
+type pageCounter struct {
+	*narrate.Log
+	mu             sync.Mutex
+	pages, largest int
+}
+
+func (p *pageCounter) count(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pages++
+	p.largest = max(p.largest, n)
+}
+
+func (p *pageCounter) Follow(ctx context.Context, session string, after int64) ([]narrate.Event, *narrate.Follower, error) {
+	b, f, err := p.Log.Follow(ctx, session, after)
+	p.count(len(b))
+	return b, f, err
+}
+
+func (p *pageCounter) Backlog(ctx context.Context, session string, after int64, limit int) ([]narrate.Event, error) {
+	b, err := p.Log.Backlog(ctx, session, after, limit)
+	p.count(len(b))
+	return b, err
+}

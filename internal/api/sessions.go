@@ -18,6 +18,7 @@ import (
 // Sessions is the part of the session logs the API reads.
 type Sessions interface {
 	Follow(ctx context.Context, session string, after int64) ([]narrate.Event, *narrate.Follower, error)
+	Backlog(ctx context.Context, session string, after int64, limit int) ([]narrate.Event, error)
 }
 
 // heartbeat keeps idle event streams (and proxies in between) alive.
@@ -93,18 +94,27 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 		buf.Reset()
 		return rc.Flush()
 	}
-	// The backlog goes out in slices: the buffer never holds more than a
-	// slice's worth.
-	for i, e := range backlog {
-		send(e)
-		if i%64 == 63 {
-			if err := flush(); err != nil {
-				return nil
+	// The backlog goes out a page at a time (narrate.BacklogPage events
+	// read from the store), in slices: neither the buffer nor the page
+	// ever holds more than a page's worth.
+	for {
+		for i, e := range backlog {
+			send(e)
+			if i%64 == 63 {
+				if err := flush(); err != nil {
+					return nil
+				}
 			}
 		}
-	}
-	if err := flush(); err != nil {
-		return nil
+		if err := flush(); err != nil {
+			return nil
+		}
+		if len(backlog) < narrate.BacklogPage {
+			break
+		}
+		if backlog, err = s.Sessions.Backlog(ctx, name, after, narrate.BacklogPage); err != nil {
+			return nil // the stream has started: the client reconnects from its last id
+		}
 	}
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()

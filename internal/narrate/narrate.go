@@ -31,10 +31,14 @@ type Store interface {
 type Event = store.Event
 
 const (
-	queueLen     = 8192 // events waiting for the store
-	followerLen  = 1024 // events waiting for one follower
-	batchMax     = 512
-	backlogLimit = store.KeepEvents
+	queueLen    = 8192 // events waiting for the store
+	followerLen = 1024 // events waiting for one follower
+	batchMax    = 512
+	// BacklogPage is how many stored events a follower is handed at once:
+	// Follow answers the first page, Backlog the next ones, so that a
+	// follower never holds a whole log (up to store.KeepEvents events of
+	// up to 16 KiB) in memory.
+	BacklogPage = 256
 )
 
 // Log is the set of session logs of every org.
@@ -210,6 +214,12 @@ type Follower struct {
 	cut bool // set under l.mu when it fell behind and ch was closed
 }
 
+// Backlog answers up to limit stored events of session after seq after:
+// the pages of a follower's backlog past the first.
+func (l *Log) Backlog(ctx context.Context, session string, after int64, limit int) ([]Event, error) {
+	return l.store.Events(ctx, session, after, limit)
+}
+
 // Follow subscribes to a session of the org in ctx and returns the backlog
 // after seq `after` (oldest first) and a follower for what comes next. The
 // follower's channel closes when it falls behind or is closed; events it
@@ -232,7 +242,7 @@ func (l *Log) Follow(ctx context.Context, session string, after int64) ([]Event,
 		f.Close()
 		return nil, nil, err
 	}
-	backlog, err := l.store.Events(ctx, session, after, backlogLimit)
+	backlog, err := l.store.Events(ctx, session, after, BacklogPage)
 	if err != nil {
 		f.Close()
 		return nil, nil, err
