@@ -51,6 +51,7 @@ type Leases interface {
 type Work interface {
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
 	Read(ctx context.Context, id, path string, max int64) (*service.ReadResult, error)
+	ReadTo(ctx context.Context, id, path string, max int64, open func(service.FileHead) (io.Writer, error)) (*service.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 }

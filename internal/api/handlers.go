@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -112,26 +114,40 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// readFS answers a file's bytes as application/octet-stream, or a
-// directory's entries one per line as text/plain; X-Sandbox-Kind says which.
+// readFS answers a file's bytes as application/octet-stream, streamed from
+// the sandbox with its Content-Length, or a directory's entries one per
+// line as text/plain; X-Sandbox-Kind says which.
 func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.Read(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), 0)
+	h := w.Header()
+	res, err := s.Work.ReadTo(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), 0, func(f service.FileHead) (io.Writer, error) {
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Sandbox-Path", f.Path)
+		if f.Woken {
+			h.Set("X-Sandbox-Woken", "1")
+		}
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("X-Sandbox-Kind", "file")
+		h.Set("Content-Length", strconv.FormatInt(f.Size, 10))
+		w.WriteHeader(http.StatusOK)
+		return w, nil
+	})
+	if errors.Is(err, service.ErrStreamBroken) {
+		s.log.Warn("a file read stopped mid-answer", "sandbox", r.PathValue("id"), "err", err)
+		return nil // the answer is short of its length: the client sees it cut
+	}
 	if err != nil {
 		return err
 	}
-	h := w.Header()
+	if !res.Dir {
+		return nil // streamed
+	}
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Sandbox-Path", res.Path)
 	if res.Woken {
 		h.Set("X-Sandbox-Woken", "1")
 	}
-	if res.Dir {
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("X-Sandbox-Kind", "directory")
-	} else {
-		h.Set("Content-Type", "application/octet-stream")
-		h.Set("X-Sandbox-Kind", "file")
-	}
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Sandbox-Kind", "directory")
 	h.Set("Content-Length", strconv.Itoa(len(res.Data)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(res.Data)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // typedOps registers the typed ops (POST /v1/sandbox/{op}, JSON in and out)
@@ -130,20 +131,25 @@ func uploadError(err error, written []interp.File) error {
 }
 
 func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.Read(r.Context(), r.PathValue("session"), r.PathValue("path"), 0)
+	res, err := s.Work.ReadTo(r.Context(), r.PathValue("session"), r.PathValue("path"), 0, func(f service.FileHead) (io.Writer, error) {
+		h := w.Header()
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": baseName(f.Path)}))
+		h.Set("Content-Length", strconv.FormatInt(f.Size, 10))
+		w.WriteHeader(http.StatusOK)
+		return w, nil
+	})
+	if errors.Is(err, service.ErrStreamBroken) {
+		s.log.Warn("a download stopped mid-answer", "session", r.PathValue("session"), "err", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	if res.Dir {
 		return sandbox.Errorf(sandbox.KindInvalid, "%s is a directory; GET /v1/exec/{session}/files lists the files", res.Path)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": baseName(res.Path)}))
-	h.Set("Content-Length", strconv.Itoa(len(res.Data)))
-	w.WriteHeader(http.StatusOK)
-	w.Write(res.Data)
 	return nil
 }
 

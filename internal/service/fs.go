@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"io"
 	pathpkg "path"
 	"strconv"
@@ -16,17 +18,23 @@ import (
 // Files are read and written by ordinary programs over the one exec channel;
 // there is no second way into a sandbox.
 
-// readScript tells a directory from a file by its exit status, never by
-// marker bytes in the output, so any file comes back byte for byte. Only
-// regular files are read: a FIFO or a device (/dev/zero) would never end.
-const readScript = `p=$1
-if [ -d "$p" ]; then ls -1Ap -- "$p" || exit 3; exit 10; fi
+// readScript tells a directory from a file by its exit status and a first
+// line of its own ("D", or "F SIZE" before the file's bytes), never by
+// marker bytes inside the content, so any file comes back byte for byte,
+// streamed. Only regular files are read: a FIFO or a device (/dev/zero)
+// would never end. A file over $2 bytes is refused before a byte is sent.
+const readScript = `p=$1 max=$2
+if [ -d "$p" ]; then printf 'D\n'; ls -1Ap -- "$p" || exit 3; exit 10; fi
 [ -e "$p" ] || [ -L "$p" ] || exit 4
 [ -f "$p" ] || exit 8
 [ -r "$p" ] || exit 5
+n=$(stat -c %s -- "$p") || exit 9
+[ "$n" -gt "$max" ] && exit 11
+printf 'F %s\n' "$n"
 exec cat -- "$p"`
 
 const (
+	readTooLarge   = 11
 	readDir        = 10
 	readNotFound   = 4
 	readNoAccess   = 5
@@ -76,8 +84,41 @@ type ReadResult struct {
 }
 
 // Read reads a regular file (at most max bytes; max <= 0 means
-// MaxFileBytes: 413 past it) or lists a directory.
+// MaxFileBytes: 413 past it, before a byte is read) or lists a directory,
+// into memory. ReadTo streams a file instead.
 func (s *Service) Read(ctx context.Context, id, path string, max int64) (*ReadResult, error) {
+	var buf bytes.Buffer
+	res, err := s.ReadTo(ctx, id, path, max, func(h FileHead) (io.Writer, error) {
+		buf.Grow(int(h.Size))
+		return &buf, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !res.Dir {
+		res.Data = buf.Bytes()
+	}
+	return res, nil
+}
+
+// FileHead is what is known of a file before its bytes: ReadTo hands it to
+// the caller's open, which answers where the bytes go.
+type FileHead struct {
+	Path  string
+	Size  int64
+	Woken bool
+}
+
+// ErrStreamBroken says a file's bytes stopped after the first had gone to
+// the caller's writer: the answer has started and cannot become an error;
+// the caller cuts it short (its length is the head's Size).
+var ErrStreamBroken = errors.New("the file stopped before its end")
+
+// ReadTo reads a file (at most max bytes; see Read), streaming its bytes to
+// the writer open answers once the size is known, or lists a directory
+// (Entries). The server holds no more of a file than a pipe's worth. Errors
+// before open are ordinary; after it, ErrStreamBroken (wrapped).
+func (s *Service) ReadTo(ctx context.Context, id, path string, max int64, open func(FileHead) (io.Writer, error)) (*ReadResult, error) {
 	if max <= 0 || max > MaxFileBytes {
 		max = MaxFileBytes
 	}
@@ -90,34 +131,44 @@ func (s *Service) Read(ctx context.Context, id, path string, max int64) (*ReadRe
 	if err != nil {
 		return nil, err
 	}
-	// A file over the limit cancels the program at once (this context is
-	// the work's, so the outcome is not a broken channel).
+	// A file that outgrows its head, or a caller that went away, cancels
+	// the program (this context is the work's, so the outcome is not a
+	// broken channel).
 	work, cancel := context.WithCancel(work)
 	defer cancel()
-	out := &limited{max: int(max), over: cancel}
+	out := &headed{open: open, head: FileHead{Path: full, Woken: sb.Woken}, dirMax: MaxFileBytes, stop: cancel}
 	errb := NewOutput(4096)
 	o, err := s.run(ctx, work, sb, Command{
-		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", readScript, "sh", full}, Stdout: out, Stderr: errb},
+		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", readScript, "sh", full, strconv.FormatInt(max, 10)}, Stdout: out, Stderr: errb},
 		Timeout:     s.cfg.ExecTimeout, Metric: "fs_read",
 	})
-	if out.exceeded {
-		if max < MaxFileBytes {
-			return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB, the most this read answers: GET /v1/sandbox/{id}/fs?path= answers up to %d MiB", full, max>>20, MaxFileBytes>>20)
+	switch {
+	case out.file && out.sent == out.head.Size && out.err == nil:
+		return &ReadResult{Path: full, Woken: o.Woken}, nil // complete, whatever cancelled the rest
+	case out.file:
+		cause := err
+		if cause == nil {
+			cause = out.err
 		}
-		return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB: read it in parts with exec", full, max>>20)
+		return nil, fmt.Errorf("%w: %d of %d bytes of %s (%v, exit %d)", ErrStreamBroken, out.sent, out.head.Size, full, cause, o.Code)
+	case out.dirOver:
+		return nil, sandbox.Errorf(sandbox.KindTooLarge, "the listing of %s is larger than %d MiB: list it with exec", full, MaxFileBytes>>20)
 	}
 	if err = fileOpError(o, err); err != nil {
 		return nil, err
 	}
 	switch o.Code {
-	case 0:
-		return &ReadResult{Path: full, Data: out.buf.Bytes(), Woken: o.Woken}, nil
 	case readDir:
-		entries := strings.Split(strings.TrimSuffix(out.buf.String(), "\n"), "\n")
+		entries := strings.Split(strings.TrimSuffix(out.dir.String(), "\n"), "\n")
 		if len(entries) == 1 && entries[0] == "" {
 			entries = []string{}
 		}
-		return &ReadResult{Path: full, Dir: true, Data: out.buf.Bytes(), Entries: entries, Woken: o.Woken}, nil
+		return &ReadResult{Path: full, Dir: true, Data: out.dir.Bytes(), Entries: entries, Woken: o.Woken}, nil
+	case readTooLarge:
+		if max < MaxFileBytes {
+			return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB, the most this read answers: GET /v1/sandbox/{id}/fs?path= answers up to %d MiB", full, max>>20, MaxFileBytes>>20)
+		}
+		return nil, sandbox.Errorf(sandbox.KindTooLarge, "%s is larger than %d MiB: read it in parts with exec", full, max>>20)
 	case readNotFound:
 		return nil, sandbox.Errorf(sandbox.KindNotFound, "no such file or directory: %s", full)
 	case readNoAccess:
@@ -126,6 +177,85 @@ func (s *Service) Read(ctx context.Context, id, path string, max int64) (*ReadRe
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "%s is not a regular file or a directory", full)
 	}
 	return nil, sandbox.Errorf(sandbox.KindInvalid, "reading %s failed: %s", full, firstLine(errb.String()))
+}
+
+// headed reads the read script's output: its first line says what follows
+// ("D": a listing, kept up to dirMax; "F SIZE": SIZE bytes, streamed to
+// the writer open answers, and nothing past them).
+type headed struct {
+	open   func(FileHead) (io.Writer, error)
+	head   FileHead
+	dirMax int
+	stop   func()
+
+	line    []byte
+	started bool
+	file    bool
+	w       io.Writer
+	sent    int64
+	err     error
+	dir     bytes.Buffer
+	dirOver bool
+}
+
+func (h *headed) Write(p []byte) (int, error) {
+	n := len(p)
+	if !h.started {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(h.line)+len(p) > 64 {
+				h.started, h.err = true, errors.New("no head line")
+				h.stop()
+				return n, nil
+			}
+			h.line = append(h.line, p...)
+			return n, nil
+		}
+		h.line, p, h.started = append(h.line, p[:i]...), p[i+1:], true
+		switch {
+		case string(h.line) == "D":
+		case bytes.HasPrefix(h.line, []byte("F ")):
+			size, err := strconv.ParseInt(string(h.line[2:]), 10, 64)
+			if err != nil || size < 0 {
+				h.err = errors.New("a malformed head line")
+				h.stop()
+				return n, nil
+			}
+			h.head.Size, h.file = size, true
+			if h.w, h.err = h.open(h.head); h.err != nil {
+				h.stop()
+				return n, nil
+			}
+		default:
+			h.err = errors.New("an unknown head line")
+			h.stop()
+			return n, nil
+		}
+	}
+	switch {
+	case h.err != nil:
+	case h.file:
+		if room := h.head.Size - h.sent; int64(len(p)) > room {
+			p = p[:room]
+			defer h.stop() // the file grew after its size was read: the head's size is what is sent
+		}
+		if len(p) > 0 {
+			m, err := h.w.Write(p)
+			h.sent += int64(m)
+			if err != nil {
+				h.err = err
+				h.stop()
+			}
+		}
+	default:
+		if h.dir.Len()+len(p) > h.dirMax {
+			h.dirOver = true
+			h.stop()
+			return n, nil
+		}
+		h.dir.Write(p)
+	}
+	return n, nil
 }
 
 // WriteResult is the answer to a write.
@@ -264,25 +394,4 @@ func firstLine(s string) string {
 		return "the program failed"
 	}
 	return s
-}
-
-// limited keeps up to max bytes; past that it calls over (which cancels the
-// program) and discards the rest, so the program never blocks on a full
-// pipe.
-type limited struct {
-	buf      bytes.Buffer
-	max      int
-	exceeded bool
-	over     func()
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if l.exceeded || l.buf.Len()+len(p) > l.max {
-		if !l.exceeded {
-			l.exceeded = true
-			l.over()
-		}
-		return len(p), nil
-	}
-	return l.buf.Write(p)
 }

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strconv"
 	"strings"
@@ -102,13 +103,16 @@ func TestRecoverMatrix(t *testing.T) {
 // readFake emulates the file protocol's exit codes for a path.
 func readFake(files map[string]string, dirs map[string]string) fake.ExecFunc {
 	return func(ctx context.Context, name string, req runtime.ExecRequest) error {
-		p := req.Argv[len(req.Argv)-1]
+		p, max := req.Argv[len(req.Argv)-2], req.Argv[len(req.Argv)-1]
 		if d, ok := dirs[p]; ok {
-			io.WriteString(req.Stdout, d)
+			io.WriteString(req.Stdout, "D\n"+d)
 			return &runtime.ExitError{Code: 10}
 		}
 		if f, ok := files[p]; ok {
-			io.WriteString(req.Stdout, f)
+			if m, _ := strconv.Atoi(max); len(f) > m {
+				return &runtime.ExitError{Code: 11}
+			}
+			io.WriteString(req.Stdout, "F "+strconv.Itoa(len(f))+"\n"+f)
 			return nil
 		}
 		return &runtime.ExitError{Code: 4}
@@ -133,15 +137,39 @@ func TestFiles(t *testing.T) {
 	_, err = h.svc.Read(acme, sb.ID, "../etc/passwd", 0)
 	wantKind(t, err, sandbox.KindInvalid)
 
-	// Past the limit the program is cancelled at once: 413.
+	// Past the limit the script refuses before a byte: 413, and the limit
+	// it is given is the caller's.
+	_, err = h.svc.Read(acme, sb.ID, "a.bin", 3)
+	wantKind(t, err, sandbox.KindTooLarge)
+	if !strings.Contains(sandbox.Message(err), "the most this read answers") {
+		t.Errorf("message %q", sandbox.Message(err))
+	}
+	// A file that grew after its size was read: the head's size is what is
+	// sent, and the program is stopped.
 	h.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
-		req.Stdout.Write(make([]byte, service.MaxFileBytes))
-		req.Stdout.Write([]byte("x"))
+		io.WriteString(req.Stdout, "F 4\nabcdefgh")
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	_, err = h.svc.Read(acme, sb.ID, "big", 0)
-	wantKind(t, err, sandbox.KindTooLarge)
+	if r, err := h.svc.Read(acme, sb.ID, "growing", 0); err != nil || string(r.Data) != "abcd" {
+		t.Errorf("a growing file: %+v %v", r, err)
+	}
+	// A file that stopped short, streamed: the answer has started, so the
+	// error says the stream broke.
+	h.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		io.WriteString(req.Stdout, "F 10\nabc")
+		return &runtime.ExitError{Code: 1}
+	})
+	var got strings.Builder
+	_, err = h.svc.ReadTo(acme, sb.ID, "short", 0, func(h service.FileHead) (io.Writer, error) {
+		if h.Size != 10 || h.Path != "/mnt/data/short" {
+			t.Errorf("head %+v", h)
+		}
+		return &got, nil
+	})
+	if !errors.Is(err, service.ErrStreamBroken) || got.String() != "abc" {
+		t.Errorf("a file cut short: %v, sent %q", err, got.String())
+	}
 	// A read that never ends (a FIFO) is killed at the exec timeout: 504.
 	h.rt.SetExec(fake.Block(nil))
 	_, err = h.svc.Read(acme, sb.ID, "fifo", 0)
