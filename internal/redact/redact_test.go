@@ -2,8 +2,10 @@ package redact
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSplitAcrossWrites(t *testing.T) {
@@ -83,4 +85,57 @@ func FuzzWriter(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzSameAsNaive: the matcher answers exactly what the earlier scan (every
+// secret tried at every byte) answers, for any input, secrets and
+// chunking — the longest secret at each position, left to right.
+func FuzzSameAsNaive(f *testing.F) {
+	f.Add("aaaaabaaab", "aab", "ab", "aaaab", 3)
+	f.Add("the key is k3y-k3y-k3y!", "k3y", "k3y-k3y", "", 1)
+	f.Add("abcabcabd", "abcabd", "bca", "c", 2)
+	f.Fuzz(func(t *testing.T, in, s1, s2, s3 string, chunk int) {
+		secrets := []string{s1, s2, s3}
+		chunk = 1 + abs(chunk)%7
+		var got, want strings.Builder
+		w, n := NewWriter(&got, secrets), newNaive(&want, secrets)
+		for i := 0; i < len(in); i += chunk {
+			part := []byte(in[i:min(len(in), i+chunk)])
+			w.Write(part)
+			n.Write(part)
+			if got.String() != want.String() {
+				t.Fatalf("after %d bytes: %q, the naive scan %q (secrets %q)", i+len(part), got.String(), want.String(), secrets)
+			}
+		}
+		w.Close()
+		n.Close()
+		if got.String() != want.String() {
+			t.Fatalf("%q: %q, the naive scan %q (secrets %q)", in, got.String(), want.String(), secrets)
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// TestCostIsLinear: 32 secrets of 4 KiB that each almost match a flood of
+// 'a's (the worst case of trying every secret at every byte: 4 KiB compared
+// per secret per byte) cost the matcher about as much as plain text.
+func TestCostIsLinear(t *testing.T) {
+	var secrets []string
+	for i := range 32 {
+		secrets = append(secrets, strings.Repeat("a", 4000+i)+"b")
+	}
+	flood := []byte(strings.Repeat("a", 1<<20))
+	start := time.Now()
+	w := NewWriter(io.Discard, secrets)
+	w.Write(flood)
+	w.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("1 MiB against 32 adversarial secrets took %v", d)
+	}
 }
