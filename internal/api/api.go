@@ -337,10 +337,18 @@ var bodyIdle = 30 * time.Second
 // after reading (an exec of ten minutes) is not cut off.
 type progressBody struct {
 	io.ReadCloser
-	rc *http.ResponseController
+	rc       *http.ResponseController
+	extended time.Time
 }
 
-func (b *progressBody) extend() { b.rc.SetReadDeadline(time.Now().Add(bodyIdle)) }
+// extend pushes the deadline out, at most once a second: an upload of
+// 64 MiB is two thousand reads, and one timer reset a second is enough.
+func (b *progressBody) extend() {
+	if now := time.Now(); now.Sub(b.extended) >= time.Second {
+		b.extended = now
+		b.rc.SetReadDeadline(now.Add(bodyIdle))
+	}
+}
 
 func (b *progressBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)

@@ -118,17 +118,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 // the sandbox with its Content-Length, or a directory's entries one per
 // line as text/plain; X-Sandbox-Kind says which.
 func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
-	h := w.Header()
 	res, err := s.Work.ReadTo(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), 0, func(f service.FileHead) (io.Writer, error) {
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Sandbox-Path", f.Path)
-		if f.Woken {
-			h.Set("X-Sandbox-Woken", "1")
-		}
-		h.Set("Content-Type", "application/octet-stream")
-		h.Set("X-Sandbox-Kind", "file")
-		h.Set("Content-Length", strconv.FormatInt(f.Size, 10))
-		w.WriteHeader(http.StatusOK)
+		fsHead(w, f.Path, f.Woken, "file", "application/octet-stream", f.Size)
 		return w, nil
 	})
 	if errors.Is(err, service.ErrStreamBroken) {
@@ -138,20 +129,26 @@ func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !res.Dir {
-		return nil // streamed
+	if res.Dir {
+		fsHead(w, res.Path, res.Woken, "directory", "text/plain; charset=utf-8", int64(len(res.Data)))
+		w.Write(res.Data)
 	}
+	return nil // a file has been streamed
+}
+
+// fsHead writes the head of a GET /fs answer: what was read, how and how
+// long.
+func fsHead(w http.ResponseWriter, path string, woken bool, kind, contentType string, size int64) {
+	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Sandbox-Path", res.Path)
-	if res.Woken {
+	h.Set("X-Sandbox-Path", path)
+	if woken {
 		h.Set("X-Sandbox-Woken", "1")
 	}
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Sandbox-Kind", "directory")
-	h.Set("Content-Length", strconv.Itoa(len(res.Data)))
+	h.Set("Content-Type", contentType)
+	h.Set("X-Sandbox-Kind", kind)
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	w.WriteHeader(http.StatusOK)
-	w.Write(res.Data)
-	return nil
 }
 
 func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {

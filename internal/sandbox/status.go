@@ -26,12 +26,6 @@ func (s Status) Known() bool {
 	return false
 }
 
-// Live reports whether a sandbox in s holds its project and counts against
-// its class's cap: everything but error (and ended).
-func (s Status) Live() bool {
-	return s == StatusPending || s == StatusRunning || s == StatusSleeping
-}
-
 // transitions is the closed table of status changes. Every status write of
 // the service goes through CheckTransition, so a change that is not here
 // (waking an error row, say, or ending a sandbox twice) is refused instead

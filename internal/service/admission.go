@@ -140,7 +140,12 @@ func (s *Service) Acquire(ctx context.Context) (release func(), err error) {
 	}
 	release, n, ok := s.cmds.takeSlot(org, *p.Commands)
 	if !ok {
-		return nil, refusal(&quota.Exceeded{Quota: quota.NameCommands, Limit: float64(*p.Commands), Used: float64(n), Ask: 1})
+		return nil, commandsFull(*p.Commands, n)
 	}
 	return release, nil
+}
+
+// commandsFull is the refusal of a command over its org's quota (429).
+func commandsFull(limit, running int) error {
+	return refusal(&quota.Exceeded{Quota: quota.NameCommands, Limit: float64(limit), Used: float64(running), Ask: 1})
 }

@@ -34,16 +34,14 @@ type command struct {
 func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ context.Context, done func(), n int, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.perOrg == nil {
-		f.perOrg = map[string]int{}
-		f.cmds = map[string]map[uint64]*command{}
-	}
 	counted := limit >= 0
-	if counted && f.perOrg[org] >= limit {
-		return nil, nil, f.perOrg[org], false
-	}
 	if counted {
-		f.perOrg[org]++
+		if n, ok := f.take(org, limit); !ok {
+			return nil, nil, n, false
+		}
+	}
+	if f.cmds == nil {
+		f.cmds = map[string]map[uint64]*command{}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &command{cancel: cancel, done: make(chan struct{})}
@@ -72,14 +70,9 @@ func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ cont
 func (f *inflight) takeSlot(org string, limit int) (release func(), n int, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.perOrg == nil {
-		f.perOrg = map[string]int{}
-		f.cmds = map[string]map[uint64]*command{}
+	if n, ok := f.take(org, limit); !ok {
+		return nil, n, false
 	}
-	if f.perOrg[org] >= limit {
-		return nil, f.perOrg[org], false
-	}
-	f.perOrg[org]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -88,6 +81,19 @@ func (f *inflight) takeSlot(org string, limit int) (release func(), n int, ok bo
 			f.mu.Unlock()
 		})
 	}, 0, true
+}
+
+// take counts one more of org's commands unless limit are running (then
+// it answers how many); f.mu is held.
+func (f *inflight) take(org string, limit int) (int, bool) {
+	if f.perOrg == nil {
+		f.perOrg = map[string]int{}
+	}
+	if n := f.perOrg[org]; n >= limit {
+		return n, false
+	}
+	f.perOrg[org]++
+	return 0, true
 }
 
 // release gives back one of org's slots; f.mu is held.

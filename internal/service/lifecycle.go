@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
@@ -81,7 +80,7 @@ func (s *Service) use(ctx context.Context, id string, command bool) (*sandbox.Sa
 	}
 	wctx, done, n, ok := s.cmds.start(ctx, org, id, limit)
 	if !ok {
-		return nil, nil, nil, refusal(&quota.Exceeded{Quota: quota.NameCommands, Limit: float64(limit), Used: float64(n), Ask: 1})
+		return nil, nil, nil, commandsFull(limit, n)
 	}
 	sb, err := s.d.Store.Get(ctx, id)
 	if err == nil && sb.Status == sandbox.StatusSleeping {

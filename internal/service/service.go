@@ -32,7 +32,6 @@ type Store interface {
 	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	List(ctx context.Context, f store.Filter) ([]*sandbox.Sandbox, error)
 	LiveInProject(ctx context.Context, project string) (*sandbox.Sandbox, error)
-	CountLive(ctx context.Context, class string) (int, error)
 	Insert(ctx context.Context, sb *sandbox.Sandbox, admit store.Admit) error
 	Use(ctx context.Context, project string) (quota.Use, bool, error)
 	DropProject(ctx context.Context, name string, ifFree bool) (store.Project, error)

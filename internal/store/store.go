@@ -220,26 +220,6 @@ func liveInProject(ctx context.Context, q querier, org, project string) (*sandbo
 	return sb, nil
 }
 
-// CountLive counts the org's live sandboxes (pending, running or sleeping)
-// of class over the whole store.
-func (s *Store) CountLive(ctx context.Context, class string) (int, error) {
-	db, org, err := s.orgDB(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return countLive(ctx, db, org, class)
-}
-
-func countLive(ctx context.Context, q querier, org, class string) (int, error) {
-	var n int
-	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes
-		WHERE org = ? AND class = ? AND status IN ('pending', 'running', 'sleeping')`, org, class).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("store: count: %w", err)
-	}
-	return n, nil
-}
-
 // ErrProjectBusy is returned by Insert when a racing lease won the
 // project; the caller turns it into the same answer as its read-only check.
 var ErrProjectBusy = errors.New("store: project has a live sandbox")

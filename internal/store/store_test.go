@@ -145,8 +145,8 @@ func TestInsertRaces(t *testing.T) {
 	if errs["ok"] != 16 || errs["busy"]+errs["cap"] != 24 {
 		t.Errorf("outcomes: %v", errs)
 	}
-	if n, _ := st.CountLive(ctx, "exec"); n != 16 {
-		t.Errorf("live: %d", n)
+	if u, _, _ := st.Use(ctx, ""); u.Live["exec"] != 16 {
+		t.Errorf("live: %d", u.Live["exec"])
 	}
 	live, _ := st.List(ctx, Filter{Project: "shared"})
 	if len(live) != 1 {
