@@ -183,15 +183,6 @@ func (s *server) watch(quietID string, stop <-chan struct{}) func() watch {
 	return func() watch { wg.Wait(); return w }
 }
 
-func p50(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 func report() bool { return os.Getenv("SANDBOX_LOAD_REPORT") == "1" }
 
 // TestHostileTenant plays each flood of tenant A beside quiet tenant B.
@@ -212,7 +203,7 @@ func TestHostileTenant(t *testing.T) {
 	if out, err := exec.Command(s.bin, "quota", "set", "--data", s.data, "--org", "hostile", "--commands", "8").CombinedOutput(); err != nil && !report() {
 		t.Fatalf("quota set: %v %s", err, out)
 	}
-	t.Logf("idle: server RSS %.0f MiB, B's exec p50 %v", s.rssMiB(), p50(idle))
+	t.Logf("idle: server RSS %.0f MiB, B's exec p50 %v", s.rssMiB(), testenv.P50(idle))
 
 	upload := func(path string, size int) (int, string) {
 		st, b := s.do("hostile", "POST", path, io.LimitReader(zero{}, int64(size)))
@@ -297,7 +288,7 @@ func TestHostileTenant(t *testing.T) {
 			close(stop)
 			w := collect()
 			t.Logf("%s: statuses %v; B/idle %.1fx; peak RSS %.0f MiB; B's exec p50 %v (idle %v) over %d calls; readyz failed %d; e.g. %q",
-				f.name, statuses, float64(p50(w.lat))/float64(max(1, p50(idle))), w.peakRSS, p50(w.lat), p50(idle), len(w.lat), w.notReady, msgs)
+				f.name, statuses, float64(testenv.P50(w.lat))/float64(max(1, testenv.P50(idle))), w.peakRSS, testenv.P50(w.lat), testenv.P50(idle), len(w.lat), w.notReady, msgs)
 			if report() {
 				return
 			}
@@ -317,8 +308,8 @@ func TestHostileTenant(t *testing.T) {
 			if w.notReady > 0 || len(w.bad) > 0 {
 				t.Errorf("B was refused or /readyz failed: %d, %q", w.notReady, w.bad)
 			}
-			if p := p50(w.lat); p > 2*p50(idle)+5*time.Millisecond && !f.cpuBound {
-				t.Errorf("B's exec p50 %v is over twice its idle %v", p, p50(idle))
+			if p := testenv.P50(w.lat); p > 2*testenv.P50(idle)+5*time.Millisecond && !f.cpuBound {
+				t.Errorf("B's exec p50 %v is over twice its idle %v", p, testenv.P50(idle))
 			}
 		})
 	}

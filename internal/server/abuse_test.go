@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // neighbour runs `true` in a second sandbox every 100 ms while abuse runs in
@@ -50,15 +51,6 @@ func neighbour(t *testing.T, e *env, id string, stop <-chan struct{}) func() []t
 	}
 }
 
-func p50(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // TestAbuseIsContained runs each abuse inside one sandbox while a neighbour
 // keeps working: each class limit holds, the abused sandbox survives (or at
 // least answers again after a stop), the neighbour's every exec succeeds,
@@ -73,7 +65,7 @@ func TestAbuseIsContained(t *testing.T) {
 		e.sh("acme", calm, "true")
 		base = append(base, time.Since(start))
 	}
-	t.Logf("neighbour exec p50 idle: %v", p50(base))
+	t.Logf("neighbour exec p50 idle: %v", testenv.P50(base))
 
 	for _, tc := range []struct {
 		name, command string
@@ -125,7 +117,7 @@ while True: b.append(bytearray(64 << 20))'`, nil},
 			r := e.do("POST", "/v1/sandbox/"+victim+"/exec", "acme", map[string]any{"command": tc.command, "timeoutSec": 60})
 			close(stop)
 			lat := collect()
-			t.Logf("neighbour exec p50 during %s: %v over %d calls (idle %v)", tc.name, p50(lat), len(lat), p50(base))
+			t.Logf("neighbour exec p50 during %s: %v over %d calls (idle %v)", tc.name, testenv.P50(lat), len(lat), testenv.P50(base))
 			var out execAnswer
 			json.Unmarshal(r.Body, &out)
 			switch {

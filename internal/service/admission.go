@@ -30,20 +30,23 @@ func (s *Service) policy(ctx context.Context, org string) (quota.Policy, error) 
 
 // Policy is the quota policy in force for the caller's org.
 func (s *Service) Policy(ctx context.Context) (quota.Policy, error) {
+	_, p, err := s.callerPolicy(ctx)
+	return p, err
+}
+
+// callerPolicy is the caller's org and its policy.
+func (s *Service) callerPolicy(ctx context.Context) (string, quota.Policy, error) {
 	org, err := sandbox.OrgRequired(ctx)
 	if err != nil {
-		return quota.Policy{}, err
+		return "", quota.Policy{}, err
 	}
-	return s.policy(ctx, org)
+	p, err := s.policy(ctx, org)
+	return org, p, err
 }
 
 // QuotaLines lists each quota of the caller's org with its use.
 func (s *Service) QuotaLines(ctx context.Context) ([]quota.Line, error) {
-	org, err := sandbox.OrgRequired(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := s.policy(ctx, org)
+	org, p, err := s.callerPolicy(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -130,11 +133,7 @@ func (s *Service) admitStart(ctx context.Context, sb *sandbox.Sandbox) error {
 // a program in a sandbox (an event-stream follower); release gives it back.
 // A full quota is a 429.
 func (s *Service) Acquire(ctx context.Context) (release func(), err error) {
-	org, err := sandbox.OrgRequired(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := s.policy(ctx, org)
+	org, p, err := s.callerPolicy(ctx)
 	if err != nil {
 		return nil, err
 	}

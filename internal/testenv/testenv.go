@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandbox/internal/image"
 )
@@ -83,4 +84,15 @@ func NeedKube(t testing.TB) string {
 		Missing(t, Kube, "a cluster: SANDBOX_TEST_KUBECONFIG (scripts/test.sh starts one with scripts/kube-up.sh)")
 	}
 	return k
+}
+
+// P50 is the median of latencies (zero for none), as the suites that
+// compare a neighbour's latency with its idle value report it.
+func P50(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
