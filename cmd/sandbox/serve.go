@@ -57,10 +57,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Headers within 10 s; a body must keep coming (api: 30 s between
-	// reads); an idle keep-alive connection goes after 2 min. No write
-	// timeout: exec answers, event streams and consoles are long by design.
-	srv := &http.Server{Handler: app.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Headers within --stall-timeout; a body must keep coming and an answer
+	// must keep being taken (the api pushes those deadlines per read and
+	// write); an idle keep-alive connection goes after 2 min. No whole-
+	// request timeouts: exec answers, event streams and consoles are long
+	// by design.
+	srv := &http.Server{Handler: app.Handler, ReadHeaderTimeout: cfg.API.StallTimeout(), IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("serving", "addr", "http://"+ln.Addr().String(), "data", cfg.Data, "runtime", cfg.Backend)

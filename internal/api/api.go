@@ -151,18 +151,27 @@ type Config struct {
 	// FrameAncestors is the CSP frame-ancestors source list of the
 	// terminal and screen pages; empty means "'self'".
 	FrameAncestors string
+	// Stall is how long a client may send none of a request body it
+	// started, or take none of an answer the server is writing, before its
+	// connection is cut; it is also the time a client has to send its
+	// headers (http.Server.ReadHeaderTimeout). A silent handler is never
+	// cut: an exec computing for ten minutes, or an event stream with no
+	// events, waits on nothing of the client's. Zero means DefaultStall.
+	Stall time.Duration
 }
 
 // Defaults of the zero Config fields.
 const (
 	DefaultOperatorOrg    = "system"
 	DefaultFrameAncestors = "'self'"
+	DefaultStall          = 30 * time.Second
 )
 
 // RegisterFlags defines the API's flags on fs, writing into o.
 func (o *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.OperatorOrg, "operator-org", DefaultOperatorOrg, "the reserved operator org: its keys read /metrics")
 	fs.StringVar(&o.FrameAncestors, "frame-ancestors", DefaultFrameAncestors, "who may embed the terminal and screen pages in a frame (a CSP source list, e.g. \"'self' https://app.example.com\")")
+	fs.DurationVar(&o.Stall, "stall-timeout", DefaultStall, "how long a client may send no bytes of its headers or a body, or take none of an answer being written, before its connection is cut")
 }
 
 // Validate refuses options the API cannot serve.
@@ -170,7 +179,18 @@ func (o Config) Validate() error {
 	if strings.ContainsAny(o.FrameAncestors, ";,\r\n") {
 		return errors.New("--frame-ancestors is one CSP source list: no ';' or ','")
 	}
+	if o.Stall < 0 || (o.Stall > 0 && o.Stall < 100*time.Millisecond) {
+		return fmt.Errorf("--stall-timeout %v: give at least 100ms", o.Stall)
+	}
 	return nil
+}
+
+// StallTimeout is Stall with its default.
+func (o Config) StallTimeout() time.Duration {
+	if o.Stall == 0 {
+		return DefaultStall
+	}
+	return o.Stall
 }
 
 // New builds the handler tree; cfg's zero fields take their defaults.
@@ -181,6 +201,7 @@ func New(d Deps, log *slog.Logger, opts Config) *Server {
 	if opts.FrameAncestors == "" {
 		opts.FrameAncestors = DefaultFrameAncestors
 	}
+	opts.Stall = opts.StallTimeout()
 	s := &Server{Deps: d, log: log, mux: http.NewServeMux(), opts: opts}
 	s.closing, s.stopConsoles = context.WithCancel(context.Background())
 	s.routes()
@@ -277,14 +298,31 @@ func (s *Server) Close() {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, rc: http.NewResponseController(w), stall: s.opts.Stall}
 	s.mux.ServeHTTP(sw, r)
 	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "dur", time.Since(start))
 }
 
+// statusWriter notes the status, and pushes the connection's write
+// deadline out before each write (at most once a second): a client that
+// takes none of an answer for Config.Stall loses its connection, and the
+// handler blocked writing to it returns, freeing what it held (a command
+// slot, a runsc exec). The deadline is only ever Stall ahead of a write in
+// progress, so a handler silent for longer is not cut when it writes again.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status   int
+	rc       *http.ResponseController
+	stall    time.Duration
+	extended time.Time
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if now := time.Now(); now.Sub(w.extended) >= time.Second {
+		w.extended = now
+		w.rc.SetWriteDeadline(now.Add(w.stall))
+	}
+	return w.ResponseWriter.Write(p)
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -317,7 +355,7 @@ func (s *Server) authenticate(next http.HandlerFunc) http.Handler {
 		}
 		defer release()
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
+			r.Body = &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: s.opts.Stall}
 			r.Body.(*progressBody).extend()
 		}
 		next(w, r.WithContext(sandbox.WithPrincipal(r.Context(), p)))
@@ -327,17 +365,13 @@ func (s *Server) authenticate(next http.HandlerFunc) http.Handler {
 // maxPerKey bounds the open requests (and hence connections) of one key.
 const maxPerKey = 256
 
-// bodyIdle is how long a request body may send nothing before the server
-// stops waiting for it: a client trickling a body byte by byte (slowloris)
-// holds a connection for at most this long per byte it stops sending.
-var bodyIdle = 30 * time.Second
-
 // progressBody pushes the connection's read deadline out on every read of
 // the body, and lifts it at the body's end, so that a handler that runs long
 // after reading (an exec of ten minutes) is not cut off.
 type progressBody struct {
 	io.ReadCloser
 	rc       *http.ResponseController
+	idle     time.Duration // Config.Stall: a body trickled byte by byte holds a connection this long per byte
 	extended time.Time
 }
 
@@ -346,7 +380,7 @@ type progressBody struct {
 func (b *progressBody) extend() {
 	if now := time.Now(); now.Sub(b.extended) >= time.Second {
 		b.extended = now
-		b.rc.SetReadDeadline(now.Add(bodyIdle))
+		b.rc.SetReadDeadline(now.Add(b.idle))
 	}
 }
 

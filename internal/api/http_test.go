@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/metrics"
@@ -39,7 +41,7 @@ type apiEnv struct {
 	keys map[string]string
 }
 
-func newAPI(t *testing.T) *apiEnv {
+func newAPI(t *testing.T, cfg ...api.Config) *apiEnv {
 	st, err := store.Open(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +53,7 @@ func newAPI(t *testing.T) *apiEnv {
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Metrics: m, Log: log, Quotas: st})
 	it := interp.New(svc, "", log)
 	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, it), Auth: st,
-		Metrics: m.Handler()}, log, api.Config{})
+		Metrics: m.Handler()}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)
@@ -283,8 +285,7 @@ func TestQuotaRoutes(t *testing.T) {
 // (here 300 ms): the write answers and the connection is freed, instead of
 // being held for as long as the client trickles.
 func TestSlowBody(t *testing.T) {
-	defer api.SetBodyIdle(300 * time.Millisecond)()
-	e := newAPI(t)
+	e := newAPI(t, api.Config{Stall: 300 * time.Millisecond})
 	var sb struct{ ID string }
 	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
 	e.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
@@ -305,6 +306,84 @@ func TestSlowBody(t *testing.T) {
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil || !strings.Contains(line, "400") || time.Since(start) > 5*time.Second {
 		t.Errorf("a stalled body: %q %v after %v", line, err, time.Since(start))
+	}
+}
+
+// TestStalledReader: a client that takes none of an answer for the stall
+// bound (here 300 ms) loses its connection, and the command writing to it
+// ends, instead of holding its slot for as long as the client sits.
+func TestStalledReader(t *testing.T) {
+	e := newAPI(t, api.Config{Stall: 300 * time.Millisecond})
+	var sb struct{ ID string }
+	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
+	ended := make(chan error, 1)
+	e.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		// The read script's answer: a head line, then 256 MiB.
+		fmt.Fprintf(req.Stdout, "F %d\n", 256<<20)
+		chunk := make([]byte, 64<<10)
+		for range 256 << 4 {
+			if _, err := req.Stdout.Write(chunk); err != nil {
+				ended <- err
+				return err
+			}
+			if ctx.Err() != nil {
+				ended <- ctx.Err()
+				return ctx.Err()
+			}
+		}
+		ended <- nil
+		return nil
+	})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/sandbox/%s/fs?path=big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", sb.ID, e.keys["acme"])
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("the whole answer went into a client that reads nothing")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client reading nothing held the command for 10 s")
+	}
+	// Its command slot is free again: the org's next command runs.
+	e.rt.SetExec(nil)
+	e.must(200, "POST", "/v1/sandbox/"+sb.ID+"/exec", "acme", `{"argv":["true"]}`)
+}
+
+// TestConsoleInputIsBounded: a client typing into a terminal whose program
+// takes no input is held back once about a megabyte waits in the server
+// (plus what the kernel's socket buffers hold): it cannot park 96 MiB there.
+func TestConsoleInputIsBounded(t *testing.T) {
+	e := newAPI(t)
+	var sb struct{ ID string }
+	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
+	e.rt.SetExec(fake.Block(nil)) // the shell reads nothing
+	var tk terminal.TicketResult
+	e.must(201, "POST", "/v1/sandbox/"+sb.ID+"/terminal/ticket", "acme", "").json(t, &tk)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.url, "http")+"/v1/sandbox/"+sb.ID+"/terminal/ws?ticket="+tk.Ticket, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	frame := make([]byte, 1<<20)
+	sent := 0
+	for sent < 96 {
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.Write(wctx, websocket.MessageBinary, frame)
+		wcancel()
+		if err != nil {
+			break
+		}
+		sent++
+	}
+	t.Logf("the client got %d MiB out before the server stopped taking input", sent)
+	if sent > 32 {
+		t.Errorf("the server took %d MiB of input a program never read", sent)
 	}
 }
 

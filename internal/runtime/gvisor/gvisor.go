@@ -54,12 +54,21 @@ type Options struct {
 	Runsc string
 	// Platform is runsc's platform; empty means systrap.
 	Platform string
+	// CPUWeight is the weight of all sandboxes together against the host's
+	// other work, the control plane's included (100 is a peer's); zero
+	// means DefaultCPUWeight. See cgroup.go.
+	CPUWeight int
 }
+
+// DefaultCPUWeight gives the control plane ten times the sandboxes' claim
+// on a busy host's CPU; sandboxes still take every core nothing else wants.
+const DefaultCPUWeight = 10
 
 // RegisterFlags defines the backend's flags on fs, writing into o.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Runsc, "runsc", DefaultRunsc(), "gvisor: the runsc binary (env SANDBOX_RUNSC)")
 	fs.StringVar(&o.Platform, "platform", "systrap", "gvisor: runsc's platform, systrap or ptrace (kvm hangs on nested VMs)")
+	fs.IntVar(&o.CPUWeight, "sandbox-cpu-weight", DefaultCPUWeight, "gvisor: the CPU weight (1-10000, a peer's is 100) of all sandboxes together against this server and the host's other work when the CPU is contended")
 }
 
 // Validate checks that the options can run sandboxes here.
@@ -68,6 +77,9 @@ func (o Options) Validate() error {
 	case "", "systrap", "ptrace", "kvm":
 	default:
 		return fmt.Errorf("--platform must be systrap, ptrace or kvm, not %q", o.Platform)
+	}
+	if o.CPUWeight < 0 || o.CPUWeight > 10000 {
+		return fmt.Errorf("--sandbox-cpu-weight must be 1-10000, not %d", o.CPUWeight)
 	}
 	if st, err := os.Stat(o.Runsc); o.Runsc == "" || err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("runsc not found at %q: run scripts/deps.sh, or pass --runsc", o.Runsc)
@@ -131,6 +143,12 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.UID == 0 {
 		cfg.UID, cfg.GID = 1000, 1000
+	}
+	if cfg.CPUWeight == 0 {
+		cfg.CPUWeight = DefaultCPUWeight
+	}
+	if err := prepareCgroups(cfg.CPUWeight); err != nil {
+		return nil, err
 	}
 	r := &Runtime{
 		cfg:     cfg,
@@ -547,7 +565,7 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 			"namespaces": []map[string]string{
 				{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
 			},
-			"cgroupsPath": "/sandbox/" + m.Name,
+			"cgroupsPath": "/" + cgroupParent + "/" + m.Name,
 			"resources":   resources,
 		},
 		"annotations": annotations,
