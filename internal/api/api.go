@@ -309,6 +309,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handler blocked writing to it returns, freeing what it held (a command
 // slot, a runsc exec). The deadline is only ever Stall ahead of a write in
 // progress, so a handler silent for longer is not cut when it writes again.
+// net/http lifts the deadline after an answer's last flush and on a hijack:
+// the next request on the connection, or a console upgraded on it, starts
+// without one.
 type statusWriter struct {
 	http.ResponseWriter
 	status   int
