@@ -5,9 +5,11 @@
 // Appending never blocks and never fails: an event is handed to the
 // followers that keep up and queued for the store; a follower that falls
 // behind is cut off (it resumes from its last event id, the way SSE
-// clients reconnect), and when the store's queue is full the event is
-// dropped from the record and counted. The store is written by one
-// goroutine in batches.
+// clients reconnect), and when its org's queue is full the event is
+// dropped from the record and counted. Each org has a queue of its own,
+// bounded in bytes, and the one writer goroutine takes a batch from each
+// org in turn: an org flooding its sessions fills its own queue only, and
+// another org's events still reach the store in its next turn.
 package narrate
 
 import (
@@ -31,9 +33,13 @@ type Store interface {
 type Event = store.Event
 
 const (
-	queueLen    = 8192 // events waiting for the store
-	followerLen = 1024 // events waiting for one follower
-	batchMax    = 512
+	// orgQueueBytes bounds the events of one org waiting for the store,
+	// queueBytes those of every org together (sixteen orgs flooding at
+	// once before a quiet one could lose an event).
+	orgQueueBytes = 4 << 20
+	queueBytes    = 64 << 20
+	followerLen   = 1024 // events waiting for one follower
+	batchMax      = 512  // events of one org in one transaction
 	// BacklogPage is how many stored events a follower is handed at once:
 	// Follow answers the first page, Backlog the next ones, so that a
 	// follower never holds a whole log (up to store.KeepEvents events of
@@ -49,21 +55,32 @@ type Log struct {
 	mu        sync.Mutex
 	lastSeq   int64
 	followers map[topic]map[*Follower]struct{}
+	queues    map[string]*queue // per org, events waiting for the store
+	turn      []string          // the orgs with a queue, in writing order
+	queued    int64             // bytes in every queue
 
-	queue   chan item
+	wake    chan struct{} // the writer has work
 	dropped atomic.Int64
 	done    chan struct{}
 }
 
 type topic struct{ org, session string }
 
+// queue is one org's events on their way to the store, in sequence order.
+type queue struct {
+	items []item
+	bytes int64
+}
+
 // item is an event on its way to the store, or a barrier (flushed) that the
 // writer closes once everything queued before it is stored.
 type item struct {
-	org     string
 	ev      Event
 	flushed chan struct{}
 }
+
+// cost is what an event holds while queued.
+func cost(ev Event) int64 { return int64(len(ev.Data)+len(ev.Session)+len(ev.Kind)) + 96 }
 
 // New returns a Log writing to st. Run must be running for events to be
 // stored.
@@ -71,7 +88,8 @@ func New(st Store, log *slog.Logger) *Log {
 	return &Log{
 		store: st, log: log,
 		followers: map[topic]map[*Follower]struct{}{},
-		queue:     make(chan item, queueLen),
+		queues:    map[string]*queue{},
+		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
 }
@@ -94,6 +112,7 @@ func (l *Log) Append(org, session, kind string, data []byte) {
 
 func (l *Log) append(org, session, kind string, data []byte) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	// Sequence numbers are nanoseconds, kept strictly increasing: they grow
 	// across restarts without reading the store first.
 	seq := max(time.Now().UnixNano(), l.lastSeq+1)
@@ -106,17 +125,64 @@ func (l *Log) append(org, session, kind string, data []byte) {
 			l.cutOff(f)
 		}
 	}
-	// Queued under the lock too: the queue then holds events in sequence
+	// Queued under the lock too: each queue then holds events in sequence
 	// order, and a follower's flush (which subscribes under the lock first)
 	// cannot slip between handing an event out and recording it.
-	select {
-	case l.queue <- item{org: org, ev: ev}:
-	default:
+	c := cost(ev)
+	q := l.queues[org]
+	if (q != nil && q.bytes+c > orgQueueBytes) || l.queued+c > queueBytes {
 		if l.dropped.Add(1)%1000 == 1 {
-			l.log.Warn("session log queue full; events dropped from the record", "dropped", l.dropped.Load())
+			l.log.Warn("session log queue full; events dropped from the record", "org", org, "dropped", l.dropped.Load())
+		}
+		return
+	}
+	l.enqueue(org, item{ev: ev}, c)
+}
+
+// enqueue adds it to org's queue and wakes the writer; l.mu is held.
+func (l *Log) enqueue(org string, it item, c int64) {
+	q := l.queues[org]
+	if q == nil {
+		q = &queue{}
+		l.queues[org] = q
+		l.turn = append(l.turn, org)
+	}
+	q.items = append(q.items, it)
+	q.bytes += c
+	l.queued += c
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next takes the first batch of the org whose turn it is, which goes to the
+// back of the line if it has more.
+func (l *Log) next() (string, []item) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.turn) == 0 {
+		return "", nil
+	}
+	org := l.turn[0]
+	l.turn = l.turn[1:]
+	q := l.queues[org]
+	n := min(len(q.items), batchMax)
+	batch := q.items[:n:n]
+	q.items = q.items[n:]
+	for _, it := range batch {
+		if it.flushed == nil {
+			c := cost(it.ev)
+			q.bytes -= c
+			l.queued -= c
 		}
 	}
-	l.mu.Unlock()
+	if len(q.items) > 0 {
+		l.turn = append(l.turn, org)
+	} else {
+		delete(l.queues, org)
+	}
+	return org, batch
 }
 
 // Seed makes every later sequence number greater than seq (the highest in
@@ -137,43 +203,36 @@ func (l *Log) Run(ctx context.Context) {
 	defer close(l.done)
 	for {
 		select {
-		case it := <-l.queue:
-			l.write(it)
+		case <-l.wake:
+			l.drain()
 		case <-ctx.Done():
-			for {
-				select {
-				case it := <-l.queue:
-					l.write(it)
-				default:
-					return
-				}
-			}
+			l.drain()
+			return
 		}
 	}
 }
 
-// write stores it and whatever else is queued right now, in batches per org.
-func (l *Log) write(first item) {
-	batch := map[string][]Event{}
-	var barriers []chan struct{}
-	add := func(it item) {
-		if it.flushed != nil {
-			barriers = append(barriers, it.flushed)
+// drain writes batches, an org at a time in turn, until every queue is
+// empty.
+func (l *Log) drain() {
+	for {
+		org, batch := l.next()
+		if batch == nil {
 			return
 		}
-		batch[it.org] = append(batch[it.org], it.ev)
+		l.write(org, batch)
 	}
-	add(first)
-	for n := 1; n < batchMax; n++ {
-		select {
-		case it := <-l.queue:
-			add(it)
-			continue
-		default:
+}
+
+// write stores one org's batch, then closes its barriers.
+func (l *Log) write(org string, batch []item) {
+	events := make([]Event, 0, len(batch))
+	for _, it := range batch {
+		if it.flushed == nil {
+			events = append(events, it.ev)
 		}
-		break
 	}
-	for org, events := range batch {
+	if len(events) > 0 {
 		ctx, cancel := context.WithTimeout(sandbox.WithPrincipal(context.Background(), sandbox.Principal{Org: org}), 30*time.Second)
 		if err := l.store.AppendEvents(ctx, events); err != nil {
 			l.dropped.Add(int64(len(events)))
@@ -181,21 +240,20 @@ func (l *Log) write(first item) {
 		}
 		cancel()
 	}
-	for _, b := range barriers {
-		close(b)
+	for _, it := range batch {
+		if it.flushed != nil {
+			close(it.flushed)
+		}
 	}
 }
 
-// flush waits until every event appended before it is stored (or dropped).
-func (l *Log) flush(ctx context.Context) error {
+// flush waits until every event of org appended before it is stored (or
+// dropped).
+func (l *Log) flush(ctx context.Context, org string) error {
 	b := make(chan struct{})
-	select {
-	case l.queue <- item{flushed: b}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.done:
-		return nil
-	}
+	l.mu.Lock()
+	l.enqueue(org, item{flushed: b}, 0)
+	l.mu.Unlock()
 	select {
 	case <-b:
 		return nil
@@ -238,7 +296,7 @@ func (l *Log) Follow(ctx context.Context, session string, after int64) ([]Event,
 	l.mu.Unlock()
 	// Subscribed first, then the store is brought up to date: every event
 	// is in the backlog, on the channel, or both.
-	if err := l.flush(ctx); err != nil {
+	if err := l.flush(ctx, org); err != nil {
 		f.Close()
 		return nil, nil, err
 	}

@@ -96,7 +96,7 @@ func TestNeverBlocks(t *testing.T) {
 	l.followers[f.t] = map[*Follower]struct{}{f: {}}
 
 	start := time.Now()
-	n := queueLen + followerLen + 1000
+	n := orgQueueBytes/int(cost(Event{Kind: "stdout", Session: "s", Data: []byte("x")})) + followerLen + 1000
 	for range n {
 		l.Append("acme", "s", "stdout", []byte("x"))
 	}
@@ -125,4 +125,39 @@ func drain(ch <-chan Event) chan struct{} {
 		close(out)
 	}()
 	return out
+}
+
+// TestOrgsQueueApart: on the real store, an org that floods its sessions
+// while the writer is behind fills its own queue only: another org's
+// events, appended after the flood, are all stored.
+func TestOrgsQueueApart(t *testing.T) {
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	l := New(st, quiet) // not running yet: the writer is behind
+	big := make([]byte, MaxEvent)
+	for l.Dropped() < 100 {
+		l.Append("hostile", "flood", "stdout", big)
+	}
+	for i := range 10 {
+		l.Append("quiet", "s", "stdout", []byte(fmt.Sprint(i)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go l.Run(ctx)
+	defer func() { cancel(); l.Wait() }()
+	backlog, f, err := l.Follow(orgCtx("quiet"), "s", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if len(backlog) != 10 {
+		t.Errorf("the quiet org's log has %d of its 10 events after the other's flood", len(backlog))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.queued != 0 {
+		t.Errorf("%d bytes still counted as queued after the writer drained", l.queued)
+	}
 }

@@ -19,8 +19,17 @@ type Event struct {
 // KeepEvents is how many of the newest events a session's log keeps.
 const KeepEvents = 10000
 
-// AppendEvents writes events of the org in ctx in one transaction and trims
-// each session they touch to its newest KeepEvents.
+// MaxOrgEventBytes bounds what one org's session logs hold on disk, over
+// all its sessions (a session is named by the caller, so their number is
+// not bounded): past it, the org's oldest events go first.
+var MaxOrgEventBytes int64 = 64 << 20
+
+// eventSize is what an event counts against MaxOrgEventBytes.
+const eventSize = `length(data) + length(session) + length(kind)`
+
+// AppendEvents writes events of the org in ctx in one transaction, trims
+// each session they touch to its newest KeepEvents, then the org's logs to
+// MaxOrgEventBytes.
 func (s *Store) AppendEvents(ctx context.Context, events []Event) error {
 	db, org, err := s.orgDB(ctx)
 	if err != nil {
@@ -32,24 +41,83 @@ func (s *Store) AppendEvents(ctx context.Context, events []Event) error {
 	}
 	defer tx.Rollback()
 	last := map[string]int64{}
+	var added int64
 	for _, e := range events {
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO session_events (org, session, seq, kind, data, at) VALUES (?, ?, ?, ?, ?, ?)`,
-			org, e.Session, e.Seq, e.Kind, e.Data, millis(e.At)); err != nil {
+		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO session_events (org, session, seq, kind, data, at) VALUES (?, ?, ?, ?, ?, ?)`,
+			org, e.Session, e.Seq, e.Kind, e.Data, millis(e.At))
+		if err != nil {
 			return fmt.Errorf("store: events: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			added += int64(len(e.Data) + len(e.Session) + len(e.Kind))
 		}
 		last[e.Session] = max(last[e.Session], e.Seq)
 	}
+	var removed int64
 	for session := range last {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM session_events WHERE org = ? AND session = ? AND seq <
-			(SELECT seq FROM session_events WHERE org = ? AND session = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)`,
-			org, session, org, session, KeepEvents-1); err != nil {
+		n, err := deletedBytes(ctx, tx, `DELETE FROM session_events WHERE org = ? AND session = ? AND seq <
+			(SELECT seq FROM session_events WHERE org = ? AND session = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)
+			RETURNING `+eventSize, org, session, org, session, KeepEvents-1)
+		if err != nil {
 			return fmt.Errorf("store: trimming events: %w", err)
 		}
+		removed += n
+	}
+	var total int64
+	if err := tx.QueryRowContext(ctx, `INSERT INTO event_bytes (org, bytes) VALUES (?, ?)
+		ON CONFLICT (org) DO UPDATE SET bytes = bytes + excluded.bytes RETURNING bytes`, org, added-removed).Scan(&total); err != nil {
+		return fmt.Errorf("store: events: %w", err)
+	}
+	// Over the org's bound: its oldest events go, a page at a time.
+	for over := total - MaxOrgEventBytes; over > 0; {
+		n, err := deletedBytes(ctx, tx, `DELETE FROM session_events WHERE rowid IN
+			(SELECT rowid FROM session_events WHERE org = ? ORDER BY seq LIMIT 256) RETURNING `+eventSize, org)
+		if err != nil {
+			return fmt.Errorf("store: trimming events: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE event_bytes SET bytes = bytes - ? WHERE org = ?`, n, org); err != nil {
+			return fmt.Errorf("store: events: %w", err)
+		}
+		over -= n
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: events: %w", err)
 	}
 	return nil
+}
+
+// deletedBytes runs a DELETE … RETURNING size and sums the sizes.
+func deletedBytes(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var sum int64
+	for rows.Next() {
+		var n int64
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, rows.Err()
+}
+
+// EventBytes is what the session logs of the org in ctx hold.
+func (s *Store) EventBytes(ctx context.Context) (int64, error) {
+	db, org, err := s.orgDB(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT bytes FROM event_bytes WHERE org = ?`, org).Scan(&n); err != nil && err != sql.ErrNoRows {
+		return 0, fmt.Errorf("store: events: %w", err)
+	}
+	return n.Int64, nil
 }
 
 // Events returns the events of a session of the org in ctx after seq, oldest

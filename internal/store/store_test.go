@@ -364,3 +364,54 @@ func TestKeyLifecycle(t *testing.T) {
 		t.Error("an expired key is active")
 	}
 }
+
+// TestEventsBoundPerOrg: an org's session logs, over any number of
+// sessions, stay under MaxOrgEventBytes (its oldest events go first), the
+// kept count matches the table, and another org's logs are untouched.
+func TestEventsBoundPerOrg(t *testing.T) {
+	defer func(old int64) { MaxOrgEventBytes = old }(MaxOrgEventBytes)
+	MaxOrgEventBytes = 1 << 20
+	st, _ := openStore(t)
+	hostile, quiet := orgCtx("hostile"), orgCtx("quiet")
+	seq := int64(0)
+	ev := func(session string, n int) []Event {
+		var out []Event
+		for range n {
+			seq++
+			out = append(out, Event{Session: session, Seq: seq, Kind: "stdout", Data: make([]byte, 4096), At: time.Now()})
+		}
+		return out
+	}
+	if err := st.AppendEvents(quiet, ev("s", 10)); err != nil {
+		t.Fatal(err)
+	}
+	// 2,000 sessions of 4 KiB events: 8 MiB against a bound of 1 MiB.
+	for i := range 200 {
+		var batch []Event
+		for j := range 10 {
+			batch = append(batch, ev(fmt.Sprintf("s%d-%d", i, j), 1)...)
+		}
+		if err := st.AppendEvents(hostile, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := st.EventBytes(hostile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	db, _, _ := st.orgDB(hostile)
+	db.QueryRow(`SELECT COALESCE(SUM(` + eventSize + `), 0) FROM session_events WHERE org = 'hostile'`).Scan(&sum)
+	if n > MaxOrgEventBytes || n != sum || n < MaxOrgEventBytes/2 {
+		t.Errorf("the org holds %d bytes of events (the table sums to %d), bound %d", n, sum, MaxOrgEventBytes)
+	}
+	if got, _ := st.Events(hostile, "s0-0", 0, 10); len(got) != 0 {
+		t.Errorf("the oldest session still holds %d events", len(got))
+	}
+	if got, _ := st.Events(hostile, "s199-9", 0, 10); len(got) != 1 {
+		t.Errorf("the newest session holds %d events", len(got))
+	}
+	if got, _ := st.Events(quiet, "s", 0, 100); len(got) != 10 {
+		t.Errorf("the other org's log holds %d of its 10 events", len(got))
+	}
+}
