@@ -3,6 +3,7 @@ package load
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,7 +52,7 @@ func build(t *testing.T) string {
 }
 
 func start(t *testing.T) *server {
-	testenv.NeedGVisor(t, gvisor.DefaultRunsc(), "exec")
+	testenv.NeedGVisor(t, gvisor.DefaultRunsc(), "exec", "dev")
 	bin := build(t)
 	data, err := os.MkdirTemp("", "sbl-")
 	if err != nil {
@@ -65,7 +66,11 @@ func start(t *testing.T) *server {
 		}
 		s.keys[org] = strings.TrimSpace(string(out))
 	}
-	s.cmd = exec.Command(bin, "serve", "--data", data, "--listen", "127.0.0.1:0", "--images", testenv.Images(), "--reap-every", "1h", "--stall-timeout", stall.String())
+	args := []string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--images", testenv.Images(), "--reap-every", "1h", "--stall-timeout", stall.String()}
+	if report() {
+		args = args[:len(args)-2] // an older build may not have the flag
+	}
+	s.cmd = exec.Command(bin, args...)
 	out, _ := s.cmd.StdoutPipe()
 	s.cmd.Stderr = io.Discard
 	if err := s.cmd.Start(); err != nil {
@@ -220,8 +225,9 @@ func TestHostileTenant(t *testing.T) {
 		idle = append(idle, time.Since(start))
 	}
 	hostile := s.lease("hostile", "")
-	// The operator holds A to 8 concurrent commands (the default is 64).
-	if out, err := exec.Command(s.bin, "quota", "set", "--data", s.data, "--org", "hostile", "--commands", "8").CombinedOutput(); err != nil && !report() {
+	// The operator holds A to 8 concurrent commands (the default is 64)
+	// and 5 projects (20).
+	if out, err := exec.Command(s.bin, "quota", "set", "--data", s.data, "--org", "hostile", "--commands", "8", "--projects", "5").CombinedOutput(); err != nil && !report() {
 		t.Fatalf("quota set: %v %s", err, out)
 	}
 	t.Logf("idle: server RSS %.0f MiB, B's exec p50 %v", s.rssMiB(), testenv.P50(idle))
@@ -236,17 +242,18 @@ func TestHostileTenant(t *testing.T) {
 		run     func(i int) (int, string)
 		rssMiB  float64 // bound on the peak
 		allowed []int   // statuses a flood request may get
+		at      int     // requests at once: 0 is 8, and a flood of 100 or more goes all at once
 	}{
 		{"12 uploads of 60 MB to an unknown id", 12, func(int) (int, string) {
 			return upload("/v1/sandbox/sb_"+strings.Repeat("z", 26)+"/fs?path=x", 60<<20)
-		}, 150, []int{404, 0}},
+		}, 150, []int{404, 0}, 0},
 		{"12 uploads of 60 MB to a real sandbox", 12, func(i int) (int, string) {
 			return upload(fmt.Sprintf("/v1/sandbox/%s/fs?path=up%d", hostile, i), 60<<20)
-		}, 200, []int{200, 429, 400}},
+		}, 200, []int{200, 429, 400}, 0},
 		{"100 execs at once against a quota of 8", 100, func(int) (int, string) {
 			st, b := s.do("hostile", "POST", "/v1/sandbox/"+hostile+"/exec", strings.NewReader(`{"command":"sleep 1"}`))
 			return st, string(b)
-		}, 200, []int{200, 429}},
+		}, 200, []int{200, 429}, 0},
 		{"200 event followers", 200, func(i int) (int, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
@@ -259,26 +266,38 @@ func TestHostileTenant(t *testing.T) {
 			defer res.Body.Close()
 			b, _ := io.ReadAll(io.LimitReader(res.Body, 512))
 			return res.StatusCode, string(b)
-		}, 200, []int{200, 429}},
+		}, 200, []int{200, 429}, 0},
 		{"typed reads of a 40 MB file, 8 at once", 24, func(int) (int, string) {
 			st, b := s.do("hostile", "POST", "/v1/sandbox/read", strings.NewReader(`{"id":"`+hostile+`","path":"big"}`))
 			return st, string(b[:min(len(b), 200)])
-		}, 200, []int{413, 429}},
+		}, 200, []int{413, 429}, 0},
 		// A REST read streams the file from the sandbox to the client.
 		{"REST reads of a 40 MB file, 8 at once", 24, func(int) (int, string) {
 			return s.head("hostile", "GET", "/v1/sandbox/"+hostile+"/fs?path=big")
-		}, 200, []int{200, 429}},
+		}, 200, []int{200, 429}, 0},
 		// 100 clients ask for the 40 MB file and read none of it: the
 		// server cuts each after the stall bound (499 here: the answer
 		// ended short), which frees A's command slots.
 		{"100 sockets asking for 40 MB and not reading", 100, func(int) (int, string) {
 			return s.notReading("/v1/sandbox/" + hostile + "/fs?path=big")
-		}, 200, []int{429, 499}},
+		}, 200, []int{429, 499}, 0},
+		// Projects up to the quota, one after another: each lease makes a
+		// dev project's volume, kept after the end; the sixth is refused.
+		{"8 dev projects against a quota of 5", 8, func(i int) (int, string) {
+			st, b := s.do("hostile", "POST", "/v1/sandbox", strings.NewReader(fmt.Sprintf(`{"class":"dev","project":"p%d"}`, i)))
+			var sb struct{ ID string }
+			if json.Unmarshal(b, &sb); st == 201 {
+				if st, b := s.do("hostile", "DELETE", "/v1/sandbox/"+sb.ID, nil); st != 200 {
+					return st, string(b)
+				}
+			}
+			return st, string(b)
+		}, 200, []int{201, 403}, 1},
 		// Slowloris: 200 connections sending a header byte every 500 ms.
 		// The server cuts each at the stall bound (408 here).
 		{"200 connections trickling their headers", 200, func(int) (int, string) {
 			return s.slowHeaders()
-		}, 200, []int{408}},
+		}, 200, []int{408}, 0},
 	}
 	// The read flood needs a big file.
 	s.do("hostile", "POST", "/v1/sandbox/"+hostile+"/exec", strings.NewReader(`{"command":"head -c 40000000 /dev/zero > big"}`))
@@ -289,10 +308,11 @@ func TestHostileTenant(t *testing.T) {
 			var mu sync.Mutex
 			statuses := map[int]int{}
 			var msgs []string
-			sem := make(chan struct{}, 8)
+			at := cmp.Or(f.at, 8)
 			if f.n >= 100 {
-				sem = make(chan struct{}, f.n)
+				at = f.n
 			}
+			sem := make(chan struct{}, at)
 			var wg sync.WaitGroup
 			for i := range f.n {
 				wg.Add(1)
@@ -303,7 +323,7 @@ func TestHostileTenant(t *testing.T) {
 					st, msg := f.run(i)
 					mu.Lock()
 					statuses[st]++
-					if st != 200 && len(msgs) < 3 {
+					if st/100 != 2 && len(msgs) < 3 {
 						msgs = append(msgs, fmt.Sprintf("%d %.160s", st, msg))
 					}
 					mu.Unlock()
@@ -324,7 +344,8 @@ func TestHostileTenant(t *testing.T) {
 				}
 			}
 			for _, m := range msgs {
-				if strings.HasPrefix(m, "429") && !strings.Contains(m, "quota commands exceeded: limit 8") {
+				if strings.HasPrefix(m, "429") && !strings.Contains(m, "quota commands exceeded: limit 8") ||
+					strings.HasPrefix(m, "403") && !strings.Contains(m, "quota projects exceeded: limit 5") {
 					t.Errorf("a refusal that does not name its quota: %s", m)
 				}
 			}
