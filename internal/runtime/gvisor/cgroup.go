@@ -13,7 +13,7 @@ import (
 // org's commands — ahead of tenant compute when both want the CPU: one org's
 // sentries busy with its floods cannot make another org's `exec true` wait
 // for a core (measured in BENCHMARKS.md: B's p50 during A's upload and read
-// floods 2.3–4.1× idle at a peer's weight, 1.2–1.5× at 10). It is a weight,
+// floods 2.4–3.7× idle at a peer's weight, 1.1–1.8× at 10). It is a weight,
 // not a cap: on an idle host the sandboxes get every core, up to their
 // class quotas.
 //
