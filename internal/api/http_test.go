@@ -507,3 +507,71 @@ func (p *pageCounter) Backlog(ctx context.Context, session string, after int64, 
 	p.count(len(b))
 	return b, err
 }
+
+// refSandbox is the Sandbox object as the reference's generated clients
+// declare it (SPEC §4): its times are integers, so an answer with RFC 3339
+// strings fails to decode.
+type refSandbox struct {
+	ID         string `json:"id"`
+	Kind       string `json:"kind"`
+	Org        string `json:"org"`
+	Class      string `json:"class"`
+	Project    string `json:"project"`
+	Status     string `json:"status"`
+	Image      string `json:"image"`
+	Runtime    string `json:"runtime"`
+	Volume     string `json:"volume"`
+	CreatedAt  int64  `json:"createdAt"`
+	LastUsedAt int64  `json:"lastUsedAt"`
+	ExpiresAt  int64  `json:"expiresAt"`
+	Error      string `json:"error"`
+}
+
+// TestWireCompat: lease, get, list, renew and the typed lease decode into
+// the reference's field types, with kind, org and (for a project) volume;
+// the typed read says dir.
+func TestWireCompat(t *testing.T) {
+	e := newAPI(t)
+	decode := func(a answer) refSandbox {
+		t.Helper()
+		var sb refSandbox
+		if err := json.Unmarshal(a.body, &sb); err != nil {
+			t.Fatalf("the reference's client cannot decode %s: %v", a.body, err)
+		}
+		if sb.Kind != "sandbox" || sb.Org != "acme" || sb.ID == "" {
+			t.Errorf("kind, org or id missing: %s", a.body)
+		}
+		if now := time.Now().Unix(); sb.CreatedAt > now || sb.CreatedAt < now-60 || sb.ExpiresAt <= sb.CreatedAt || sb.LastUsedAt < sb.CreatedAt {
+			t.Errorf("times are not Unix seconds of now: %s", a.body)
+		}
+		return sb
+	}
+	exec := decode(e.must(201, "POST", "/v1/sandbox", "acme", ""))
+	if exec.Volume != "" {
+		t.Errorf("a scratch sandbox shows a volume: %+v", exec)
+	}
+	dev := decode(e.must(201, "POST", "/v1/sandbox", "acme", `{"class":"dev","project":"site"}`))
+	if dev.Volume == "" || dev.Project != "site" {
+		t.Errorf("a project sandbox without its volume: %+v", dev)
+	}
+	decode(e.must(200, "GET", "/v1/sandbox/"+dev.ID, "acme", ""))
+	decode(e.must(200, "POST", "/v1/sandbox/"+dev.ID+"/renew", "acme", `{"ttlSec":600}`))
+	decode(e.must(200, "POST", "/v1/sandbox/lease", "acme", `{"id":"`+exec.ID+`"}`))
+	var list struct{ Sandboxes []json.RawMessage }
+	e.must(200, "GET", "/v1/sandbox", "acme", "").json(t, &list)
+	for _, raw := range list.Sandboxes {
+		decode(answer{body: raw})
+	}
+	e.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		io.WriteString(req.Stdout, "D\nsub/\nfile.txt\n")
+		return &runtime.ExitError{Code: 10} // the read script's "a directory"
+	})
+	var read struct {
+		Dir     *bool
+		Entries []string
+	}
+	e.must(200, "POST", "/v1/sandbox/read", "acme", `{"id":"`+exec.ID+`","path":"."}`).json(t, &read)
+	if read.Dir == nil || !*read.Dir {
+		t.Errorf("a directory's typed read: %+v", read)
+	}
+}

@@ -141,17 +141,20 @@ func (m *mismatchWriter) FlushError() error {
 func (m *mismatchWriter) Unwrap() http.ResponseWriter { return m.ResponseWriter }
 
 // add registers one typed op as a tool. Its errors become tool errors (the
-// model reads them) with the same safe message the HTTP API sends.
+// model reads them) with the same safe message the HTTP API sends, and no
+// structured result: a failed run's zero {"exitCode":0} would read like
+// success to a model. (The SDK marshals Out into the result whenever the
+// handler returns no error; an error it turns into IsError and a text.)
 func add[In, Out any](s *mcp.Server, name, desc string, f func(context.Context, In) (Out, error)) {
 	mcp.AddTool(s, &mcp.Tool{Name: name, Description: desc}, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		var zero Out
 		p, ok := principal(req)
 		if !ok {
-			return failure(sandbox.Errorf(sandbox.KindUnauthorized, "no principal")), zero, nil
+			return nil, zero, failure(sandbox.Errorf(sandbox.KindUnauthorized, "no principal"))
 		}
 		out, err := f(sandbox.WithPrincipal(ctx, p), in)
 		if err != nil {
-			return failure(err), zero, nil
+			return nil, zero, failure(err)
 		}
 		return nil, out, nil
 	})
@@ -165,15 +168,13 @@ func principal(req *mcp.CallToolRequest) (sandbox.Principal, bool) {
 	return p, ok && p.Org != ""
 }
 
-// failure is a tool error: "<kind>: <safe message>", e.g. "not_found:
-// sandbox not found" for another org's id, exactly as for an unknown one.
-func failure(err error) *mcp.CallToolResult {
+// failure is a tool error's text: "<kind>: <safe message>", e.g.
+// "not_found: sandbox not found" for another org's id, exactly as for an
+// unknown one.
+func failure(err error) error {
 	kind := sandbox.KindOf(err)
 	if errors.Is(err, context.Canceled) {
 		kind = sandbox.KindUnavailable
 	}
-	return &mcp.CallToolResult{
-		IsError: true,
-		Content: []mcp.Content{&mcp.TextContent{Text: kind.String() + ": " + sandbox.Message(err)}},
-	}
+	return errors.New(kind.String() + ": " + sandbox.Message(err))
 }

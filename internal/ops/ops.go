@@ -62,14 +62,23 @@ type LeaseIn struct {
 
 // Lease leases a new sandbox, or with an ID resumes that sandbox (waking it
 // when asleep) and extends its lease: the caller's and alive, or an error.
-func (o *Ops) Lease(ctx context.Context, in LeaseIn) (*sandbox.Sandbox, error) {
-	if in.ID == "" {
-		return o.svc.Lease(ctx, in.LeaseRequest)
-	}
-	if in.Class != "" || in.Project != "" || in.Image != "" || in.Runtime != "" {
+// Its answer is the Sandbox object (an MCP tool's output schema is read
+// from the type, so it is the wire type itself).
+func (o *Ops) Lease(ctx context.Context, in LeaseIn) (*sandbox.Object, error) {
+	var sb *sandbox.Sandbox
+	var err error
+	switch {
+	case in.ID == "":
+		sb, err = o.svc.Lease(ctx, in.LeaseRequest)
+	case in.Class != "" || in.Project != "" || in.Image != "" || in.Runtime != "":
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "with an id, only ttlSec may be given: the sandbox keeps its class, project and image")
+	default:
+		sb, err = o.svc.Renew(ctx, in.ID, in.TTLSec)
 	}
-	return o.svc.Renew(ctx, in.ID, in.TTLSec)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Object(), nil
 }
 
 // RunIn is a command to run in a sandbox: the exec request itself, and the
@@ -98,6 +107,7 @@ type PathIn struct {
 type ReadOut struct {
 	Path       string   `json:"path"`
 	Kind       string   `json:"kind"` // "file" or "directory"
+	Dir        bool     `json:"dir"`  // kind is "directory" (the reference's field)
 	Size       int      `json:"size,omitempty"`
 	Data       *string  `json:"data,omitempty"`
 	DataBase64 string   `json:"dataBase64,omitempty"`
@@ -122,7 +132,7 @@ func (o *Ops) Read(ctx context.Context, in PathIn) (*ReadOut, error) {
 	}
 	out := &ReadOut{Path: r.Path, Woken: r.Woken}
 	if r.Dir {
-		out.Kind = "directory"
+		out.Kind, out.Dir = "directory", true
 		out.Entries = r.Entries
 		if out.Entries == nil {
 			out.Entries = []string{}

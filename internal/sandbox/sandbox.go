@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"encoding/base32"
 	"regexp"
 	"strings"
@@ -10,31 +11,77 @@ import (
 
 // Sandbox is the record of one lease. Name is the runtime's handle (container
 // id or pod name): it is minted per sandbox, never reused, and never shown to
-// a caller.
+// a caller. Its wire form is Object.
 type Sandbox struct {
-	ID         string    `json:"id"`
-	Org        string    `json:"-"`
-	Class      string    `json:"class"`
-	Project    string    `json:"project,omitempty"`
-	Status     Status    `json:"status"`
-	Image      string    `json:"image"`
-	Runtime    string    `json:"runtime"`
-	Workdir    string    `json:"workdir"`
-	CreatedAt  time.Time `json:"createdAt"`
-	LastUsedAt time.Time `json:"lastUsedAt"`
-	ExpiresAt  time.Time `json:"expiresAt"`
-	Error      string    `json:"error,omitempty"`
+	ID         string
+	Org        string
+	Class      string
+	Project    string
+	Status     Status
+	Image      string
+	Runtime    string
+	Workdir    string
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+	ExpiresAt  time.Time
+	Error      string
+	// Woken says this call woke the sandbox from sleep.
+	Woken bool
+	// MemoryKept says a sleeping sandbox's memory is checkpointed and will
+	// come back on wake.
+	MemoryKept bool
+
+	Name       string // runtime object name
+	UID        string // runtime object identity, for precondition deletes
+	Volume     string // runtime volume name
+	Checkpoint string // runtime checkpoint key while sleeping
+}
+
+// Object is the Sandbox object on the wire (SPEC §4), what every answer
+// that carries a sandbox sends: the reference's generated clients decode
+// its times as integers, so they are Unix seconds. Its runtime handles
+// (container or pod name, identity, checkpoint) are never in it.
+type Object struct {
+	ID      string `json:"id"`
+	Kind    string `json:"kind" jsonschema:"always \"sandbox\""`
+	Org     string `json:"org"`
+	Class   string `json:"class"`
+	Project string `json:"project,omitempty"`
+	Status  Status `json:"status"`
+	Image   string `json:"image"`
+	Runtime string `json:"runtime"`
+	// Volume names the project volume a project sandbox works on (as GET
+	// /v1/volumes lists it by project); a scratch sandbox has none.
+	Volume     string `json:"volume,omitempty"`
+	Workdir    string `json:"workdir"`
+	CreatedAt  int64  `json:"createdAt" jsonschema:"Unix seconds"`
+	LastUsedAt int64  `json:"lastUsedAt" jsonschema:"Unix seconds"`
+	ExpiresAt  int64  `json:"expiresAt" jsonschema:"Unix seconds"`
+	Error      string `json:"error,omitempty"`
 	// Woken says this call woke the sandbox from sleep.
 	Woken bool `json:"woken,omitempty"`
 	// MemoryKept says a sleeping sandbox's memory is checkpointed and will
 	// come back on wake.
 	MemoryKept bool `json:"memoryKept,omitempty"`
-
-	Name       string `json:"-"` // runtime object name
-	UID        string `json:"-"` // runtime object identity, for precondition deletes
-	Volume     string `json:"-"` // runtime volume name
-	Checkpoint string `json:"-"` // runtime checkpoint key while sleeping
 }
+
+// Object is sb as the wire shows it.
+func (sb *Sandbox) Object() *Object {
+	o := &Object{
+		ID: sb.ID, Kind: "sandbox", Org: sb.Org, Class: sb.Class, Project: sb.Project, Status: sb.Status,
+		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
+		CreatedAt: sb.CreatedAt.Unix(), LastUsedAt: sb.LastUsedAt.Unix(), ExpiresAt: sb.ExpiresAt.Unix(),
+		Error: sb.Error, Woken: sb.Woken, MemoryKept: sb.MemoryKept,
+	}
+	if sb.Project != "" {
+		o.Volume = sb.Volume
+	}
+	return o
+}
+
+// MarshalJSON writes the wire form: a Sandbox encoded anywhere is the
+// Sandbox object, never the record.
+func (sb Sandbox) MarshalJSON() ([]byte, error) { return json.Marshal(sb.Object()) }
 
 // Runtimes a caller may ask for. The operator decides; the answer says what
 // the caller got.

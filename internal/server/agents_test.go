@@ -117,6 +117,9 @@ func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) 
 		t.Fatalf("%s: %v", name, err)
 	}
 	if res.IsError {
+		if res.StructuredContent != nil {
+			t.Errorf("%s failed with a structured result beside the error, which reads like success: %v", name, res.StructuredContent)
+		}
 		return nil, res.Content[0].(*mcp.TextContent).Text
 	}
 	m, _ := res.StructuredContent.(map[string]any)

@@ -59,8 +59,8 @@ func TestExecSandboxLifecycle(t *testing.T) {
 	if sb["status"] != "running" || sb["class"] != "exec" || sb["runtime"] != "gvisor" || sb["image"] != "exec" || sb["workdir"] != "/mnt/data" {
 		t.Errorf("lease answer: %s", r.Body)
 	}
-	exp, _ := time.Parse(time.RFC3339, sb["expiresAt"].(string))
-	if d := exp.Sub(before); d < 119*time.Second || d > 125*time.Second {
+	exp := unixTime(t, sb["expiresAt"])
+	if d := exp.Sub(before); d < 118*time.Second || d > 125*time.Second {
 		t.Errorf("expiresAt %v is not ttlSec after the lease", exp)
 	}
 
@@ -147,14 +147,14 @@ func TestExecSandboxLifecycle(t *testing.T) {
 
 	t.Run("renew", func(t *testing.T) {
 		r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": 3600})
-		exp, _ := time.Parse(time.RFC3339, r.JSON(t)["expiresAt"].(string))
+		exp := unixTime(t, r.JSON(t)["expiresAt"])
 		if d := time.Until(exp); d < 59*time.Minute || d > 61*time.Minute {
 			t.Errorf("renewed expiry %v", exp)
 		}
 		// Never past the ceiling (24 h from creation).
 		r = e.must(http.StatusOK, "POST", "/v1/sandboxes/"+id+"/renew", "acme", map[string]any{"ttlSec": 10 * 86400})
-		exp, _ = time.Parse(time.RFC3339, r.JSON(t)["expiresAt"].(string))
-		created, _ := time.Parse(time.RFC3339, r.JSON(t)["createdAt"].(string))
+		exp = unixTime(t, r.JSON(t)["expiresAt"])
+		created := unixTime(t, r.JSON(t)["createdAt"])
 		if exp.Sub(created) > 24*time.Hour+time.Second {
 			t.Errorf("renew went past the ceiling: created %v, expires %v", created, exp)
 		}
@@ -759,4 +759,14 @@ func TestWrongMethodIsJSON405(t *testing.T) {
 	if r.Status != http.StatusMethodNotAllowed {
 		t.Errorf("GET exec: %d %s", r.Status, r.Body)
 	}
+}
+
+// unixTime reads a Sandbox object's time: Unix seconds, an integer on the wire.
+func unixTime(t *testing.T, v any) time.Time {
+	t.Helper()
+	f, ok := v.(float64)
+	if !ok || f != float64(int64(f)) || f < 1e9 {
+		t.Fatalf("a time of the Sandbox object is %T %v, not Unix seconds", v, v)
+	}
+	return time.Unix(int64(f), 0)
 }

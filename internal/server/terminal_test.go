@@ -88,7 +88,7 @@ func dialStatus(res *http.Response) int {
 func TestTerminal(t *testing.T) {
 	e := newEnv(t, "dev")
 	id := e.lease("acme", map[string]any{"class": "dev", "project": "term", "ttlSec": 60})
-	before := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"].(string)
+	before := unixTime(t, e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"])
 
 	// A sleeping sandbox is woken when its ticket is minted.
 	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
@@ -153,8 +153,8 @@ func TestTerminal(t *testing.T) {
 	k.expect("again-persisted-42")
 	k.c.Close(websocket.StatusNormalClosure, "")
 
-	after := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"].(string)
-	if after <= before {
+	after := unixTime(t, e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"])
+	if !after.After(before) {
 		t.Errorf("a connected terminal did not extend the lease: %s -> %s", before, after)
 	}
 }
