@@ -2,8 +2,8 @@ package sandbox
 
 import (
 	"crypto/rand"
-	"encoding/json"
 	"encoding/base32"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"time"
