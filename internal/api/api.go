@@ -101,6 +101,8 @@ var (
 
 // Deps are the parts the handlers call; the first eight are required.
 type Deps struct {
+	// Version is the server's version, in the OpenAPI document.
+	Version     string
 	Leases      Leases
 	Work        Work
 	Quotas      Quotas
@@ -133,8 +135,10 @@ type Server struct {
 	mux  *http.ServeMux
 	opts Config
 
-	methods map[string][]string // path pattern → methods, for 405 answers
-	perKey  keyCounter
+	methods  map[string][]string // path pattern → methods, for 405 answers
+	docs     []route             // every route, in registration order: the OpenAPI document
+	document []byte              // the OpenAPI document, made once
+	perKey   keyCounter
 
 	// Console connections outlive their request (the socket is hijacked):
 	// Close ends them and waits, so nothing touches the store after it.
@@ -205,71 +209,107 @@ func New(d Deps, log *slog.Logger, opts Config) *Server {
 	s := &Server{Deps: d, log: log, mux: http.NewServeMux(), opts: opts}
 	s.closing, s.stopConsoles = context.WithCancel(context.Background())
 	s.routes()
+	doc, err := s.openAPI(d.Version)
+	if err != nil {
+		panic(err) // a route whose types cannot be described: a bug, found by every test
+	}
+	s.document = doc
 	return s
 }
 
 func (s *Server) routes() {
 	// /v1/sandboxes is an alias with identical behaviour.
 	for _, p := range []string{"/v1/sandbox", "/v1/sandboxes"} {
-		s.handle("POST "+p, s.lease)
-		s.handle("GET "+p, s.list)
-		s.handle("GET "+p+"/usage", s.usage)
-		s.handle("GET "+p+"/quota", s.quotaLines)
-		s.handle("GET "+p+"/{id}", s.get)
-		s.handle("DELETE "+p+"/{id}", s.end)
-		s.handle("POST "+p+"/{id}/renew", s.renew)
-		s.handle("POST "+p+"/{id}/exec", s.exec)
-		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop))
-		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep))
-		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume))
-		s.handle("GET "+p+"/{id}/fs", s.readFS)
-		s.handle("POST "+p+"/{id}/fs", s.writeFS)
+		s.handle("POST "+p, s.lease, doc{Summary: "Lease a sandbox", Body: typ[service.LeaseRequest](), Answer: typ[sandbox.Object](), Status: 201, Errors: onLease})
+		s.handle("GET "+p, s.list, doc{Summary: "The org's sandboxes, newest first, a page at a time", Answer: typ[listBody](),
+			Query: []string{"project: only this project's", "status: pending, running, sleeping or error", "limit: 1-1000 a page (default 1000)", "cursor: the last page's next"}})
+		s.handle("GET "+p+"/usage", s.usage, doc{Summary: "Lease-seconds per class", Answer: typ[usageBody]()})
+		s.handle("GET "+p+"/quota", s.quotaLines, doc{Summary: "Each quota of the org with its use", Answer: typ[quotaBody]()})
+		s.handle("GET "+p+"/{id}", s.get, doc{Summary: "One sandbox", Answer: typ[sandbox.Object](), Errors: []int{404}})
+		s.handle("DELETE "+p+"/{id}", s.end, doc{Summary: "End a sandbox: its container goes, its project volume stays unless purge", Answer: typ[service.EndResult](),
+			Query: []string{"purge: 1 drops the project volume too"}, Errors: []int{404, 409, 502}})
+		s.handle("POST "+p+"/{id}/renew", s.renew, doc{Summary: "Extend the lease (never past the ceiling)", Body: typ[renewRequest](), Answer: typ[sandbox.Object](), Errors: onSandbox})
+		s.handle("POST "+p+"/{id}/exec", s.exec, doc{Summary: "Run a command and wait for it; a non-zero exit is a 200", Body: typ[service.ExecRequest](), Answer: typ[service.ExecResult](), Errors: onFiles})
+		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop), onIDDoc(s.Work.Stop, "Stop every command running in the sandbox"))
+		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep), doc{Summary: "Sleep now (memory kept where the runtime can checkpoint)", Answer: typ[sandbox.Object](), Errors: onSandbox})
+		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})
+		s.handle("GET "+p+"/{id}/fs", s.readFS, doc{Summary: "A file's bytes (streamed), or a directory's entries one per line", AnswerRaw: "application/octet-stream",
+			Query: []string{"path: under the workdir; empty is the workdir"}, Errors: onFiles})
+		s.handle("POST "+p+"/{id}/fs", s.writeFS, doc{Summary: "Write a whole file (the body, streamed); parents are created", BodyRaw: "application/octet-stream",
+			Answer: typ[service.WriteResult](), Query: []string{"path: under the workdir"}, Errors: onFiles})
 		s.typedOps(p)
 		s.consoles(p)
 	}
 	s.interpreter()
-	s.handle("GET /v1/volumes", s.volumes)
-	s.handle("DELETE /v1/volumes/{project}", s.deleteVolume)
-	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota))
-	s.handle("PUT /v1/orgs/{org}/quota", s.operator(s.setOrgQuota))
-	s.handle("GET /v1/orgs/{org}/keys", s.operator(s.listKeys))
-	s.handle("POST /v1/orgs/{org}/keys", s.operator(s.mintKey))
-	s.handle("DELETE /v1/orgs/{org}/keys/{key}", s.operator(s.revokeKey))
-	s.handle("GET /v1/sessions/{name}/events", s.sessionEvents)
+	s.handle("GET /v1/volumes", s.volumes, doc{Summary: "The org's project volumes with size and last use", Answer: typ[volumesBody]()})
+	s.handle("DELETE /v1/volumes/{project}", s.deleteVolume, doc{Summary: "Delete a project volume (refused while a live sandbox holds it)", Answer: typ[service.VolumeResult](), Errors: []int{404, 409, 502}})
+	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota), doc{Summary: "An org's quota override and effective quotas (operator org)", Answer: typ[orgQuotaBody](), Errors: onOrg})
+	s.handle("PUT /v1/orgs/{org}/quota", s.operator(s.setOrgQuota), doc{Summary: "Set an org's quota override (operator org)", Body: typ[quota.Policy](), Answer: typ[orgQuotaBody](), Errors: onOrg})
+	s.handle("GET /v1/orgs/{org}/keys", s.operator(s.listKeys), doc{Summary: "An org's keys, never a secret (operator org)", Answer: typ[keysBody](), Errors: onOrg})
+	s.handle("POST /v1/orgs/{org}/keys", s.operator(s.mintKey), doc{Summary: "Mint a key; its secret is shown once (operator org)", Body: typ[mintKeyRequest](), Answer: typ[mintedKey](), Status: 201, Errors: onOrg})
+	s.handle("DELETE /v1/orgs/{org}/keys/{key}", s.operator(s.revokeKey), doc{Summary: "Revoke a key at once (operator org)", Answer: typ[revokedBody](), Errors: onOrg})
+	s.handle("GET /v1/sessions/{name}/events", s.sessionEvents, doc{Summary: "A session's live log: the backlog, then each event, as server-sent events", AnswerRaw: "text/event-stream",
+		Query: []string{"after: resume after this event id (or send Last-Event-ID)"}, Errors: []int{404}})
 	if s.MCP != nil {
-		s.mux.Handle("/mcp", s.MCP)
+		for _, m := range []string{"POST", "GET", "DELETE"} {
+			s.raw(m+" /mcp", s.MCP, doc{Summary: "The typed ops as MCP tools (streamable HTTP transport; JSON-RPC as the MCP specification says)",
+				BodyRaw: map[string]string{"POST": "application/json"}[m], AnswerRaw: map[string]string{"POST": "application/json", "GET": "text/event-stream", "DELETE": ""}[m],
+				Errors: []int{400, 401, 404, 405}})
+		}
 	}
 	if s.Metrics != nil {
-		s.mux.Handle("GET /metrics", s.authenticate(func(w http.ResponseWriter, r *http.Request) {
+		s.raw("GET /metrics", s.authenticate(func(w http.ResponseWriter, r *http.Request) {
 			// Metrics add up every tenant: only the operator org reads them.
 			if p, _ := sandbox.PrincipalFrom(r.Context()); p.Org != s.opts.OperatorOrg {
 				s.writeError(w, r, sandbox.Errorf(sandbox.KindForbidden, "metrics are for the operator org"))
 				return
 			}
 			s.Metrics.ServeHTTP(w, r)
-		}))
+		}), doc{Summary: "Prometheus metrics (operator org)", AnswerRaw: "text/plain", Errors: []int{401, 403, 429}})
 	}
+	s.public("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }, doc{Summary: "The process answers", AnswerRaw: "text/plain"})
+	s.public("GET /readyz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }, doc{Summary: "The server serves", AnswerRaw: "text/plain"})
+	s.public("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(s.document)
+	}, doc{Summary: "This document", AnswerRaw: "application/json"})
 	s.notAllowed()
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "no such route: " + r.Method + " " + r.URL.Path})
 	})
 }
 
-// handle registers an authenticated JSON handler (and remembers its method
-// for the 405 answers of notAllowed).
-func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request) error, d doc) {
+	s.raw(pattern, s.authenticate(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	}), d)
+}
+
+// public registers a handler that does its own authentication (or needs
+// none).
+func (s *Server) public(pattern string, h http.HandlerFunc, d doc) {
+	d.Public = true
+	s.raw(pattern, h, d)
+}
+
+// raw registers h as is, with its document entry, remembering its method
+// for the 405 answers.
+func (s *Server) raw(pattern string, h http.Handler, d doc) {
 	method, path, _ := strings.Cut(pattern, " ")
 	if s.methods == nil {
 		s.methods = map[string][]string{}
 	}
 	s.methods[path] = append(s.methods[path], method)
-	s.mux.Handle(pattern, s.authenticate(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
-			s.writeError(w, r, err)
-		}
-	}))
+	s.docs = append(s.docs, route{pattern: pattern, doc: d})
+	s.mux.Handle(pattern, h)
+}
+
+// route is one registered pattern and its document entry.
+type route struct {
+	pattern string
+	doc     doc
 }
 
 // notAllowed answers the other methods of every registered path with a JSON

@@ -27,7 +27,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) error {
 }
 
 type listBody struct {
-	Sandboxes []*sandbox.Sandbox `json:"sandboxes"`
+	Sandboxes []*sandbox.Object `json:"sandboxes"`
 	// Next is the cursor of the next page (?cursor=); absent on the last.
 	Next string `json:"next,omitempty"`
 }
@@ -48,7 +48,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, listBody{Sandboxes: list, Next: next})
+	body := listBody{Sandboxes: make([]*sandbox.Object, len(list)), Next: next}
+	for i, sb := range list {
+		body.Sandboxes[i] = sb.Object()
+	}
+	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 
@@ -175,6 +179,11 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 
 // onID adapts a call on the sandbox of the path's {id} that takes an empty
 // body (stop, pause, resume) to a handler answering its result as JSON.
+// onIDDoc documents onID(f): no body, its answer Out.
+func onIDDoc[Out any](f func(context.Context, string) (Out, error), summary string) doc {
+	return doc{Summary: summary, Answer: typ[Out](), Errors: onSandbox}
+}
+
 func onID[Out any](f func(context.Context, string) (Out, error)) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if err := decode(r.Body, &struct{}{}); err != nil {

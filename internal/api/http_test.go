@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/apicheck"
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/narrate"
@@ -39,6 +40,7 @@ type apiEnv struct {
 	st   *store.Store
 	rt   *fake.Runtime
 	keys map[string]string
+	doc  *apicheck.Checker
 }
 
 func newAPI(t *testing.T, cfg ...api.Config) *apiEnv {
@@ -91,7 +93,27 @@ func (e *apiEnv) do(method, path, org, body string) answer {
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
+	e.check(apicheck.Exchange{Method: method, URL: e.url + path, Header: req.Header, Body: []byte(body), Status: res.StatusCode, RespHeader: res.Header, RespBody: b})
 	return answer{res.StatusCode, res.Header, b}
+}
+
+// check holds an exchange to the served OpenAPI document.
+func (e *apiEnv) check(x apicheck.Exchange) {
+	e.t.Helper()
+	if e.doc == nil {
+		res, err := http.Get(e.url + "/v1/openapi.json")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if e.doc, err = apicheck.New(b); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := e.doc.Check(x); err != nil {
+		e.t.Error(err)
+	}
 }
 
 func (e *apiEnv) must(status int, method, path, org, body string) answer {

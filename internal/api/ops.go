@@ -18,15 +18,20 @@ import (
 // under prefix p.
 func (s *Server) typedOps(p string) {
 	o := s.Ops
-	s.handle("POST "+p+"/lease", op(o.Lease))
-	s.handle("POST "+p+"/run", op(o.Run))
-	s.handle("POST "+p+"/read", op(o.Read))
-	s.handle("POST "+p+"/write", op(o.Write))
-	s.handle("POST "+p+"/stop", op(o.Stop))
-	s.handle("POST "+p+"/end", op(o.End))
+	s.handle("POST "+p+"/lease", op(o.Lease), opDoc(o.Lease, "Typed: lease, or resume and extend one of yours", onLease))
+	s.handle("POST "+p+"/run", op(o.Run), opDoc(o.Run, "Typed: run a command and wait for it", onFiles))
+	s.handle("POST "+p+"/read", op(o.Read), opDoc(o.Read, "Typed: read a file (at most 4 MiB) or list a directory", onFiles))
+	s.handle("POST "+p+"/write", op(o.Write), opDoc(o.Write, "Typed: write a whole file", onFiles))
+	s.handle("POST "+p+"/stop", op(o.Stop), opDoc(o.Stop, "Typed: stop every command running in a sandbox", onSandbox))
+	s.handle("POST "+p+"/end", op(o.End), opDoc(o.End, "Typed: end a sandbox", []int{404, 409, 502}))
 }
 
 // op adapts a typed operation to a handler: one JSON object in, one out.
+// opDoc documents op(f): its body is In, its answer Out.
+func opDoc[In, Out any](f func(context.Context, In) (Out, error), summary string, errs []int) doc {
+	return doc{Summary: summary, Body: typ[In](), Answer: typ[Out](), Errors: errs}
+}
+
 func op[In, Out any](f func(context.Context, In) (Out, error)) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		var in In
@@ -44,10 +49,10 @@ func op[In, Out any](f func(context.Context, In) (Out, error)) func(http.Respons
 
 // interpreter registers POST /v1/exec and the file routes of its sessions.
 func (s *Server) interpreter() {
-	s.handle("POST /v1/exec", op(s.Ops.RunCode))
-	s.handle("GET /v1/exec/{session}/files", s.sessionFiles)
-	s.handle("POST /v1/exec/{session}/files", s.uploadFiles)
-	s.handle("GET /v1/exec/{session}/files/{path...}", s.downloadFile)
+	s.handle("POST /v1/exec", op(s.Ops.RunCode), opDoc(s.Ops.RunCode, "Run a program in one of the interpreter's 13 languages", onLease))
+	s.handle("GET /v1/exec/{session}/files", s.sessionFiles, doc{Summary: "The session's files", Answer: typ[filesBody](), Errors: onSandbox})
+	s.handle("POST /v1/exec/{session}/files", s.uploadFiles, doc{Summary: "Upload files (multipart/form-data) into the session's workdir", BodyRaw: "multipart/form-data", Answer: typ[filesBody](), Errors: onFiles})
+	s.handle("GET /v1/exec/{session}/files/{path...}", s.downloadFile, doc{Summary: "Download one of the session's files", AnswerRaw: "application/octet-stream", Errors: onFiles})
 }
 
 type filesBody struct {

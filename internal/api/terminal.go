@@ -29,27 +29,18 @@ import (
 // tickets (authenticated), the pages (public: they hold no secret) and the
 // sockets (the ticket is the credential).
 func (s *Server) consoles(p string) {
-	s.handle("POST "+p+"/{id}/terminal/ticket", s.mintTicket(ticket.Terminal))
-	s.handle("POST "+p+"/{id}/screen/ticket", s.mintTicket(ticket.Screen))
+	ws := []string{"ticket: the single-use ticket (POST …/ticket)"}
+	s.handle("POST "+p+"/{id}/terminal/ticket", s.mintTicket(ticket.Terminal), doc{Summary: "A ticket for the terminal socket (single use, 30 s)", Answer: typ[terminal.TicketResult](), Status: 201, Errors: onLease})
+	s.handle("POST "+p+"/{id}/screen/ticket", s.mintTicket(ticket.Screen), doc{Summary: "A ticket for the screen socket (single use, 30 s)", Answer: typ[terminal.TicketResult](), Status: 201, Errors: onLease})
 	s.public("GET "+p+"/{id}/terminal", func(w http.ResponseWriter, r *http.Request) {
 		pages.Terminal.Serve(w, s.opts.FrameAncestors)
-	})
+	}, doc{Summary: "The terminal page (xterm.js); it opens the socket with the ticket in its URL", AnswerRaw: "text/html", Query: ws})
 	s.public("GET "+p+"/{id}/screen", func(w http.ResponseWriter, r *http.Request) {
 		pages.Screen.Serve(w, s.opts.FrameAncestors)
-	})
-	s.public("GET "+p+"/{id}/terminal/ws", s.terminalSocket)
-	s.public("GET "+p+"/{id}/screen/ws", s.screenSocket)
-}
-
-// public registers a handler that does its own authentication (or needs
-// none), remembering its method for the 405 answers.
-func (s *Server) public(pattern string, h http.HandlerFunc) {
-	method, path, _ := strings.Cut(pattern, " ")
-	if s.methods == nil {
-		s.methods = map[string][]string{}
-	}
-	s.methods[path] = append(s.methods[path], method)
-	s.mux.HandleFunc(pattern, h)
+	}, doc{Summary: "The screen page (noVNC)", AnswerRaw: "text/html", Query: ws})
+	s.public("GET "+p+"/{id}/terminal/ws", s.terminalSocket, doc{Summary: "The terminal as a WebSocket: binary frames both ways, text frames {\"cols\",\"rows\"} resize",
+		Status: 101, Query: append(ws, "arg: a tmux session name to attach or create"), Errors: []int{400, 401, 404, 409, 429, 503}})
+	s.public("GET "+p+"/{id}/screen/ws", s.screenSocket, doc{Summary: "The screen as a WebSocket carrying RFB", Status: 101, Query: ws, Errors: []int{400, 401, 404, 409, 429, 503}})
 }
 
 func (s *Server) mintTicket(kind string) func(http.ResponseWriter, *http.Request) error {

@@ -185,7 +185,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	typed := ops.New(svc, it)
 	h := api.New(api.Deps{
 		Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
-		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version), Keys: st,
+		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version), Keys: st, Version: Version,
 	}, log, cfg.API)
 	return &Server{
 		Handler: h, api: h,
