@@ -233,7 +233,7 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop), onIDDoc(s.Work.Stop, "Stop every command running in the sandbox"))
 		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep), doc{Summary: "Sleep now (memory kept where the runtime can checkpoint)", Answer: typ[sandbox.Object](), Errors: onSandbox})
 		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})
-		s.handle("GET "+p+"/{id}/fs", s.readFS, doc{Summary: "A file's bytes (streamed), or a directory's entries one per line", AnswerRaw: "application/octet-stream",
+		s.handle("GET "+p+"/{id}/fs", s.readFS, doc{Summary: "A file's bytes (streamed), or a directory's entries one per line (X-Sandbox-Kind says which)", AnswerRaw: "application/octet-stream, text/plain",
 			Query: []string{"path: under the workdir; empty is the workdir"}, Errors: onFiles})
 		s.handle("POST "+p+"/{id}/fs", s.writeFS, doc{Summary: "Write a whole file (the body, streamed); parents are created", BodyRaw: "application/octet-stream",
 			Answer: typ[service.WriteResult](), Query: []string{"path: under the workdir"}, Errors: onFiles})

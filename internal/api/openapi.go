@@ -24,8 +24,8 @@ type doc struct {
 	// body that is not JSON (a file's bytes, multipart). Neither: no body.
 	Body    reflect.Type
 	BodyRaw string
-	// Answer is the JSON answer's type; AnswerRaw the media type of one
-	// that is not JSON (a file, a page, an event stream).
+	// Answer is the JSON answer's type; AnswerRaw the media types (comma
+	// separated) of one that is not JSON (a file, a page, an event stream).
 	Answer    reflect.Type
 	AnswerRaw string
 	// Status is the success status; zero is 200.
@@ -84,6 +84,10 @@ func schemaFor(t reflect.Type, request bool) (any, error) {
 	}
 	if request {
 		dropRequired(m)
+		// An empty body, or null, is the empty object to the decoder.
+		if obj, ok := m.(map[string]any); ok && obj["type"] == "object" {
+			obj["type"] = []any{"object", "null"}
+		}
 	}
 	return m, nil
 }
@@ -163,7 +167,8 @@ func operation(method, path string, d doc) (map[string]any, error) {
 		}
 		op["requestBody"] = map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": schema}}}
 	case d.BodyRaw != "":
-		op["requestBody"] = map[string]any{"required": true, "content": map[string]any{d.BodyRaw: map[string]any{}}}
+		// Not required: an empty body is an empty file.
+		op["requestBody"] = map[string]any{"content": map[string]any{d.BodyRaw: map[string]any{}}}
 	}
 	responses := map[string]any{}
 	status := d.Status
@@ -179,7 +184,11 @@ func operation(method, path string, d doc) (map[string]any, error) {
 		}
 		ok["content"] = map[string]any{"application/json": map[string]any{"schema": schema}}
 	case d.AnswerRaw != "":
-		ok["content"] = map[string]any{d.AnswerRaw: map[string]any{}}
+		content := map[string]any{}
+		for _, mt := range strings.Split(d.AnswerRaw, ",") {
+			content[strings.TrimSpace(mt)] = map[string]any{}
+		}
+		ok["content"] = content
 	}
 	responses[strconv.Itoa(status)] = ok
 	errs := slices.Clone(d.Errors)

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandbox/internal/apicheck"
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -37,6 +38,9 @@ type env struct {
 	http *httptest.Server
 	data string
 	keys map[string]string // org → key
+
+	docOnce sync.Once
+	doc     *apicheck.Checker // the served OpenAPI document, which every e.do is held to
 }
 
 func newEnv(t testing.TB, needImages ...string) *env {
@@ -167,16 +171,19 @@ func (r resp) JSON(t testing.TB) map[string]any {
 // answer, that no runtime name or host path leaks.
 func (e *env) do(method, path, org string, body any) resp {
 	e.t.Helper()
-	var rd io.Reader
+	var raw []byte
 	switch b := body.(type) {
 	case nil:
 	case []byte:
-		rd = bytes.NewReader(b)
+		raw = b
 	case string:
-		rd = strings.NewReader(b)
+		raw = []byte(b)
 	default:
-		j, _ := json.Marshal(b)
-		rd = bytes.NewReader(j)
+		raw, _ = json.Marshal(b)
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequest(method, e.http.URL+path, rd)
 	if err != nil {
@@ -202,7 +209,27 @@ func (e *env) do(method, path, org string, body any) resp {
 	}
 	r := resp{Status: res.StatusCode, Header: res.Header, Body: b}
 	e.noLeak(method+" "+path, r)
+	e.check(apicheck.Exchange{Method: method, URL: e.http.URL + path, Header: req.Header, Body: raw, Status: res.StatusCode, RespHeader: res.Header, RespBody: b})
 	return r
+}
+
+// check holds an exchange to the served OpenAPI document.
+func (e *env) check(x apicheck.Exchange) {
+	e.t.Helper()
+	e.docOnce.Do(func() {
+		res, err := http.Get(e.http.URL + "/v1/openapi.json")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		spec, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if e.doc, err = apicheck.New(spec); err != nil {
+			e.t.Fatal(err)
+		}
+	})
+	if err := e.doc.Check(x); err != nil {
+		e.t.Error(err)
+	}
 }
 
 // noLeak fails if an answer names a runtime object or a host path.
