@@ -38,7 +38,7 @@ func (s *Server) consoles(p string) {
 	s.public("GET "+p+"/{id}/screen", func(w http.ResponseWriter, r *http.Request) {
 		pages.Screen.Serve(w, s.opts.FrameAncestors)
 	}, doc{Summary: "The screen page (noVNC)", AnswerRaw: "text/html", Query: ws})
-	s.public("GET "+p+"/{id}/terminal/ws", s.terminalSocket, doc{Summary: "The terminal as a WebSocket: binary frames both ways, text frames {\"cols\",\"rows\"} resize",
+	s.public("GET "+p+"/{id}/terminal/ws", s.terminalSocket, doc{Summary: "The terminal as a WebSocket: binary frames both ways; a text frame {\"resize\":{\"cols\":N,\"rows\":N}} resizes",
 		Status: 101, Query: append(ws, "arg: a tmux session name to attach or create"), Errors: []int{400, 401, 404, 409, 429, 503}})
 	s.public("GET "+p+"/{id}/screen/ws", s.screenSocket, doc{Summary: "The screen as a WebSocket carrying RFB", Status: 101, Query: ws, Errors: []int{400, 401, 404, 409, 429, 503}})
 }

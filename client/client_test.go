@@ -1,0 +1,226 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/internal/apicheck"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/testenv"
+)
+
+// checking records every exchange of the client and holds it to the
+// server's OpenAPI document (bodies up to 1 MiB: the rest are streams).
+type checking struct {
+	t   *testing.T
+	doc *apicheck.Checker
+	mu  sync.Mutex
+}
+
+func (c *checking) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil && req.Header.Get("Content-Type") == "application/json" {
+		body, _ = io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	res, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || res.StatusCode == http.StatusSwitchingProtocols {
+		return res, err
+	}
+	ct := res.Header.Get("Content-Type")
+	if !strings.HasPrefix(ct, "application/json") {
+		return res, nil // a stream: its head was checked by the server's own suites
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body = io.NopCloser(bytes.NewReader(b))
+	if req.Header.Get("Content-Type") == "application/json" || req.Body == nil || req.Method == "GET" || req.Method == "DELETE" {
+		if err := c.doc.Check(apicheck.Exchange{Method: req.Method, URL: req.URL.String(), Header: req.Header, Body: body,
+			Status: res.StatusCode, RespHeader: res.Header, RespBody: b}); err != nil {
+			c.t.Error(err)
+		}
+	}
+	return res, nil
+}
+
+func newClient(t *testing.T) (*client.Client, *testenv.Server) {
+	s := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme", "globex"})
+	res, err := http.Get(s.URL + "/v1/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	doc, err := apicheck.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(s.URL, s.Keys["acme"])
+	c.HTTP = &http.Client{Transport: &checking{t: t, doc: doc}}
+	return c, s
+}
+
+// TestClient: every call of the Go client on the real server and runtime,
+// each JSON exchange held to the served OpenAPI document.
+func TestClient(t *testing.T) {
+	c, s := newClient(t)
+	ctx := context.Background()
+
+	sb, err := c.Lease(ctx, client.LeaseRequest{TTLSec: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Kind != "sandbox" || sb.Org != "acme" || sb.Status != "running" || time.Until(sb.Expires()) < 290*time.Second {
+		t.Errorf("lease: %+v", sb)
+	}
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.ID != sb.ID {
+		t.Errorf("get: %+v %v", got, err)
+	}
+	if all, err := c.ListAll(ctx, client.ListOptions{Limit: 1}); err != nil || len(all) != 1 {
+		t.Errorf("list: %v %v", all, err)
+	}
+
+	// exec: exit codes, stdin, timeouts; a non-zero exit is a result.
+	r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: "read x; echo got-$x; exit 3", Stdin: "hi\n"})
+	if err != nil || r.ExitCode != 3 || r.Stdout != "got-hi\n" {
+		t.Errorf("exec: %+v %v", r, err)
+	}
+	if r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"sleep", "30"}, TimeoutSec: 1}); err != nil || !r.TimedOut || r.ExitCode != 124 {
+		t.Errorf("exec past its timeout: %+v %v", r, err)
+	}
+
+	// files: binary-safe both ways, and a directory.
+	bin := []byte{0, 1, 2, 255, '\n', 0xc3, 0x28}
+	if w, err := c.WriteFile(ctx, sb.ID, "d/bin.dat", bytes.NewReader(bin)); err != nil || w.Bytes != int64(len(bin)) {
+		t.Fatalf("write: %+v %v", w, err)
+	}
+	f, err := c.ReadFile(ctx, sb.ID, "d/bin.dat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(f)
+	f.Close()
+	if !bytes.Equal(got, bin) || f.Dir || f.Size != int64(len(bin)) {
+		t.Errorf("read back %q (dir %v, size %d)", got, f.Dir, f.Size)
+	}
+	if entries, err := c.ReadDir(ctx, sb.ID, "d"); err != nil || len(entries) != 1 || entries[0] != "bin.dat" {
+		t.Errorf("readdir: %v %v", entries, err)
+	}
+
+	// A refusal carries the server's status and message unchanged.
+	_, err = c.Lease(ctx, client.LeaseRequest{Class: "huge"})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 400 || !strings.Contains(e.Message, "exec") {
+		t.Errorf("a bad class: %v", err)
+	}
+	other := client.New(s.URL, s.Keys["globex"])
+	if _, err := other.Get(ctx, sb.ID); !client.IsNotFound(err) {
+		t.Errorf("another org's id: %v", err)
+	}
+
+	// The terminal: a command typed, its output read.
+	term, err := c.Terminal(ctx, sb.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	term.Resize(100, 30)
+	io.WriteString(term, "echo $((6*7))-$(tput cols)\r")
+	if !readUntil(term, "42-100", 30*time.Second) {
+		t.Error("the terminal never showed 42-100")
+	}
+	io.WriteString(term, "exit\r")
+	io.Copy(io.Discard, term)
+	if !strings.Contains(term.Reason(), "exited") {
+		t.Errorf("the terminal's end: %q", term.Reason())
+	}
+	term.Close()
+
+	// A session's live log, followed to the command's exit.
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: "echo narrated", Session: "build"}); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	var kinds []string
+	err = c.Follow(fctx, "build", 0, func(ev client.Event) error {
+		kinds = append(kinds, ev.Kind)
+		if ev.Kind == "exit" {
+			return io.EOF
+		}
+		return nil
+	})
+	cancel()
+	if err != io.EOF || !strings.Contains(strings.Join(kinds, ","), "stdout") {
+		t.Errorf("follow: %v %v", kinds, err)
+	}
+
+	// The interpreter.
+	rc, err := c.RunCode(ctx, client.RunCodeRequest{Language: "py", Code: "open('o.txt','w').write('x'*3)\nprint(6*7)"})
+	if err != nil || rc.Stdout != "42\n" || len(rc.Files) != 1 {
+		t.Fatalf("run code: %+v %v", rc, err)
+	}
+	if up, err := c.Upload(ctx, rc.SessionID, map[string]io.Reader{"in.txt": strings.NewReader("uploaded")}); err != nil || len(up) != 1 {
+		t.Errorf("upload: %v %v", up, err)
+	}
+	if rd, err := c.Download(ctx, rc.SessionID, "in.txt"); err != nil {
+		t.Errorf("download: %v", err)
+	} else if b, _ := io.ReadAll(rd); string(b) != "uploaded" {
+		t.Errorf("download: %q", b)
+	}
+
+	// Lifecycle.
+	if q, err := c.Quotas(ctx); err != nil || len(q) == 0 {
+		t.Errorf("quotas: %v %v", q, err)
+	}
+	if r, err := c.Renew(ctx, sb.ID, 600); err != nil || time.Until(r.Expires()) < 590*time.Second {
+		t.Errorf("renew: %+v %v", r, err)
+	}
+	if p, err := c.Pause(ctx, sb.ID); err != nil || p.Status != "sleeping" {
+		t.Errorf("pause: %+v %v", p, err)
+	}
+	if w, err := c.Resume(ctx, sb.ID); err != nil || w.Status != "running" {
+		t.Errorf("resume: %+v %v", w, err)
+	}
+	if st, err := c.Stop(ctx, sb.ID); err != nil || st.ID != sb.ID {
+		t.Errorf("stop: %+v %v", st, err)
+	}
+	if e, err := c.End(ctx, sb.ID, true); err != nil || !e.Ended {
+		t.Errorf("end: %+v %v", e, err)
+	}
+	if _, err := c.Get(ctx, sb.ID); !client.IsNotFound(err) {
+		t.Errorf("get after end: %v", err)
+	}
+}
+
+// readUntil reads r until want shows or the time is up.
+func readUntil(r io.Reader, want string, d time.Duration) bool {
+	found := make(chan bool, 1)
+	go func() {
+		var seen []byte
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			seen = append(seen, buf[:n]...)
+			if bytes.Contains(seen, []byte(want)) {
+				found <- true
+				return
+			}
+			if err != nil {
+				found <- false
+				return
+			}
+		}
+	}()
+	select {
+	case ok := <-found:
+		return ok
+	case <-time.After(d):
+		return false
+	}
+}

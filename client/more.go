@@ -1,0 +1,183 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RunCodeRequest is a program for the code interpreter.
+type RunCodeRequest struct {
+	Language   string      `json:"language"` // py js ts bash r php go rs c cpp java d f90
+	Code       string      `json:"code"`
+	SessionID  string      `json:"session_id,omitempty"` // keep the files of earlier runs
+	Args       []string    `json:"args,omitempty"`
+	Files      []InputFile `json:"files,omitempty"`
+	TimeoutSec int         `json:"timeoutSec,omitempty"`
+}
+
+// InputFile is placed in the workdir before a run: text in Data, or bytes
+// in DataBase64.
+type InputFile struct {
+	Path       string `json:"path"`
+	Data       string `json:"data,omitempty"`
+	DataBase64 string `json:"dataBase64,omitempty"`
+}
+
+// RunCodeResult is a finished run; Files are what this run created or
+// changed.
+type RunCodeResult struct {
+	SessionID  string        `json:"session_id"`
+	NewSession bool          `json:"newSession,omitempty"`
+	ExitCode   int           `json:"exitCode"`
+	Stdout     string        `json:"stdout"`
+	Stderr     string        `json:"stderr"`
+	Files      []SessionFile `json:"files"`
+	TimedOut   bool          `json:"timedOut,omitempty"`
+	Stopped    bool          `json:"stopped,omitempty"`
+}
+
+// SessionFile is a file of an interpreter session.
+type SessionFile struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// RunCode runs a program in the code interpreter.
+func (c *Client) RunCode(ctx context.Context, req RunCodeRequest) (*RunCodeResult, error) {
+	var r RunCodeResult
+	return &r, c.do(ctx, request{method: "POST", path: "/v1/exec", in: req, out: &r})
+}
+
+// SessionFiles lists an interpreter session's files.
+func (c *Client) SessionFiles(ctx context.Context, session string) ([]SessionFile, error) {
+	var b struct {
+		Files []SessionFile `json:"files"`
+	}
+	return b.Files, c.do(ctx, request{method: "GET", path: "/v1/exec/" + esc(session) + "/files", out: &b})
+}
+
+// Upload writes files (name → content) into a session's workdir in one
+// multipart body, streamed.
+func (c *Client) Upload(ctx context.Context, session string, files map[string]io.Reader) ([]SessionFile, error) {
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		for name, r := range files {
+			w, err := mw.CreateFormFile("file", name)
+			if err == nil {
+				_, err = io.Copy(w, r)
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		pw.CloseWithError(mw.Close())
+	}()
+	var b struct {
+		Files []SessionFile `json:"files"`
+	}
+	err := c.do(ctx, request{method: "POST", path: "/v1/exec/" + esc(session) + "/files", body: pr, contentType: mw.FormDataContentType(), out: &b})
+	pr.CloseWithError(io.ErrClosedPipe)
+	return b.Files, err
+}
+
+// Download opens one of a session's files. Close it.
+func (c *Client) Download(ctx context.Context, session, path string) (io.ReadCloser, error) {
+	res, err := c.send(ctx, request{method: "GET", path: "/v1/exec/" + esc(session) + "/files/" + strings.TrimPrefix(path, "/")})
+	if err != nil {
+		return nil, err
+	}
+	return res.Body, nil
+}
+
+// Event is one entry of a session's live log.
+type Event struct {
+	Seq  int64     `json:"seq"`
+	Kind string    `json:"kind"` // start, stdout, stderr, exit, error, truncated
+	Text string    `json:"text"`
+	At   time.Time `json:"at"`
+}
+
+// Follow streams a session's log after event seq after (0: from the
+// start): the backlog, then each event as it comes, until ctx ends or the
+// server drops the stream (a slow follower is dropped; follow again from
+// the last Seq). Each event goes to fn; an error from fn ends the stream.
+func (c *Client) Follow(ctx context.Context, session string, after int64, fn func(Event) error) error {
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	res, err := c.send(ctx, request{method: "GET", path: "/v1/sessions/" + esc(session) + "/events", query: q})
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var e Event
+		if err := json.Unmarshal([]byte(data), &e); err != nil {
+			return fmt.Errorf("client: an event: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return sc.Err()
+}
+
+// Quota is one quota of the org with its use.
+type Quota struct {
+	Name  string  `json:"name"`
+	Class string  `json:"class,omitempty"`
+	Limit float64 `json:"limit"`
+	Used  float64 `json:"used"`
+	Unit  string  `json:"unit,omitempty"`
+}
+
+// Quotas lists the org's quotas with their use.
+func (c *Client) Quotas(ctx context.Context) ([]Quota, error) {
+	var b struct {
+		Quotas []Quota `json:"quotas"`
+	}
+	return b.Quotas, c.do(ctx, request{method: "GET", path: "/v1/sandbox/quota", out: &b})
+}
+
+// Volume is a project volume of the org.
+type Volume struct {
+	Project     string    `json:"project"`
+	SizeMiB     int64     `json:"sizeMiB"`
+	CreatedAt   time.Time `json:"createdAt"`
+	LastUsedAt  time.Time `json:"lastUsedAt"`
+	LiveSandbox string    `json:"liveSandbox,omitempty"`
+}
+
+// Volumes lists the org's project volumes.
+func (c *Client) Volumes(ctx context.Context) ([]Volume, error) {
+	var b struct {
+		Volumes []Volume `json:"volumes"`
+	}
+	return b.Volumes, c.do(ctx, request{method: "GET", path: "/v1/volumes", out: &b})
+}
+
+// DeleteVolume deletes a project's volume (refused, 409, while a live
+// sandbox holds it).
+func (c *Client) DeleteVolume(ctx context.Context, project string) error {
+	return c.do(ctx, request{method: "DELETE", path: "/v1/volumes/" + esc(project)})
+}

@@ -1,0 +1,233 @@
+package client
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sandbox is the Sandbox object. Its times are Unix seconds (the wire's);
+// Created, LastUsed and Expires convert them.
+type Sandbox struct {
+	ID         string `json:"id"`
+	Kind       string `json:"kind"`
+	Org        string `json:"org"`
+	Class      string `json:"class"`
+	Project    string `json:"project,omitempty"`
+	Status     string `json:"status"`
+	Image      string `json:"image"`
+	Runtime    string `json:"runtime"`
+	Volume     string `json:"volume,omitempty"`
+	Workdir    string `json:"workdir"`
+	CreatedAt  int64  `json:"createdAt"`
+	LastUsedAt int64  `json:"lastUsedAt"`
+	ExpiresAt  int64  `json:"expiresAt"`
+	Error      string `json:"error,omitempty"`
+	Woken      bool   `json:"woken,omitempty"`
+	MemoryKept bool   `json:"memoryKept,omitempty"`
+}
+
+func (s *Sandbox) Created() time.Time  { return time.Unix(s.CreatedAt, 0) }
+func (s *Sandbox) LastUsed() time.Time { return time.Unix(s.LastUsedAt, 0) }
+func (s *Sandbox) Expires() time.Time  { return time.Unix(s.ExpiresAt, 0) }
+
+// LeaseRequest asks for a sandbox; every field may be left out.
+type LeaseRequest struct {
+	Class   string `json:"class,omitempty"`   // exec (the default), dev, desktop or android
+	Project string `json:"project,omitempty"` // the volume's project; required for every class but exec
+	Image   string `json:"image,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	TTLSec  int64  `json:"ttlSec,omitempty"` // the lease; zero is the class's
+}
+
+// Lease leases a sandbox.
+func (c *Client) Lease(ctx context.Context, req LeaseRequest) (*Sandbox, error) {
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox", in: req, out: &sb})
+}
+
+// Get returns one sandbox.
+func (c *Client) Get(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "GET", path: "/v1/sandbox/" + esc(id), out: &sb})
+}
+
+// ListOptions filter and page a list; every field may be left out.
+type ListOptions struct {
+	Project, Status string
+	Limit           int
+	Cursor          string // a page's Next
+}
+
+// Page is one page of a list; Next is empty on the last.
+type Page struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+	Next      string    `json:"next,omitempty"`
+}
+
+// List returns one page of the org's sandboxes, newest first.
+func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"project": o.Project, "status": o.Status, "cursor": o.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	var p Page
+	return &p, c.do(ctx, request{method: "GET", path: "/v1/sandbox", query: q, out: &p})
+}
+
+// ListAll returns every sandbox of the org, page by page.
+func (c *Client) ListAll(ctx context.Context, o ListOptions) ([]Sandbox, error) {
+	var all []Sandbox
+	for {
+		p, err := c.List(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, p.Sandboxes...)
+		if p.Next == "" {
+			return all, nil
+		}
+		o.Cursor = p.Next
+	}
+}
+
+// Renew extends a lease to ttlSec from now (never past the ceiling).
+func (c *Client) Renew(ctx context.Context, id string, ttlSec int64) (*Sandbox, error) {
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/renew", in: map[string]int64{"ttlSec": ttlSec}, out: &sb})
+}
+
+// Pause puts a sandbox to sleep now; Resume wakes it.
+func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/pause", out: &sb})
+}
+
+func (c *Client) Resume(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/resume", out: &sb})
+}
+
+// Stopped says how many commands a stop cancelled.
+type Stopped struct {
+	ID      string `json:"id"`
+	Stopped int    `json:"stopped"`
+}
+
+// Stop cancels every command running in a sandbox; the sandbox stays.
+func (c *Client) Stop(ctx context.Context, id string) (*Stopped, error) {
+	var s Stopped
+	return &s, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/stop", out: &s})
+}
+
+// Ended is the end of a sandbox.
+type Ended struct {
+	ID     string `json:"id"`
+	Ended  bool   `json:"ended"`
+	Purged bool   `json:"purged"`
+}
+
+// End ends a sandbox; purge drops its project volume too.
+func (c *Client) End(ctx context.Context, id string, purge bool) (*Ended, error) {
+	q := url.Values{}
+	if purge {
+		q.Set("purge", "1")
+	}
+	var e Ended
+	return &e, c.do(ctx, request{method: "DELETE", path: "/v1/sandbox/" + esc(id), query: q, out: &e})
+}
+
+// ExecRequest is a command: Argv wins; else Command runs with sh -c.
+type ExecRequest struct {
+	Argv       []string          `json:"argv,omitempty"`
+	Command    string            `json:"command,omitempty"`
+	Stdin      string            `json:"stdin,omitempty"`
+	Dir        string            `json:"dir,omitempty"`
+	TimeoutSec int               `json:"timeoutSec,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Session    string            `json:"session,omitempty"` // narrate the output into this session's log
+	Redact     []string          `json:"redact,omitempty"`
+}
+
+// ExecResult is a finished command; a non-zero exit is a result, not an
+// error.
+type ExecResult struct {
+	ExitCode int    `json:"exitCode"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	TimedOut bool   `json:"timedOut,omitempty"`
+	Stopped  bool   `json:"stopped,omitempty"`
+	Woken    bool   `json:"woken,omitempty"`
+}
+
+// Exec runs a command and waits for it.
+func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
+	var r ExecResult
+	return &r, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/exec", in: req, out: &r})
+}
+
+// Written is a file write.
+type Written struct {
+	Path  string `json:"path"`
+	Bytes int64  `json:"bytes"`
+	Woken bool   `json:"woken,omitempty"`
+}
+
+// WriteFile writes r as the whole file at path (under the workdir),
+// streamed; parents are created.
+func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader) (*Written, error) {
+	if r == nil {
+		r = strings.NewReader("")
+	}
+	var w Written
+	return &w, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/fs", query: url.Values{"path": {path}},
+		body: r, contentType: "application/octet-stream", out: &w})
+}
+
+// File is an open read: a file's bytes, or a directory's entries one per
+// line (Dir). Close it.
+type File struct {
+	io.ReadCloser
+	Path string // the resolved path in the sandbox
+	Dir  bool
+	Size int64
+}
+
+// ReadFile opens the file (or directory) at path for reading, streamed.
+func (c *Client) ReadFile(ctx context.Context, id, path string) (*File, error) {
+	res, err := c.send(ctx, request{method: "GET", path: "/v1/sandbox/" + esc(id) + "/fs", query: url.Values{"path": {path}}})
+	if err != nil {
+		return nil, err
+	}
+	return &File{ReadCloser: res.Body, Path: res.Header.Get("X-Sandbox-Path"), Dir: res.Header.Get("X-Sandbox-Kind") == "directory", Size: res.ContentLength}, nil
+}
+
+// ReadDir lists a directory: entries, directories ending in '/'.
+func (c *Client) ReadDir(ctx context.Context, id, path string) ([]string, error) {
+	f, err := c.ReadFile(ctx, id, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	if !f.Dir {
+		return nil, &Error{Status: http.StatusBadRequest, Message: path + " is a file, not a directory"}
+	}
+	entries := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(entries) == 1 && entries[0] == "" {
+		return []string{}, nil
+	}
+	return entries, nil
+}

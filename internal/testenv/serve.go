@@ -1,0 +1,147 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Server is a real `sandbox serve` process on loopback, for the suites of
+// the clients (Go, CLI, SDKs): built from this checkout, on a data
+// directory of its own, with a key per org.
+type Server struct {
+	URL  string            // http://127.0.0.1:PORT
+	Data string            // its data directory
+	Bin  string            // the sandbox binary
+	Keys map[string]string // org → API key
+	cmd  *exec.Cmd
+	// runsc is the runsc binary (gvisor.DefaultRunsc, passed in: this
+	// package imports no backend).
+	runsc string
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// Binaries builds cmd/sandbox and cmd/sandbox-runner (once per test
+// process) into one directory, so the server finds its runner beside it,
+// and returns the sandbox binary.
+func Binaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		mod, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		root := filepath.Dir(strings.TrimSpace(string(mod)))
+		if buildDir, buildErr = os.MkdirTemp("", "sbbin-"); buildErr != nil {
+			return
+		}
+		for _, c := range []string{"sandbox", "sandbox-runner"} {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(buildDir, c), "./cmd/"+c)
+			cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build ./cmd/%s: %v: %s", c, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "sandbox")
+}
+
+// Serve starts the server on the exec image (and any other images named),
+// with keys for orgs, and stops it at the test's end: every sandbox ended,
+// the process interrupted, anything runsc still holds deleted, the data
+// directory gone.
+func Serve(t testing.TB, runsc string, orgs []string, images ...string) *Server {
+	t.Helper()
+	NeedGVisor(t, runsc, append([]string{"exec"}, images...)...)
+	bin := Binaries(t)
+	data, err := os.MkdirTemp("", "sbs-") // short: runsc's socket paths have a limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Data: data, Bin: bin, Keys: map[string]string{}, runsc: runsc}
+	for _, org := range orgs {
+		out, err := exec.Command(bin, "keys", "create", "--data", data, "--org", org).Output()
+		if err != nil {
+			t.Fatalf("keys create: %v", err)
+		}
+		s.Keys[org] = strings.TrimSpace(string(out))
+	}
+	s.cmd = exec.Command(bin, "serve", "--data", data, "--listen", "127.0.0.1:0", "--images", Images(), "--runsc", runsc, "--reap-every", "1h")
+	out, _ := s.cmd.StdoutPipe()
+	s.cmd.Stderr = os.Stderr
+	if !testing.Verbose() {
+		s.cmd.Stderr = io.Discard
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		s.cmd.Process.Kill()
+		t.Fatalf("serve printed nothing: %v", err)
+	}
+	go io.Copy(io.Discard, out)
+	s.URL = strings.TrimSpace(strings.TrimPrefix(line, "sandbox: listening on "))
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *Server) stop() {
+	for _, key := range s.Keys {
+		req, _ := http.NewRequest("GET", s.URL+"/v1/sandbox", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		var list struct{ Sandboxes []struct{ ID string } }
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			json.NewDecoder(res.Body).Decode(&list)
+			res.Body.Close()
+		}
+		for _, sb := range list.Sandboxes {
+			req, _ := http.NewRequest("DELETE", s.URL+"/v1/sandbox/"+sb.ID+"?purge=1", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}
+	}
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	root := filepath.Join(s.Data, "runtime", "runsc")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, s.runsc, "--root", root, "list", "-quiet").Output(); err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			exec.CommandContext(ctx, s.runsc, "--root", root, "delete", "--force", id).Run()
+		}
+	}
+	unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
+	os.RemoveAll(s.Data)
+}
