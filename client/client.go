@@ -57,7 +57,9 @@ type Error struct {
 	RetryAfter time.Duration // zero when the server sent none
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message) }
+func (e *Error) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
 
 // StatusOf is err's HTTP status, or 0 when err is not a refusal.
 func StatusOf(err error) int {
