@@ -41,9 +41,10 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # e2fsprogs and util-linux format and loop-mount project volumes; procps for
 # the tests' process checks.
 packages=(mmdebstrap ca-certificates iproute2 git e2fsprogs util-linux procps)
-# The tests drive the terminal and screen pages in a real headless browser.
+# The tests drive the terminal and screen pages in a real headless browser,
+# and `sandbox shell` in a real pseudo-terminal (tmux).
 if [ "${SANDBOX_TEST_DEPS:-}" = 1 ]; then
-	packages+=(chromium)
+	packages+=(chromium tmux)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -53,12 +53,12 @@ func startServer(t *testing.T, bin, data string) *serverProc {
 	return &serverProc{cmd: cmd, base: strings.TrimSpace(strings.TrimPrefix(line, "sandbox: listening on "))}
 }
 
-type client struct {
+type rawClient struct {
 	base, key string
 	http      *http.Client
 }
 
-func (c client) call(method, path, body string) (int, map[string]any, error) {
+func (c rawClient) call(method, path, body string) (int, map[string]any, error) {
 	req, _ := http.NewRequest(method, c.base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	res, err := c.http.Do(req)
@@ -125,7 +125,7 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := startServer(t, bin, data)
-	c := client{base: srv.base, key: strings.TrimSpace(string(keyOut)), http: &http.Client{Timeout: time.Minute}}
+	c := rawClient{base: srv.base, key: strings.TrimSpace(string(keyOut)), http: &http.Client{Timeout: time.Minute}}
 
 	// Six workers lease, exec, and lease again until the kill.
 	var mu sync.Mutex

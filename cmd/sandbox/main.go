@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sandboxd/sandbox/client"
 )
 
 const usage = `sandbox — lease isolated gVisor sandboxes over HTTP
@@ -38,18 +40,26 @@ balance cannot pay is refused with 402.
 
 Every API call carries 'Authorization: Bearer <key>'. Start with:
   sandbox keys create --data /var/lib/sandbox --org myteam
-`
+
+` + clientUsage + "\n"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		var exit exitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.code) // the program's own exit code; it said why
+		}
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "sandbox:", err)
 		}
 		os.Exit(2)
 	}
 }
+
+// stdin is the client verbs' standard input (a test sets it).
+var stdin io.Reader = os.Stdin
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -67,6 +77,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return credits(ctx, args[1:], stdout, stderr)
 	case "quota":
 		return quotaCmd(ctx, args[1:], stdout, stderr)
+	case "login":
+		return login(ctx, args[1:], stdout, stderr)
+	case "lease":
+		return leaseCmd(ctx, args[1:], stdout, stderr)
+	case "ls":
+		return lsCmd(ctx, args[1:], stdout, stderr)
+	case "get":
+		return onSandbox("get", (*client.Client).Get)(ctx, args[1:], stdout, stderr)
+	case "pause":
+		return onSandbox("pause", (*client.Client).Pause)(ctx, args[1:], stdout, stderr)
+	case "resume":
+		return onSandbox("resume", (*client.Client).Resume)(ctx, args[1:], stdout, stderr)
+	case "renew":
+		return renewCmd(ctx, args[1:], stdout, stderr)
+	case "stop":
+		return stopCmd(ctx, args[1:], stdout, stderr)
+	case "end":
+		return endCmd(ctx, args[1:], stdout, stderr)
+	case "exec":
+		return execCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "shell":
+		return shellCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "cp":
+		return cpCmd(ctx, args[1:], stdout, stderr)
+	case "logs":
+		return logsCmd(ctx, args[1:], stdout, stderr)
+	case "run-code":
+		return runCodeCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "completion":
+		return completionCmd(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

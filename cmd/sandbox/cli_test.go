@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/testenv"
+)
+
+// cli runs the built binary as a user would, against srv.
+type cli struct {
+	t    *testing.T
+	bin  string
+	env  []string
+	home string
+}
+
+func (c cli) run(stdin string, args ...string) (string, string, int) {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = c.env
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("%v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func (c cli) must(args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run("", args...)
+	if code != 0 {
+		c.t.Fatalf("sandbox %s: exit %d: %s%s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+// TestCLI: the client verbs of the binary on a real server and runtime —
+// login, lease, ls, get, exec (exit code, stdin), cp of a tree both ways,
+// logs, run-code, renew, pause/resume, stop, end — each output format once.
+func TestCLI(t *testing.T) {
+	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
+	home := t.TempDir()
+	c := cli{t: t, bin: srv.Bin, home: home, env: []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}}
+
+	// No server known yet: a clear refusal.
+	if _, errs, code := c.run("", "ls"); code != 2 || !strings.Contains(errs, "sandbox login") {
+		t.Errorf("ls with no server: %d %q", code, errs)
+	}
+	c.must("login", "--server", srv.URL, "--key", srv.Keys["acme"])
+	if st, err := os.Stat(filepath.Join(home, ".config", "sandbox", "config.json")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the login file: %v %v", st, err)
+	}
+
+	var sb struct{ ID, Kind, Status string }
+	json.Unmarshal([]byte(c.must("lease", "--ttl", "10m", "-o", "json")), &sb)
+	if sb.Kind != "sandbox" || sb.Status != "running" {
+		t.Fatalf("lease: %+v", sb)
+	}
+	if out := c.must("ls"); !strings.Contains(out, sb.ID) || !strings.HasPrefix(out, "ID ") {
+		t.Errorf("ls: %s", out)
+	}
+	if out := c.must("get", sb.ID, "-o", "yaml"); !strings.Contains(out, "id: "+sb.ID) {
+		t.Errorf("get -o yaml: %s", out)
+	}
+
+	// exec: the program's exit code is the CLI's; stdin goes through.
+	if out, _, code := c.run("piped\n", "exec", sb.ID, "--", "sh", "-c", "cat; exit 7"); code != 7 || out != "piped\n" {
+		t.Errorf("exec: %q exit %d", out, code)
+	}
+	if _, errs, code := c.run("", "exec", "sb_"+strings.Repeat("z", 26), "--", "true"); code != 2 || !strings.Contains(errs, "404") {
+		t.Errorf("exec on an unknown id: %d %q", code, errs)
+	}
+
+	// cp: a tree with a binary file and an empty directory, up and back.
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "tree", "sub", "empty"), 0o755)
+	bin := []byte{0, 255, 1, '\n', 0xc3}
+	os.WriteFile(filepath.Join(src, "tree", "sub", "b.dat"), bin, 0o644)
+	os.WriteFile(filepath.Join(src, "tree", "top.txt"), []byte("top"), 0o644)
+	c.must("cp", filepath.Join(src, "tree"), sb.ID+":up")
+	if out := c.must("exec", sb.ID, "--", "sh", "-c", "cd up && find . | sort"); out != ".\n./sub\n./sub/b.dat\n./sub/empty\n./top.txt\n" {
+		t.Errorf("the tree in the sandbox:\n%s", out)
+	}
+	back := t.TempDir()
+	c.must("cp", sb.ID+":up", back)
+	if got, _ := os.ReadFile(filepath.Join(back, "up", "sub", "b.dat")); !bytes.Equal(got, bin) {
+		t.Errorf("the binary file came back as %q", got)
+	}
+	if st, err := os.Stat(filepath.Join(back, "up", "sub", "empty")); err != nil || !st.IsDir() {
+		t.Errorf("the empty directory: %v", err)
+	}
+
+	// logs, run-code.
+	c.must("exec", "--session", "build", sb.ID, "--", "echo", "narrated")
+	if out := c.must("logs", "build"); out != "narrated\n" {
+		t.Errorf("logs: %q", out)
+	}
+	prog := filepath.Join(src, "p.py")
+	os.WriteFile(prog, []byte("import sys\nprint(sys.argv[1:])\nsys.exit(4)"), 0o644)
+	if out, _, code := c.run("", "run-code", prog, "--", "a", "b"); code != 4 || out != "['a', 'b']\n" {
+		t.Errorf("run-code: %q exit %d", out, code)
+	}
+
+	// Lifecycle.
+	c.must("renew", sb.ID, "--ttl", "20m")
+	if out := c.must("pause", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {
+		t.Errorf("pause: %s", out)
+	}
+	c.must("resume", sb.ID)
+	c.must("stop", sb.ID)
+	if out := c.must("end", sb.ID, "--purge"); !strings.Contains(out, "true") {
+		t.Errorf("end: %s", out)
+	}
+	if _, errs, code := c.run("", "get", sb.ID); code != 2 || !strings.Contains(errs, "not found") {
+		t.Errorf("get after end: %d %q", code, errs)
+	}
+}
+
+// TestShell: `sandbox shell` in a real pseudo-terminal (tmux): a command
+// typed shows its output at the tty's size, and exit hands back the
+// shell's code with the tty restored.
+func TestShell(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		testenv.Missing(t, testenv.GVisor, "tmux (scripts/deps.sh installs it for the tests)")
+	}
+	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
+	home := t.TempDir()
+	c := cli{t: t, bin: srv.Bin, home: home, env: []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "SANDBOX_URL=" + srv.URL, "SANDBOX_KEY=" + srv.Keys["acme"]}}
+	var sb struct{ ID string }
+	json.Unmarshal([]byte(c.must("lease", "-o", "json")), &sb)
+
+	sock := filepath.Join(home, "tmux.sock")
+	tmux := func(args ...string) string {
+		cmd := exec.Command("tmux", append([]string{"-S", sock}, args...)...)
+		cmd.Env = append(c.env, "TERM=xterm")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	status := filepath.Join(home, "status")
+	tmux("new-session", "-d", "-x", "91", "-y", "25", "-s", "t", "sh", "-c", c.bin+" shell "+sb.ID+"; echo exit=$? > "+status+"; stty -a >> "+status+"; sleep 60")
+	defer exec.Command("tmux", "-S", sock, "kill-server").Run()
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if ok() {
+				return
+			}
+		}
+		t.Fatalf("%s; the pane:\n%s", what, tmux("capture-pane", "-p", "-t", "t"))
+	}
+	wait("no prompt", func() bool { return strings.Contains(tmux("capture-pane", "-p", "-t", "t"), "$") })
+	tmux("send-keys", "-t", "t", "echo cols=$(tput cols) $((6*7))", "Enter")
+	wait("the typed command's output never showed", func() bool { return strings.Contains(tmux("capture-pane", "-p", "-t", "t"), "cols=91 42") })
+	tmux("send-keys", "-t", "t", "exit 5", "Enter")
+	wait("the shell's end never came back", func() bool { b, _ := os.ReadFile(status); return bytes.Contains(b, []byte("exit=")) })
+	b, _ := os.ReadFile(status)
+	if !strings.HasPrefix(string(b), "exit=5\n") || !strings.Contains(string(b), " icanon") || !strings.Contains(string(b), " echo") {
+		t.Errorf("after the shell: %s", b)
+	}
+}
