@@ -42,9 +42,10 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # the tests' process checks.
 packages=(mmdebstrap ca-certificates iproute2 git e2fsprogs util-linux procps)
 # The tests drive the terminal and screen pages in a real headless browser,
-# and `sandbox shell` in a real pseudo-terminal (tmux).
+# `sandbox shell` in a real pseudo-terminal (tmux), and the SDKs' own suites
+# (Python from Debian's packages, no index; Node for the TypeScript SDK).
 if [ "${SANDBOX_TEST_DEPS:-}" = 1 ]; then
-	packages+=(chromium tmux)
+	packages+=(chromium tmux python3-httpx python3-websockets python3-pytest python3-venv nodejs)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,21 @@
+"""Python SDK of the sandbox service.
+
+A sandbox is a container under a gVisor boundary with a toolchain, its own
+filesystem and a lease that ends it. ``Sandbox`` is the synchronous client,
+``AsyncSandbox`` the asyncio one; both take the server and key from
+``api_url``/``api_key`` or ``SANDBOX_URL``/``SANDBOX_KEY``::
+
+    from sandboxd import Sandbox
+    with Sandbox.create() as sbx:
+        print(sbx.commands.run("echo hi").stdout)
+"""
+
+from ._errors import NotFoundError, SandboxError
+from ._models import CommandResult, Event, RunCodeResult, SandboxInfo
+from ._sync import Pty, Sandbox, run_code
+from ._async import AsyncPty, AsyncSandbox, async_run_code
+
+__all__ = [
+    "Sandbox", "AsyncSandbox", "Pty", "AsyncPty", "SandboxError", "NotFoundError",
+    "CommandResult", "RunCodeResult", "SandboxInfo", "Event", "run_code", "async_run_code",
+]

@@ -1,0 +1,171 @@
+"""The asyncio client: the same surface as ``Sandbox``, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.parse
+from typing import Any, AsyncIterator, Dict, List, Optional, Union
+
+import httpx
+import websockets
+
+from ._errors import SandboxError, refusal, should_retry
+from ._models import CommandResult, Event, RunCodeResult, SandboxInfo, exec_body, lease_body, parse_sse
+from ._sync import _config
+
+
+def ws_url(base: str, sandbox_id: str, ticket: str, session: Optional[str]) -> str:
+    u = urllib.parse.urlsplit(base)
+    scheme = "wss" if u.scheme == "https" else "ws"
+    q = {"ticket": ticket}
+    if session:
+        q["arg"] = session
+    return urllib.parse.urlunsplit((scheme, u.netloc, u.path.rstrip("/") + f"/v1/sandbox/{sandbox_id}/terminal/ws", urllib.parse.urlencode(q), ""))
+
+
+class _AsyncHTTP:
+    def __init__(self, api_url: Optional[str], api_key: Optional[str], retries: int = 3, max_wait: float = 30.0):
+        self.url, self.key = _config(api_url, api_key)
+        self.retries, self.max_wait = retries, max_wait
+        self.client = httpx.AsyncClient(base_url=self.url, headers={"Authorization": "Bearer " + self.key}, timeout=httpx.Timeout(660.0, connect=10.0))
+
+    async def request(self, method: str, path: str, **kw) -> httpx.Response:
+        attempt = 0
+        while True:
+            res = await self.client.request(method, path, **kw)
+            if res.status_code < 400:
+                return res
+            err = refusal(res)
+            if not should_retry(method, err, attempt, self.retries) or "content" in kw:
+                raise err
+            await asyncio.sleep(min(err.retry_after or 1, self.max_wait))
+            attempt += 1
+
+    async def json(self, method: str, path: str, **kw) -> Any:
+        return (await self.request(method, path, **kw)).json()
+
+
+class AsyncPty:
+    """A terminal: ``send`` types, ``recv`` reads (b"" once the shell ended)."""
+
+    def __init__(self, ws):
+        self._ws = ws
+        self.reason = ""
+
+    @classmethod
+    async def open(cls, url: str) -> "AsyncPty":
+        try:
+            ws = await websockets.connect(url, compression=None, max_size=1 << 20)
+        except websockets.exceptions.InvalidStatusCode as e:
+            raise SandboxError(e.status_code, "the terminal socket was refused") from e
+        return cls(ws)
+
+    async def send(self, data: Union[str, bytes]) -> None:
+        await self._ws.send(data.encode() if isinstance(data, str) else data)
+
+    async def recv(self) -> bytes:
+        try:
+            msg = await self._ws.recv()
+        except websockets.exceptions.ConnectionClosed as e:
+            self.reason = e.rcvd.reason if e.rcvd else ""
+            if e.rcvd and e.rcvd.code != 1000:
+                raise SandboxError(502, f"the terminal closed: {self.reason}") from e
+            return b""
+        return msg if isinstance(msg, bytes) else msg.encode()
+
+    async def resize(self, cols: int, rows: int) -> None:
+        await self._ws.send(json.dumps({"resize": {"cols": cols, "rows": rows}}))
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+
+class AsyncSandbox:
+    """A leased sandbox: ``await AsyncSandbox.create()``; ``async with`` ends it."""
+
+    def __init__(self, info: SandboxInfo, http: _AsyncHTTP):
+        self.info = info
+        self._http = http
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @classmethod
+    async def create(cls, class_: Optional[str] = None, *, project: Optional[str] = None, image: Optional[str] = None,
+                     timeout: Optional[float] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "AsyncSandbox":
+        http = _AsyncHTTP(api_url, api_key)
+        return cls(SandboxInfo.of(await http.json("POST", "/v1/sandbox", json=lease_body(class_, project, image, timeout))), http)
+
+    @classmethod
+    async def connect(cls, sandbox_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "AsyncSandbox":
+        http = _AsyncHTTP(api_url, api_key)
+        return cls(SandboxInfo.of(await http.json("GET", f"/v1/sandbox/{sandbox_id}")), http)
+
+    async def run(self, cmd: Union[str, List[str]], *, stdin: Optional[str] = None, cwd: Optional[str] = None,
+                  timeout: Optional[float] = None, envs: Optional[Dict[str, str]] = None, session: Optional[str] = None) -> CommandResult:
+        """Run a command and wait (``sbx.commands.run`` of the sync client)."""
+        return CommandResult.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/exec", json=exec_body(cmd, stdin, cwd, timeout, envs, session)))
+
+    async def read(self, path: str) -> bytes:
+        res = await self._http.request("GET", f"/v1/sandbox/{self.id}/fs", params={"path": path})
+        if res.headers.get("X-Sandbox-Kind") == "directory":
+            raise SandboxError(400, f"{path} is a directory; use list")
+        return res.content
+
+    async def write(self, path: str, data: Union[str, bytes]) -> int:
+        body = data.encode() if isinstance(data, str) else data
+        d = await self._http.json("POST", f"/v1/sandbox/{self.id}/fs", params={"path": path}, content=body,
+                                  headers={"Content-Type": "application/octet-stream"})
+        return d["bytes"]
+
+    async def list(self, path: str = "") -> List[str]:
+        res = await self._http.request("GET", f"/v1/sandbox/{self.id}/fs", params={"path": path})
+        if res.headers.get("X-Sandbox-Kind") != "directory":
+            raise SandboxError(400, f"{path} is a file, not a directory")
+        return [e for e in res.text.split("\n") if e]
+
+    async def pty(self, session: Optional[str] = None) -> AsyncPty:
+        t = await self._http.json("POST", f"/v1/sandbox/{self.id}/terminal/ticket")
+        return await AsyncPty.open(ws_url(self._http.url, self.id, t["ticket"], session))
+
+    async def logs(self, session: str, after: int = 0) -> AsyncIterator[Event]:
+        params = {"after": str(after)} if after else None
+        async with self._http.client.stream("GET", f"/v1/sessions/{session}/events", params=params, timeout=None) as res:
+            if res.status_code >= 400:
+                await res.aread()
+                raise refusal(res)
+            async for line in res.aiter_lines():
+                for e in parse_sse([line]):
+                    yield e
+
+    async def set_timeout(self, timeout: float) -> None:
+        self.info = SandboxInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/renew", json={"ttlSec": int(timeout)}))
+
+    async def kill(self, purge: bool = False) -> None:
+        await self._http.request("DELETE", f"/v1/sandbox/{self.id}", params={"purge": "1"} if purge else None)
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        try:
+            await self.kill()
+        except SandboxError:
+            pass
+        await self._http.client.aclose()
+
+
+async def async_run_code(language: str, code: str, *, session_id: Optional[str] = None, args: Optional[List[str]] = None,
+                         api_url: Optional[str] = None, api_key: Optional[str] = None) -> RunCodeResult:
+    body: Dict[str, Any] = {"language": language, "code": code}
+    if session_id:
+        body["session_id"] = session_id
+    if args:
+        body["args"] = args
+    http = _AsyncHTTP(api_url, api_key)
+    try:
+        return RunCodeResult.of(await http.json("POST", "/v1/exec", json=body))
+    finally:
+        await http.client.aclose()

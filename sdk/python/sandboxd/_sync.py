@@ -1,0 +1,241 @@
+"""The synchronous client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Optional, Union
+
+import httpx
+
+from ._errors import SandboxError, refusal, should_retry
+from ._models import CommandResult, Event, RunCodeResult, SandboxInfo, exec_body, lease_body, parse_sse
+
+
+def _config(api_url: Optional[str], api_key: Optional[str]):
+    url = (api_url or os.environ.get("SANDBOX_URL") or "").rstrip("/")
+    key = api_key or os.environ.get("SANDBOX_KEY") or ""
+    if not url or not key:
+        raise ValueError("no server or key: pass api_url= and api_key=, or set SANDBOX_URL and SANDBOX_KEY")
+    return url, key
+
+
+class _HTTP:
+    """One server and key: every call, with the bounded retry."""
+
+    def __init__(self, api_url: Optional[str], api_key: Optional[str], retries: int = 3, max_wait: float = 30.0):
+        self.url, self.key = _config(api_url, api_key)
+        self.retries, self.max_wait = retries, max_wait
+        self.client = httpx.Client(base_url=self.url, headers={"Authorization": "Bearer " + self.key}, timeout=httpx.Timeout(660.0, connect=10.0))
+
+    def request(self, method: str, path: str, **kw) -> httpx.Response:
+        attempt = 0
+        while True:
+            res = self.client.request(method, path, **kw)
+            if res.status_code < 400:
+                return res
+            err = refusal(res)
+            if not should_retry(method, err, attempt, self.retries) or "content" in kw:
+                raise err
+            time.sleep(min(err.retry_after or 1, self.max_wait))
+            attempt += 1
+
+    def json(self, method: str, path: str, **kw) -> Any:
+        return self.request(method, path, **kw).json()
+
+
+class Commands:
+    """``sbx.commands``: run a command and wait for it."""
+
+    def __init__(self, sbx: "Sandbox"):
+        self._sbx = sbx
+
+    def run(self, cmd: Union[str, List[str]], *, stdin: Optional[str] = None, cwd: Optional[str] = None,
+            timeout: Optional[float] = None, envs: Optional[Dict[str, str]] = None, session: Optional[str] = None) -> CommandResult:
+        """Run ``cmd`` (a shell line, or an argv list) and wait; a non-zero exit is a result."""
+        d = self._sbx._http.json("POST", f"/v1/sandbox/{self._sbx.id}/exec", json=exec_body(cmd, stdin, cwd, timeout, envs, session))
+        return CommandResult.of(d)
+
+
+class Files:
+    """``sbx.files``: whole files, binary-safe, and directory listings."""
+
+    def __init__(self, sbx: "Sandbox"):
+        self._sbx = sbx
+
+    def read(self, path: str) -> bytes:
+        """The file's bytes."""
+        res = self._sbx._http.request("GET", f"/v1/sandbox/{self._sbx.id}/fs", params={"path": path})
+        if res.headers.get("X-Sandbox-Kind") == "directory":
+            raise SandboxError(400, f"{path} is a directory; use files.list")
+        return res.content
+
+    def write(self, path: str, data: Union[str, bytes]) -> int:
+        """Write the whole file (parents are created); returns its size."""
+        body = data.encode() if isinstance(data, str) else data
+        d = self._sbx._http.json("POST", f"/v1/sandbox/{self._sbx.id}/fs", params={"path": path}, content=body,
+                                 headers={"Content-Type": "application/octet-stream"})
+        return d["bytes"]
+
+    def list(self, path: str = "") -> List[str]:
+        """A directory's entries; directories end in '/'."""
+        res = self._sbx._http.request("GET", f"/v1/sandbox/{self._sbx.id}/fs", params={"path": path})
+        if res.headers.get("X-Sandbox-Kind") != "directory":
+            raise SandboxError(400, f"{path} is a file, not a directory")
+        return [e for e in res.text.split("\n") if e]
+
+
+class Pty:
+    """A terminal on a pty in the sandbox: ``send`` types, ``recv`` reads the
+    screen's bytes (b"" once the shell has ended), ``resize`` sets its size.
+    websockets has no synchronous client in Debian 12's version, so the
+    socket lives on an event loop in a thread of its own."""
+
+    def __init__(self, ws_url: str):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        from ._async import AsyncPty
+
+        self._pty: AsyncPty = self._call(AsyncPty.open(ws_url))
+
+    def _call(self, coro, timeout: Optional[float] = None):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def send(self, data: Union[str, bytes]) -> None:
+        self._call(self._pty.send(data))
+
+    def recv(self, timeout: Optional[float] = None) -> bytes:
+        return self._call(self._pty.recv(), timeout)
+
+    def resize(self, cols: int, rows: int) -> None:
+        self._call(self._pty.resize(cols, rows))
+
+    @property
+    def reason(self) -> str:
+        """The server's word on the end, e.g. "the shell exited (0)"."""
+        return self._pty.reason
+
+    def close(self) -> None:
+        try:
+            self._call(self._pty.close(), 10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+
+class PtyFactory:
+    """``sbx.pty``: open terminals."""
+
+    def __init__(self, sbx: "Sandbox"):
+        self._sbx = sbx
+
+    def create(self, session: Optional[str] = None) -> Pty:
+        """A login shell (or the tmux session ``session``, which outlives the connection)."""
+        t = self._sbx._http.json("POST", f"/v1/sandbox/{self._sbx.id}/terminal/ticket")
+        from ._async import ws_url
+
+        return Pty(ws_url(self._sbx._http.url, self._sbx.id, t["ticket"], session))
+
+
+class Sandbox:
+    """A leased sandbox. ``Sandbox.create()`` leases one; ``with`` ends it."""
+
+    def __init__(self, info: SandboxInfo, http: _HTTP):
+        self.info = info
+        self._http = http
+        self.commands = Commands(self)
+        self.files = Files(self)
+        self.pty = PtyFactory(self)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @classmethod
+    def create(cls, class_: Optional[str] = None, *, project: Optional[str] = None, image: Optional[str] = None,
+               timeout: Optional[float] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "Sandbox":
+        """Lease a sandbox; ``timeout`` is the lease in seconds (default: the class's)."""
+        http = _HTTP(api_url, api_key)
+        # A lease is retried after a 429 (refused before anything was made), never after a 503.
+        d = http.json("POST", "/v1/sandbox", json=lease_body(class_, project, image, timeout))
+        return cls(SandboxInfo.of(d), http)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "Sandbox":
+        """A handle on one of the org's sandboxes."""
+        http = _HTTP(api_url, api_key)
+        return cls(SandboxInfo.of(http.json("GET", f"/v1/sandbox/{sandbox_id}")), http)
+
+    @staticmethod
+    def list(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[SandboxInfo]:
+        """Every sandbox of the org, newest first."""
+        http = _HTTP(api_url, api_key)
+        out, cursor = [], None
+        while True:
+            d = http.json("GET", "/v1/sandbox", params={"cursor": cursor} if cursor else None)
+            out += [SandboxInfo.of(s) for s in d["sandboxes"]]
+            cursor = d.get("next")
+            if not cursor:
+                return out
+
+    def refresh(self) -> SandboxInfo:
+        self.info = SandboxInfo.of(self._http.json("GET", f"/v1/sandbox/{self.id}"))
+        return self.info
+
+    def set_timeout(self, timeout: float) -> None:
+        """Extend the lease to ``timeout`` seconds from now (never past the ceiling)."""
+        self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/renew", json={"ttlSec": int(timeout)}))
+
+    def pause(self) -> None:
+        self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/pause"))
+
+    def resume(self) -> None:
+        self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/resume"))
+
+    def stop(self) -> int:
+        """Stop every command running in it; returns how many."""
+        return self._http.json("POST", f"/v1/sandbox/{self.id}/stop")["stopped"]
+
+    def logs(self, session: str, after: int = 0) -> Iterator[Event]:
+        """Follow a session's live log: the backlog, then each event as it comes."""
+        params = {"after": str(after)} if after else None
+        with self._http.client.stream("GET", f"/v1/sessions/{session}/events", params=params, timeout=None) as res:
+            if res.status_code >= 400:
+                res.read()
+                raise refusal(res)
+            yield from parse_sse(res.iter_lines())
+
+    def kill(self, purge: bool = False) -> None:
+        """End the sandbox (``purge`` drops its project volume too)."""
+        self._http.request("DELETE", f"/v1/sandbox/{self.id}", params={"purge": "1"} if purge else None)
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.kill()
+        except SandboxError:
+            pass
+        self._http.client.close()
+
+
+def run_code(language: str, code: str, *, session_id: Optional[str] = None, args: Optional[List[str]] = None,
+             timeout: Optional[float] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> RunCodeResult:
+    """Run a program in the code interpreter (13 languages); pass the answer's
+    ``session_id`` again to keep its files."""
+    body: Dict[str, Any] = {"language": language, "code": code}
+    if session_id:
+        body["session_id"] = session_id
+    if args:
+        body["args"] = args
+    if timeout:
+        body["timeoutSec"] = int(timeout)
+    http = _HTTP(api_url, api_key)
+    try:
+        return RunCodeResult.of(http.json("POST", "/v1/exec", json=body))
+    finally:
+        http.client.close()

@@ -1,0 +1,44 @@
+package sdk
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/testenv"
+)
+
+// python is Debian's interpreter, which has the SDK's dependencies
+// (python3-httpx, python3-websockets, python3-pytest); a python3 earlier
+// on PATH (pyenv) may not.
+const python = "/usr/bin/python3"
+
+// TestPython installs sdk/python into a venv with one pip command that
+// needs no package index, then runs its pytest suite on a real server.
+func TestPython(t *testing.T) {
+	for _, mod := range []string{"httpx", "websockets", "pytest"} {
+		if err := exec.Command(python, "-c", "import "+mod).Run(); err != nil {
+			testenv.Missing(t, testenv.GVisor, "python3-"+mod+" (scripts/deps.sh installs it for the tests)")
+		}
+	}
+	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(python, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v %s", err, out)
+	}
+	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "-q", "--no-build-isolation", "--no-index", "./python")
+	pip.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
+	if out, err := pip.CombinedOutput(); err != nil {
+		t.Fatalf("pip install: %v %s", err, out)
+	}
+	// The tests import the installed package, not the source tree.
+	cmd := exec.Command(filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests")
+	cmd.Env = append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"], "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest:\n%s", out)
+	if err != nil {
+		t.Fatalf("pytest: %v", err)
+	}
+}
