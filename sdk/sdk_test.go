@@ -42,3 +42,24 @@ func TestPython(t *testing.T) {
 		t.Fatalf("pytest: %v", err)
 	}
 }
+
+// TestTypeScript runs the TypeScript SDK's node:test suite on a real server
+// (Node >= 20; its WebSocket is Node's own, behind a flag on 20).
+func TestTypeScript(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Missing(t, testenv.GVisor, "node (scripts/deps.sh installs nodejs for the tests)")
+	}
+	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
+	args := []string{"--test", "js/test/"}
+	if exec.Command(node, "-e", "process.exit(typeof WebSocket === 'undefined' ? 1 : 0)").Run() != nil {
+		args = append([]string{"--experimental-websocket"}, args...)
+	}
+	cmd := exec.Command(node, args...)
+	cmd.Env = append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"], "NODE_NO_WARNINGS=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test:\n%s", out)
+	if err != nil {
+		t.Fatalf("node --test: %v", err)
+	}
+}

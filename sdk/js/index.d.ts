@@ -1,0 +1,125 @@
+// Types of @sandboxd/sdk (the implementation is index.mjs).
+
+/** Where the server is: default SANDBOX_URL and SANDBOX_KEY. */
+export interface ClientOptions {
+  apiUrl?: string;
+  apiKey?: string;
+  /** How often a call refused with Retry-After is tried again (default 3). */
+  retries?: number;
+  maxWaitMs?: number;
+}
+
+/** The Sandbox object; times are Unix seconds. */
+export interface SandboxInfo {
+  id: string;
+  kind: "sandbox";
+  org: string;
+  class: string;
+  project?: string;
+  status: "pending" | "running" | "sleeping" | "error";
+  image: string;
+  runtime: string;
+  volume?: string;
+  workdir: string;
+  createdAt: number;
+  lastUsedAt: number;
+  expiresAt: number;
+  error?: string;
+  woken?: boolean;
+  memoryKept?: boolean;
+}
+
+export interface CommandResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  timedOut?: boolean;
+  stopped?: boolean;
+  woken?: boolean;
+}
+
+export interface RunOptions {
+  stdin?: string;
+  cwd?: string;
+  timeoutSec?: number;
+  envs?: Record<string, string>;
+  /** Narrate the output into this session's live log. */
+  session?: string;
+}
+
+export interface Event {
+  seq: number;
+  kind: "start" | "stdout" | "stderr" | "exit" | "error" | "truncated";
+  text: string;
+  at: string;
+}
+
+export interface RunCodeResult {
+  session_id: string;
+  newSession?: boolean;
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  files: { path: string; size: number }[];
+  timedOut?: boolean;
+  stopped?: boolean;
+}
+
+/** A refusal of the server: its status and message, unchanged. */
+export class SandboxError extends Error {
+  status: number;
+  message: string;
+  retryAfter?: number;
+}
+
+export class Pty {
+  /** The server's word on the end, e.g. "the shell exited (0)". */
+  reason: string;
+  /** Resolves with the reason once the shell has ended. */
+  exited: Promise<string>;
+  onData(f: (bytes: Uint8Array) => void): void;
+  send(data: string | Uint8Array): void;
+  resize(cols: number, rows: number): void;
+  close(): void;
+}
+
+export interface LeaseOptions extends ClientOptions {
+  /** exec (the default), dev, desktop or android. */
+  class?: string;
+  /** The project whose volume is mounted; required for every class but exec. */
+  project?: string;
+  image?: string;
+  /** The lease in seconds; default the class's. */
+  timeoutSec?: number;
+}
+
+export class Sandbox {
+  readonly info: SandboxInfo;
+  readonly id: string;
+  commands: { run(cmd: string | string[], opts?: RunOptions): Promise<CommandResult> };
+  files: {
+    read(path: string): Promise<Uint8Array>;
+    readText(path: string): Promise<string>;
+    write(path: string, data: string | Uint8Array): Promise<number>;
+    list(path?: string): Promise<string[]>;
+  };
+  pty: { create(opts?: { session?: string }): Promise<Pty> };
+
+  static create(opts?: LeaseOptions): Promise<Sandbox>;
+  static connect(id: string, opts?: ClientOptions): Promise<Sandbox>;
+  static list(opts?: ClientOptions): Promise<SandboxInfo[]>;
+
+  refresh(): Promise<SandboxInfo>;
+  setTimeout(seconds: number): Promise<void>;
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  stop(): Promise<number>;
+  logs(session: string, opts?: { after?: number; signal?: AbortSignal }): AsyncGenerator<Event>;
+  kill(opts?: { purge?: boolean }): Promise<void>;
+}
+
+export function runCode(
+  language: string,
+  code: string,
+  opts?: ClientOptions & { sessionId?: string; args?: string[]; timeoutSec?: number },
+): Promise<RunCodeResult>;

@@ -1,0 +1,287 @@
+// @sandboxd/sdk — the TypeScript/JavaScript SDK of the sandbox service.
+// The types are in index.d.ts; this file is plain ESM on Node's own fetch
+// and WebSocket, with no dependency.
+
+/** A refusal of the server: its status and message, unchanged. */
+export class SandboxError extends Error {
+  constructor(status, message, retryAfter) {
+    super(`${status}: ${message}`);
+    this.name = "SandboxError";
+    this.status = status;
+    this.message = message;
+    this.retryAfter = retryAfter;
+  }
+}
+
+// A 429 is a refusal before any work, for any call; a 503 may be repeated
+// only where doing it again changes nothing.
+const SAFE = new Set(["GET", "PUT", "DELETE"]);
+
+function config(opts = {}) {
+  const apiUrl = (opts.apiUrl ?? process.env.SANDBOX_URL ?? "").replace(/\/$/, "");
+  const apiKey = opts.apiKey ?? process.env.SANDBOX_KEY ?? "";
+  if (!apiUrl || !apiKey) throw new Error("no server or key: pass { apiUrl, apiKey }, or set SANDBOX_URL and SANDBOX_KEY");
+  return { apiUrl, apiKey, retries: opts.retries ?? 3, maxWaitMs: opts.maxWaitMs ?? 30000 };
+}
+
+async function refusal(res) {
+  const text = await res.text();
+  let message = text.trim();
+  try {
+    message = JSON.parse(text).error ?? message;
+  } catch {}
+  const ra = Number.parseInt(res.headers.get("retry-after") ?? "", 10);
+  return new SandboxError(res.status, message, Number.isFinite(ra) && ra > 0 ? ra : undefined);
+}
+
+class HTTP {
+  constructor(opts) {
+    Object.assign(this, config(opts));
+  }
+
+  /** One call; a JSON body (json) or a raw one (body); the Response on success. */
+  async request(method, path, { json, body, query, headers = {}, signal } = {}) {
+    let url = this.apiUrl + path;
+    if (query) {
+      const q = new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined && v !== null && v !== ""));
+      if ([...q].length) url += "?" + q;
+    }
+    const h = { authorization: `Bearer ${this.apiKey}`, ...headers };
+    if (json !== undefined) h["content-type"] = "application/json";
+    for (let attempt = 0; ; attempt++) {
+      const res = await fetch(url, { method, headers: h, body: json !== undefined ? JSON.stringify(json) : body, signal });
+      if (res.status < 400) return res;
+      const err = await refusal(res);
+      const retry = err.retryAfter && attempt < this.retries && body === undefined &&
+        (err.status === 429 || (err.status === 503 && SAFE.has(method)));
+      if (!retry) throw err;
+      await new Promise((r) => setTimeout(r, Math.min(err.retryAfter * 1000, this.maxWaitMs)));
+    }
+  }
+
+  async json(method, path, opts) {
+    return (await this.request(method, path, opts)).json();
+  }
+}
+
+/** ``sbx.commands``: run a command and wait for it. */
+class Commands {
+  constructor(sbx) {
+    this.sbx = sbx;
+  }
+
+  /** Run a shell line (or an argv array) and wait; a non-zero exit is a result. */
+  async run(cmd, { stdin, cwd, timeoutSec, envs, session } = {}) {
+    const body = Array.isArray(cmd) ? { argv: cmd } : { command: cmd };
+    if (stdin !== undefined) body.stdin = stdin;
+    if (cwd) body.dir = cwd;
+    if (timeoutSec) body.timeoutSec = timeoutSec;
+    if (envs) body.env = envs;
+    if (session) body.session = session;
+    return this.sbx.http.json("POST", `/v1/sandbox/${this.sbx.id}/exec`, { json: body });
+  }
+}
+
+/** ``sbx.files``: whole files, binary-safe, and directory listings. */
+class Files {
+  constructor(sbx) {
+    this.sbx = sbx;
+  }
+
+  /** The file's bytes. */
+  async read(path) {
+    const res = await this.sbx.http.request("GET", `/v1/sandbox/${this.sbx.id}/fs`, { query: { path } });
+    if (res.headers.get("x-sandbox-kind") === "directory") {
+      await res.body?.cancel();
+      throw new SandboxError(400, `${path} is a directory; use files.list`);
+    }
+    return new Uint8Array(await res.arrayBuffer());
+  }
+
+  /** The file's text (UTF-8). */
+  async readText(path) {
+    return new TextDecoder().decode(await this.read(path));
+  }
+
+  /** Write the whole file (parents are created); its size. */
+  async write(path, data) {
+    const body = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    const r = await this.sbx.http.json("POST", `/v1/sandbox/${this.sbx.id}/fs`, {
+      query: { path }, body, headers: { "content-type": "application/octet-stream" },
+    });
+    return r.bytes;
+  }
+
+  /** A directory's entries; directories end in '/'. */
+  async list(path = "") {
+    const res = await this.sbx.http.request("GET", `/v1/sandbox/${this.sbx.id}/fs`, { query: { path } });
+    const text = await res.text();
+    if (res.headers.get("x-sandbox-kind") !== "directory") throw new SandboxError(400, `${path} is a file, not a directory`);
+    return text.split("\n").filter((e) => e);
+  }
+}
+
+/** A terminal: ``send`` types, ``onData`` gets the screen's bytes, ``exited`` resolves with the end's reason. */
+export class Pty {
+  constructor(ws) {
+    this.ws = ws;
+    this.listeners = [];
+    this.reason = "";
+    this.exited = new Promise((resolve, reject) => {
+      ws.addEventListener("close", (e) => {
+        this.reason = e.reason;
+        if (e.code === 1000) resolve(e.reason);
+        else reject(new SandboxError(502, `the terminal closed: ${e.reason || e.code}`));
+      });
+    });
+    this.exited.catch(() => {});
+    ws.addEventListener("message", (e) => {
+      const bytes = typeof e.data === "string" ? new TextEncoder().encode(e.data) : new Uint8Array(e.data);
+      for (const f of this.listeners) f(bytes);
+    });
+  }
+
+  static open(url) {
+    if (typeof WebSocket === "undefined") {
+      throw new Error("this Node has no WebSocket: use Node >= 22, or run Node 20 with --experimental-websocket");
+    }
+    const ws = new WebSocket(url, ["binary"]);
+    ws.binaryType = "arraybuffer";
+    return new Promise((resolve, reject) => {
+      ws.addEventListener("open", () => resolve(new Pty(ws)), { once: true });
+      ws.addEventListener("error", () => reject(new SandboxError(502, "the terminal socket was refused")), { once: true });
+    });
+  }
+
+  onData(f) {
+    this.listeners.push(f);
+  }
+
+  send(data) {
+    this.ws.send(typeof data === "string" ? new TextEncoder().encode(data) : data);
+  }
+
+  resize(cols, rows) {
+    this.ws.send(JSON.stringify({ resize: { cols, rows } }));
+  }
+
+  close() {
+    this.ws.close(1000);
+  }
+}
+
+/** A leased sandbox: ``await Sandbox.create()``. */
+export class Sandbox {
+  constructor(info, http) {
+    this.info = info;
+    this.http = http;
+    this.commands = new Commands(this);
+    this.files = new Files(this);
+    this.pty = {
+      /** A login shell, or the tmux session ``session`` (which outlives the connection). */
+      create: async ({ session } = {}) => {
+        const t = await this.http.json("POST", `/v1/sandbox/${this.id}/terminal/ticket`);
+        const u = new URL(this.http.apiUrl);
+        u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+        u.pathname = u.pathname.replace(/\/$/, "") + `/v1/sandbox/${this.id}/terminal/ws`;
+        u.search = new URLSearchParams(session ? { ticket: t.ticket, arg: session } : { ticket: t.ticket }).toString();
+        return Pty.open(u.toString());
+      },
+    };
+  }
+
+  get id() {
+    return this.info.id;
+  }
+
+  /** Lease a sandbox; ``timeoutSec`` is the lease (default: the class's). */
+  static async create({ class: klass, project, image, timeoutSec, ...opts } = {}) {
+    const http = new HTTP(opts);
+    const body = {};
+    if (klass) body.class = klass;
+    if (project) body.project = project;
+    if (image) body.image = image;
+    if (timeoutSec) body.ttlSec = timeoutSec;
+    return new Sandbox(await http.json("POST", "/v1/sandbox", { json: body }), http);
+  }
+
+  /** A handle on one of the org's sandboxes. */
+  static async connect(id, opts = {}) {
+    const http = new HTTP(opts);
+    return new Sandbox(await http.json("GET", `/v1/sandbox/${encodeURIComponent(id)}`), http);
+  }
+
+  /** Every sandbox of the org, newest first. */
+  static async list(opts = {}) {
+    const http = new HTTP(opts);
+    const out = [];
+    let cursor;
+    do {
+      const page = await http.json("GET", "/v1/sandbox", { query: { cursor } });
+      out.push(...page.sandboxes);
+      cursor = page.next;
+    } while (cursor);
+    return out;
+  }
+
+  async refresh() {
+    return (this.info = await this.http.json("GET", `/v1/sandbox/${this.id}`));
+  }
+
+  /** Extend the lease to ``seconds`` from now (never past the ceiling). */
+  async setTimeout(seconds) {
+    this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/renew`, { json: { ttlSec: seconds } });
+  }
+
+  async pause() {
+    this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/pause`);
+  }
+
+  async resume() {
+    this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/resume`);
+  }
+
+  /** Stop every command running in it; how many. */
+  async stop() {
+    return (await this.http.json("POST", `/v1/sandbox/${this.id}/stop`)).stopped;
+  }
+
+  /** Follow a session's live log: the backlog, then each event as it comes. */
+  async *logs(session, { after, signal } = {}) {
+    const res = await this.http.request("GET", `/v1/sessions/${encodeURIComponent(session)}/events`, { query: { after }, signal });
+    const decoder = new TextDecoder();
+    let buf = "";
+    for await (const chunk of res.body) {
+      buf += decoder.decode(chunk, { stream: true });
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        if (line.startsWith("data: ")) yield JSON.parse(line.slice(6));
+      }
+    }
+  }
+
+  /** End the sandbox (``purge`` drops its project volume too). */
+  async kill({ purge = false } = {}) {
+    await (await this.http.request("DELETE", `/v1/sandbox/${this.id}`, { query: purge ? { purge: "1" } : undefined })).body?.cancel();
+  }
+
+  /** ``await using sbx = await Sandbox.create()`` ends it at the scope's end. */
+  async [Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose")]() {
+    try {
+      await this.kill();
+    } catch (e) {
+      if (!(e instanceof SandboxError)) throw e;
+    }
+  }
+}
+
+/** Run a program in the code interpreter (13 languages); pass ``sessionId`` again to keep its files. */
+export async function runCode(language, code, { sessionId, args, timeoutSec, ...opts } = {}) {
+  const body = { language, code };
+  if (sessionId) body.session_id = sessionId;
+  if (args) body.args = args;
+  if (timeoutSec) body.timeoutSec = timeoutSec;
+  return new HTTP(opts).json("POST", "/v1/exec", { json: body });
+}
