@@ -51,7 +51,7 @@ func (c *checking) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func newClient(t *testing.T) (*client.Client, *testenv.Server) {
-	s := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme", "globex"})
+	s := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme", "globex", "system"})
 	res, err := http.Get(s.URL + "/v1/openapi.json")
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +172,53 @@ func TestClient(t *testing.T) {
 		t.Errorf("download: %v", err)
 	} else if b, _ := io.ReadAll(rd); string(b) != "uploaded" {
 		t.Errorf("download: %q", b)
+	}
+
+	// The typed ops.
+	if w, err := c.OpWrite(ctx, sb.ID, "typed.txt", "typed"); err != nil || w.Bytes != 5 {
+		t.Errorf("op write: %+v %v", w, err)
+	}
+	if r, err := c.OpRead(ctx, sb.ID, "typed.txt"); err != nil || r.Data == nil || *r.Data != "typed" || r.Dir {
+		t.Errorf("op read: %+v %v", r, err)
+	}
+	if r, err := c.OpRead(ctx, sb.ID, ""); err != nil || !r.Dir {
+		t.Errorf("op read of the workdir: %+v %v", r, err)
+	}
+	if r, err := c.OpRun(ctx, sb.ID, client.ExecRequest{Command: "exit 9"}); err != nil || r.ExitCode != 9 {
+		t.Errorf("op run: %+v %v", r, err)
+	}
+	if r, err := c.OpLease(ctx, sb.ID, client.LeaseRequest{TTLSec: 400}); err != nil || r.ID != sb.ID {
+		t.Errorf("op lease: %+v %v", r, err)
+	}
+
+	// The operator's calls, with a key of the operator org.
+	op := client.New(s.URL, s.Keys["system"])
+	op.HTTP = c.HTTP
+	two := 2
+	if q, err := op.SetOrgQuota(ctx, "globex", client.Policy{Projects: &two}); err != nil || q.Override.Projects == nil || *q.Override.Projects != 2 {
+		t.Errorf("set org quota: %+v %v", q, err)
+	}
+	if q, err := op.OrgQuota(ctx, "globex"); err != nil || *q.Effective.Projects != 2 {
+		t.Errorf("org quota: %+v %v", q, err)
+	}
+	secret, k, err := op.MintKey(ctx, "globex", "ci", time.Hour)
+	if err != nil || !strings.HasPrefix(secret, "sbk_") || k.ExpiresAt.IsZero() {
+		t.Fatalf("mint key: %q %+v %v", secret, k, err)
+	}
+	if keys, err := op.Keys(ctx, "globex"); err != nil || len(keys) != 2 {
+		t.Errorf("keys: %+v %v", keys, err)
+	}
+	if err := op.RevokeKey(ctx, "globex", k.ID); err != nil {
+		t.Error(err)
+	}
+	if _, err := client.New(s.URL, secret).Quotas(ctx); client.StatusOf(err) != 401 {
+		t.Errorf("a revoked key: %v", err)
+	}
+	if _, err := c.OrgQuota(ctx, "globex"); client.StatusOf(err) != 403 {
+		t.Errorf("a tenant's key on an operator call: %v", err)
+	}
+	if u, err := c.Usage(ctx); err != nil || len(u) == 0 {
+		t.Errorf("usage: %v %v", u, err)
 	}
 
 	// Lifecycle.

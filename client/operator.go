@@ -1,0 +1,145 @@
+package client
+
+import (
+	"context"
+	"time"
+)
+
+// Usage is an org's lease count and lease-seconds of one class.
+type Usage struct {
+	Class        string  `json:"class"`
+	Leases       int64   `json:"leases"`
+	LeaseSeconds float64 `json:"leaseSeconds"`
+}
+
+// Usage reports the org's use per class.
+func (c *Client) Usage(ctx context.Context) ([]Usage, error) {
+	var b struct {
+		Usage []Usage `json:"usage"`
+	}
+	return b.Usage, c.do(ctx, request{method: "GET", path: "/v1/sandbox/usage", out: &b})
+}
+
+// Policy is a quota policy; a nil field is "the server's".
+type Policy struct {
+	Live      map[string]int `json:"live,omitempty"`
+	CPUs      *float64       `json:"cpus,omitempty"`
+	MemoryMiB *int64         `json:"memoryMiB,omitempty"`
+	DiskMiB   *int64         `json:"diskMiB,omitempty"`
+	Projects  *int           `json:"projects,omitempty"`
+	Commands  *int           `json:"commands,omitempty"`
+}
+
+// OrgQuota is an org's override and the policy in force.
+type OrgQuota struct {
+	Org       string `json:"org"`
+	Override  Policy `json:"override"`
+	Effective Policy `json:"effective"`
+}
+
+// OrgQuota reads an org's quota (a key of the operator org).
+func (c *Client) OrgQuota(ctx context.Context, org string) (*OrgQuota, error) {
+	var q OrgQuota
+	return &q, c.do(ctx, request{method: "GET", path: "/v1/orgs/" + esc(org) + "/quota", out: &q})
+}
+
+// SetOrgQuota sets an org's override; an empty Policy clears it (a key of
+// the operator org).
+func (c *Client) SetOrgQuota(ctx context.Context, org string, p Policy) (*OrgQuota, error) {
+	var q OrgQuota
+	return &q, c.do(ctx, request{method: "PUT", path: "/v1/orgs/" + esc(org) + "/quota", in: p, out: &q})
+}
+
+// Key is an API key's record; its secret is never in it.
+type Key struct {
+	ID         string    `json:"id"`
+	Org        string    `json:"org"`
+	Subject    string    `json:"subject"`
+	Prefix     string    `json:"prefix"`
+	CreatedAt  time.Time `json:"createdAt"`
+	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
+	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
+}
+
+// Keys lists an org's keys (a key of the operator org).
+func (c *Client) Keys(ctx context.Context, org string) ([]Key, error) {
+	var b struct {
+		Keys []Key `json:"keys"`
+	}
+	return b.Keys, c.do(ctx, request{method: "GET", path: "/v1/orgs/" + esc(org) + "/keys", out: &b})
+}
+
+// MintKey makes a key for org and returns its secret (shown this once) and
+// record; ttl zero never expires.
+func (c *Client) MintKey(ctx context.Context, org, subject string, ttl time.Duration) (string, *Key, error) {
+	var b struct {
+		Secret string `json:"secret"`
+		Key
+	}
+	in := map[string]any{}
+	if subject != "" {
+		in["subject"] = subject
+	}
+	if ttl > 0 {
+		in["ttlSec"] = int64(ttl / time.Second)
+	}
+	err := c.do(ctx, request{method: "POST", path: "/v1/orgs/" + esc(org) + "/keys", in: in, out: &b})
+	return b.Secret, &b.Key, err
+}
+
+// RevokeKey revokes a key at once: its next call is a 401 and its open
+// consoles and streams end.
+func (c *Client) RevokeKey(ctx context.Context, org, id string) error {
+	return c.do(ctx, request{method: "DELETE", path: "/v1/orgs/" + esc(org) + "/keys/" + esc(id)})
+}
+
+// The typed ops (the MCP tools' HTTP door): the same operations with
+// bodies that name the sandbox.
+
+// ReadResult is a typed read: a file (Data when it is UTF-8 text, always
+// DataBase64) or a directory (Entries).
+type ReadResult struct {
+	Path       string   `json:"path"`
+	Kind       string   `json:"kind"`
+	Dir        bool     `json:"dir"`
+	Size       int      `json:"size,omitempty"`
+	Data       *string  `json:"data,omitempty"`
+	DataBase64 string   `json:"dataBase64,omitempty"`
+	Entries    []string `json:"entries,omitempty"`
+	Woken      bool     `json:"woken,omitempty"`
+}
+
+// OpLease leases (id empty) or resumes and extends one of the org's
+// sandboxes.
+func (c *Client) OpLease(ctx context.Context, id string, req LeaseRequest) (*Sandbox, error) {
+	in := map[string]any{"id": id, "class": req.Class, "project": req.Project, "image": req.Image, "runtime": req.Runtime, "ttlSec": req.TTLSec}
+	for k, v := range in {
+		if v == "" || v == int64(0) {
+			delete(in, k)
+		}
+	}
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/lease", in: in, out: &sb})
+}
+
+// OpRun runs a command (typed).
+func (c *Client) OpRun(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
+	in := struct {
+		ID string `json:"id"`
+		ExecRequest
+	}{id, req}
+	var r ExecResult
+	return &r, c.do(ctx, request{method: "POST", path: "/v1/sandbox/run", in: in, out: &r})
+}
+
+// OpRead reads a file of at most 4 MiB, or lists a directory (typed).
+func (c *Client) OpRead(ctx context.Context, id, path string) (*ReadResult, error) {
+	var r ReadResult
+	return &r, c.do(ctx, request{method: "POST", path: "/v1/sandbox/read", in: map[string]string{"id": id, "path": path}, out: &r})
+}
+
+// OpWrite writes a whole file (typed; text, or bytes as base64).
+func (c *Client) OpWrite(ctx context.Context, id, path, text string) (*Written, error) {
+	var w Written
+	return &w, c.do(ctx, request{method: "POST", path: "/v1/sandbox/write", in: map[string]string{"id": id, "path": path, "data": text}, out: &w})
+}
