@@ -15,15 +15,15 @@ import (
 // on PATH (pyenv) may not.
 const python = "/usr/bin/python3"
 
-// TestPython installs sdk/python into a venv with one pip command that
-// needs no package index, then runs its pytest suite on a real server.
-func TestPython(t *testing.T) {
+// installPython makes a venv with the system's site packages and installs
+// sdk/python into it with the README's one pip command; its directory.
+func installPython(t testing.TB) string {
+	t.Helper()
 	for _, mod := range []string{"httpx", "websockets", "pytest"} {
 		if err := exec.Command(python, "-c", "import "+mod).Run(); err != nil {
 			testenv.Missing(t, testenv.GVisor, "python3-"+mod+" (scripts/deps.sh installs it for the tests)")
 		}
 	}
-	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
 	venv := filepath.Join(t.TempDir(), "venv")
 	if out, err := exec.Command(python, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
 		t.Fatalf("venv: %v %s", err, out)
@@ -33,6 +33,17 @@ func TestPython(t *testing.T) {
 	if out, err := pip.CombinedOutput(); err != nil {
 		t.Fatalf("pip install: %v %s", err, out)
 	}
+	// pip builds in the source tree: leave it as it was.
+	os.RemoveAll("python/build")
+	os.RemoveAll("python/sandboxd.egg-info")
+	return venv
+}
+
+// TestPython installs sdk/python into a venv with one pip command that
+// needs no package index, then runs its pytest suite on a real server.
+func TestPython(t *testing.T) {
+	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
+	venv := installPython(t)
 	// The tests import the installed package, not the source tree.
 	cmd := exec.Command(filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests")
 	cmd.Env = append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"], "PYTHONDONTWRITEBYTECODE=1")

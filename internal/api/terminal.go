@@ -33,10 +33,10 @@ func (s *Server) consoles(p string) {
 	s.handle("POST "+p+"/{id}/terminal/ticket", s.mintTicket(ticket.Terminal), doc{Summary: "A ticket for the terminal socket (single use, 30 s)", Answer: typ[terminal.TicketResult](), Status: 201, Errors: onLease})
 	s.handle("POST "+p+"/{id}/screen/ticket", s.mintTicket(ticket.Screen), doc{Summary: "A ticket for the screen socket (single use, 30 s)", Answer: typ[terminal.TicketResult](), Status: 201, Errors: onLease})
 	s.public("GET "+p+"/{id}/terminal", func(w http.ResponseWriter, r *http.Request) {
-		pages.Terminal.Serve(w, s.opts.FrameAncestors)
+		pages.Terminal().Serve(w, s.opts.FrameAncestors)
 	}, doc{Summary: "The terminal page (xterm.js); it opens the socket with the ticket in its URL", AnswerRaw: "text/html", Query: ws})
 	s.public("GET "+p+"/{id}/screen", func(w http.ResponseWriter, r *http.Request) {
-		pages.Screen.Serve(w, s.opts.FrameAncestors)
+		pages.Screen().Serve(w, s.opts.FrameAncestors)
 	}, doc{Summary: "The screen page (noVNC)", AnswerRaw: "text/html", Query: ws})
 	s.public("GET "+p+"/{id}/terminal/ws", s.terminalSocket, doc{Summary: "The terminal as a WebSocket: binary frames both ways; a text frame {\"resize\":{\"cols\":N,\"rows\":N}} resizes",
 		Status: 101, Query: append(ws, "arg: a tmux session name to attach or create"), Errors: []int{400, 401, 404, 409, 429, 503}})

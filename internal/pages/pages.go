@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 //go:embed assets/xterm.js assets/xterm.css assets/addon-fit.js assets/novnc.js terminal.js screen.js
@@ -68,17 +69,22 @@ const chrome = `html,body{height:100%;margin:0;background:#111;color:#ccc;font:1
 
 const bar = `<div id="bar"><span id="status">loading…</span><button id="reconnect" hidden>Reconnect</button></div>`
 
-// Terminal is the terminal page.
-var Terminal = build("sandbox terminal", read("assets/xterm.css")+"\n"+chrome,
-	bar+`<div id="term"></div>`,
-	script{body: read("assets/xterm.js")}, script{body: read("assets/addon-fit.js")}, script{body: read("terminal.js")})
+// Terminal is the terminal page, built on first use: hashing the inlined
+// libraries at init cost every start of the binary (each CLI call) 6 ms.
+var Terminal = sync.OnceValue(func() Page {
+	return build("sandbox terminal", read("assets/xterm.css")+"\n"+chrome,
+		bar+`<div id="term"></div>`,
+		script{body: read("assets/xterm.js")}, script{body: read("assets/addon-fit.js")}, script{body: read("terminal.js")})
+})
 
 // Screen is the screen page. noVNC's bundle and the page's code are ONE
 // module: the bundle ends in a top-level await, and a second module script
 // would not wait for it. The page's code is a block, so its names cannot
 // clash with the bundle's minified ones.
-var Screen = build("sandbox screen", chrome, bar+`<div id="screen"></div>`,
-	script{module: true, body: read("assets/novnc.js") + "\n{\n" + read("screen.js") + "\n}\n"})
+var Screen = sync.OnceValue(func() Page {
+	return build("sandbox screen", chrome, bar+`<div id="screen"></div>`,
+		script{module: true, body: read("assets/novnc.js") + "\n{\n" + read("screen.js") + "\n}\n"})
+})
 
 // Serve writes the page, allowing it to be framed by frameAncestors (a CSP
 // source list, e.g. "'self' https://app.example.com").

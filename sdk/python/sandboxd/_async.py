@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Union
 import httpx
 import websockets
 
+from ._transport import async_transport
 from ._errors import SandboxError, refusal, should_retry
 from ._models import CommandResult, Event, RunCodeResult, SandboxInfo, exec_body, lease_body, parse_sse
 from ._sync import _config
@@ -28,7 +29,8 @@ class _AsyncHTTP:
     def __init__(self, api_url: Optional[str], api_key: Optional[str], retries: int = 3, max_wait: float = 30.0):
         self.url, self.key = _config(api_url, api_key)
         self.retries, self.max_wait = retries, max_wait
-        self.client = httpx.AsyncClient(base_url=self.url, headers={"Authorization": "Bearer " + self.key}, timeout=httpx.Timeout(660.0, connect=10.0))
+        self.client = httpx.AsyncClient(base_url=self.url, headers={"Authorization": "Bearer " + self.key},
+                                 timeout=httpx.Timeout(660.0, connect=10.0), transport=async_transport())
 
     async def request(self, method: str, path: str, **kw) -> httpx.Response:
         attempt = 0

@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 
 import httpx
 
+from ._transport import sync_transport
 from ._errors import SandboxError, refusal, should_retry
 from ._models import CommandResult, Event, RunCodeResult, SandboxInfo, exec_body, lease_body, parse_sse
 
@@ -28,7 +29,8 @@ class _HTTP:
     def __init__(self, api_url: Optional[str], api_key: Optional[str], retries: int = 3, max_wait: float = 30.0):
         self.url, self.key = _config(api_url, api_key)
         self.retries, self.max_wait = retries, max_wait
-        self.client = httpx.Client(base_url=self.url, headers={"Authorization": "Bearer " + self.key}, timeout=httpx.Timeout(660.0, connect=10.0))
+        self.client = httpx.Client(base_url=self.url, headers={"Authorization": "Bearer " + self.key},
+                                 timeout=httpx.Timeout(660.0, connect=10.0), transport=sync_transport())
 
     def request(self, method: str, path: str, **kw) -> httpx.Response:
         attempt = 0
@@ -44,6 +46,22 @@ class _HTTP:
 
     def json(self, method: str, path: str, **kw) -> Any:
         return self.request(method, path, **kw).json()
+
+
+_pool: Dict[tuple, _HTTP] = {}
+_pool_lock = threading.Lock()
+
+
+def _shared(api_url: Optional[str], api_key: Optional[str]) -> _HTTP:
+    """One connection pool per server and key for the process: a new
+    httpx.Client per sandbox would open a new connection (and build an SSL
+    context) for every lease."""
+    url, key = _config(api_url, api_key)
+    with _pool_lock:
+        h = _pool.get((url, key))
+        if h is None:
+            h = _pool[(url, key)] = _HTTP(url, key)
+        return h
 
 
 class Commands:
@@ -158,7 +176,7 @@ class Sandbox:
     def create(cls, class_: Optional[str] = None, *, project: Optional[str] = None, image: Optional[str] = None,
                timeout: Optional[float] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "Sandbox":
         """Lease a sandbox; ``timeout`` is the lease in seconds (default: the class's)."""
-        http = _HTTP(api_url, api_key)
+        http = _shared(api_url, api_key)
         # A lease is retried after a 429 (refused before anything was made), never after a 503.
         d = http.json("POST", "/v1/sandbox", json=lease_body(class_, project, image, timeout))
         return cls(SandboxInfo.of(d), http)
@@ -166,13 +184,13 @@ class Sandbox:
     @classmethod
     def connect(cls, sandbox_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "Sandbox":
         """A handle on one of the org's sandboxes."""
-        http = _HTTP(api_url, api_key)
+        http = _shared(api_url, api_key)
         return cls(SandboxInfo.of(http.json("GET", f"/v1/sandbox/{sandbox_id}")), http)
 
     @staticmethod
     def list(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[SandboxInfo]:
         """Every sandbox of the org, newest first."""
-        http = _HTTP(api_url, api_key)
+        http = _shared(api_url, api_key)
         out, cursor = [], None
         while True:
             d = http.json("GET", "/v1/sandbox", params={"cursor": cursor} if cursor else None)
@@ -220,7 +238,6 @@ class Sandbox:
             self.kill()
         except SandboxError:
             pass
-        self._http.client.close()
 
 
 def run_code(language: str, code: str, *, session_id: Optional[str] = None, args: Optional[List[str]] = None,
@@ -234,8 +251,4 @@ def run_code(language: str, code: str, *, session_id: Optional[str] = None, args
         body["args"] = args
     if timeout:
         body["timeoutSec"] = int(timeout)
-    http = _HTTP(api_url, api_key)
-    try:
-        return RunCodeResult.of(http.json("POST", "/v1/exec", json=body))
-    finally:
-        http.client.close()
+    return RunCodeResult.of(_shared(api_url, api_key).json("POST", "/v1/exec", json=body))
