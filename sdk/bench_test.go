@@ -25,14 +25,20 @@ import (
 // per benchmark iteration; the p50 of them is reported.
 const rounds = 15
 
+// gets is how many GETs of one sandbox measure a client's own cost per
+// call (the round trip's ~150 ms lease varies by more than a client adds).
+const gets = 200
+
 func p50ms(ms []float64) float64 {
 	slices.Sort(ms)
 	return ms[len(ms)/2]
 }
 
 // BenchmarkRoundTrip: lease + `exec true` + end through each client against
-// one server, p50 of 15. The floor is the same three calls with net/http in
-// Go; curl runs three processes a round (its start included).
+// one server, p50 of 15 (p50-ms), and one GET of a sandbox, p50 of 200
+// (get-p50-ms: the client's own cost per call, which the lease's variance
+// hides). The floor is the same calls with net/http in Go; curl runs three
+// processes a round (its start included; no get).
 func BenchmarkRoundTrip(b *testing.B) {
 	srv := testenv.Serve(b, gvisor.DefaultRunsc(), []string{"acme"})
 	key := srv.Keys["acme"]
@@ -64,6 +70,16 @@ func BenchmarkRoundTrip(b *testing.B) {
 				ms = append(ms, float64(time.Since(start).Microseconds())/1000)
 			}
 			b.ReportMetric(p50ms(ms), "p50-ms")
+			var sb struct{ ID string }
+			json.Unmarshal(call("POST", "/v1/sandbox", ""), &sb)
+			var get []float64
+			for range gets {
+				start := time.Now()
+				call("GET", "/v1/sandbox/"+sb.ID, "")
+				get = append(get, float64(time.Since(start).Microseconds())/1000)
+			}
+			call("DELETE", "/v1/sandbox/"+sb.ID, "")
+			b.ReportMetric(p50ms(get), "get-p50-ms")
 		}
 	})
 	b.Run("curl", func(b *testing.B) {
@@ -107,6 +123,15 @@ func BenchmarkRoundTrip(b *testing.B) {
 				ms = append(ms, float64(time.Since(start).Microseconds())/1000)
 			}
 			b.ReportMetric(p50ms(ms), "p50-ms")
+			sb, _ := c.Lease(ctx, client.LeaseRequest{})
+			var get []float64
+			for range gets {
+				start := time.Now()
+				c.Get(ctx, sb.ID)
+				get = append(get, float64(time.Since(start).Microseconds())/1000)
+			}
+			c.End(ctx, sb.ID, false)
+			b.ReportMetric(p50ms(get), "get-p50-ms")
 		}
 	})
 	// The interpreted SDKs loop in their own process and print the p50.
@@ -118,11 +143,17 @@ func BenchmarkRoundTrip(b *testing.B) {
 			if err := cmd.Run(); err != nil {
 				b.Fatalf("%s: %v", name, err)
 			}
-			p, err := strconv.ParseFloat(strings.TrimSpace(out.String()), 64)
-			if err != nil {
+			f := strings.Fields(out.String())
+			if len(f) != 2 {
+				b.Fatalf("%s printed %q", name, out.String())
+			}
+			p, err1 := strconv.ParseFloat(f[0], 64)
+			g, err2 := strconv.ParseFloat(f[1], 64)
+			if err1 != nil || err2 != nil {
 				b.Fatalf("%s printed %q", name, out.String())
 			}
 			b.ReportMetric(p, "p50-ms")
+			b.ReportMetric(g, "get-p50-ms")
 		}
 	}
 	b.Run("python", func(b *testing.B) {
@@ -137,8 +168,15 @@ for _ in range(%d):
     s.commands.run(["true"])
     s.kill()
     ms.append((time.perf_counter() - t) * 1000)
-print(sorted(ms)[len(ms)//2])
-`, rounds))
+s = Sandbox.create()
+get = []
+for _ in range(%d):
+    t = time.perf_counter()
+    s.refresh()
+    get.append((time.perf_counter() - t) * 1000)
+s.kill()
+print(sorted(ms)[len(ms)//2], sorted(get)[len(get)//2])
+`, rounds, gets))
 	})
 	b.Run("typescript", func(b *testing.B) {
 		node, err := exec.LookPath("node")
@@ -157,7 +195,16 @@ for (let i = 0; i < %d; i++) {
   ms.push(performance.now() - t);
 }
 ms.sort((a, b) => a - b);
-console.log(ms[Math.floor(ms.length / 2)]);
-`, idx, rounds))
+const s = await Sandbox.create();
+const get = [];
+for (let i = 0; i < %d; i++) {
+  const t = performance.now();
+  await s.refresh();
+  get.push(performance.now() - t);
+}
+await s.kill();
+get.sort((a, b) => a - b);
+console.log(ms[Math.floor(ms.length / 2)], get[Math.floor(get.length / 2)]);
+`, idx, rounds, gets))
 	})
 }

@@ -117,6 +117,16 @@ func TestCLI(t *testing.T) {
 		t.Errorf("run-code: %q exit %d", out, code)
 	}
 
+	// Completion: bash loads the script and completes a verb and an id.
+	script := c.must("completion", "bash")
+	cmd := exec.Command("bash", "-c", script+`
+COMP_WORDS=(sandbox ren); COMP_CWORD=1; _sandbox; echo "${COMPREPLY[@]}"
+COMP_WORDS=(sandbox get sb_); COMP_CWORD=2; _sandbox; echo "${COMPREPLY[@]}"`)
+	cmd.Env = append(c.env, "PATH="+filepath.Dir(c.bin)+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "renew\n") || !strings.Contains(string(out), sb.ID) {
+		t.Errorf("bash completion: %v %q", err, out)
+	}
+
 	// Lifecycle.
 	c.must("renew", sb.ID, "--ttl", "20m")
 	if out := c.must("pause", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {
