@@ -89,6 +89,7 @@ type request struct {
 	in           any
 	body         io.Reader
 	contentType  string
+	accept       string
 	out          any
 }
 
@@ -139,6 +140,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 			req.Header.Set("Content-Type", "application/json")
 		case r.contentType != "":
 			req.Header.Set("Content-Type", r.contentType)
+		}
+		if r.accept != "" {
+			req.Header.Set("Accept", r.accept)
 		}
 		res, err := c.http().Do(req)
 		if err != nil {

@@ -96,6 +96,22 @@ func TestClient(t *testing.T) {
 		t.Errorf("exec past its timeout: %+v %v", r, err)
 	}
 
+	// A streamed exec: each line is seen before the program ends.
+	var first time.Time
+	lines := writerFunc(func(p []byte) (int, error) {
+		if first.IsZero() {
+			first = time.Now()
+		}
+		return len(p), nil
+	})
+	var streamed bytes.Buffer
+	sr, err := c.ExecStream(ctx, sb.ID, client.ExecRequest{Command: "for i in 1 2 3; do echo $i; sleep 1; done; echo bad >&2; exit 5"},
+		io.MultiWriter(&streamed, lines), &streamed)
+	end := time.Now()
+	if err != nil || sr.ExitCode != 5 || streamed.String() != "1\n2\n3\nbad\n" || end.Sub(first) < 1500*time.Millisecond {
+		t.Errorf("exec stream: %+v %v %q, first line %v before the end", sr, err, streamed.String(), end.Sub(first))
+	}
+
 	// files: binary-safe both ways, and a directory.
 	bin := []byte{0, 1, 2, 255, '\n', 0xc3, 0x28}
 	if w, err := c.WriteFile(ctx, sb.ID, "d/bin.dat", bytes.NewReader(bin)); err != nil || w.Bytes != int64(len(bin)) {
@@ -244,6 +260,10 @@ func TestClient(t *testing.T) {
 		t.Errorf("get after end: %v", err)
 	}
 }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // readUntil reads r until want shows or the time is up.
 func readUntil(r io.Reader, want string, d time.Duration) bool {

@@ -1,7 +1,11 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -230,4 +234,54 @@ func (c *Client) ReadDir(ctx context.Context, id, path string) ([]string, error)
 		return []string{}, nil
 	}
 	return entries, nil
+}
+
+// ExecStream runs a command and copies its output to stdout and stderr as
+// the program writes it (the server's NDJSON stream); the result carries
+// the exit, not the output. Cancelling ctx ends the command.
+func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.send(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/exec", body: bytes.NewReader(payload),
+		contentType: "application/json", accept: "application/x-ndjson"})
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	dec := json.NewDecoder(res.Body)
+	for {
+		var line struct {
+			Stdout, Stderr, StdoutBase64, StderrBase64 string
+			ExitCode                                   *int
+			TimedOut, Stopped, Woken                   bool
+			Error                                      string
+		}
+		if err := dec.Decode(&line); err != nil {
+			return nil, fmt.Errorf("client: the exec stream ended early: %w", err)
+		}
+		switch {
+		case line.Error != "":
+			return nil, &Error{Status: http.StatusBadGateway, Message: line.Error}
+		case line.ExitCode != nil:
+			return &ExecResult{ExitCode: *line.ExitCode, TimedOut: line.TimedOut, Stopped: line.Stopped, Woken: line.Woken}, nil
+		}
+		for _, part := range []struct {
+			text, b64 string
+			w         io.Writer
+		}{{line.Stdout, line.StdoutBase64, stdout}, {line.Stderr, line.StderrBase64, stderr}} {
+			b := []byte(part.text)
+			if part.b64 != "" {
+				if b, err = base64.StdEncoding.DecodeString(part.b64); err != nil {
+					return nil, fmt.Errorf("client: the exec stream: %w", err)
+				}
+			}
+			if len(b) > 0 && part.w != nil {
+				if _, err := part.w.Write(b); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 }

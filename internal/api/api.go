@@ -50,6 +50,7 @@ type Leases interface {
 // Work is what the exec and file routes need.
 type Work interface {
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
+	ExecTo(ctx context.Context, id string, req service.ExecRequest, stdout, stderr io.Writer) (*service.ExecResult, error)
 	Read(ctx context.Context, id, path string, max int64) (*service.ReadResult, error)
 	ReadTo(ctx context.Context, id, path string, max int64, open func(service.FileHead) (io.Writer, error)) (*service.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
@@ -229,7 +230,9 @@ func (s *Server) routes() {
 		s.handle("DELETE "+p+"/{id}", s.end, doc{Summary: "End a sandbox: its container goes, its project volume stays unless purge", Answer: typ[service.EndResult](),
 			Query: []string{"purge: 1 drops the project volume too"}, Errors: []int{404, 409, 502}})
 		s.handle("POST "+p+"/{id}/renew", s.renew, doc{Summary: "Extend the lease (never past the ceiling)", Body: typ[renewRequest](), Answer: typ[sandbox.Object](), Errors: onSandbox})
-		s.handle("POST "+p+"/{id}/exec", s.exec, doc{Summary: "Run a command and wait for it; a non-zero exit is a 200", Body: typ[service.ExecRequest](), Answer: typ[service.ExecResult](), Errors: onFiles})
+		s.handle("POST "+p+"/{id}/exec", s.exec, doc{Summary: "Run a command and wait for it; a non-zero exit is a 200. With Accept: application/x-ndjson the answer streams: " +
+			`a line per chunk of output as it comes ({"stdout"} or {"stderr"} when UTF-8, else {"stdoutBase64"} / {"stderrBase64"}), then {"exitCode", "timedOut"?, "stopped"?} or {"error"}`,
+			Body: typ[service.ExecRequest](), Answer: typ[service.ExecResult](), AnswerRaw: ndjson, Errors: onFiles})
 		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop), onIDDoc(s.Work.Stop, "Stop every command running in the sandbox"))
 		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep), doc{Summary: "Sleep now (memory kept where the runtime can checkpoint)", Answer: typ[sandbox.Object](), Errors: onSandbox})
 		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})

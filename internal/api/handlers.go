@@ -110,6 +110,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
+	if wantsStream(r) {
+		return s.execStream(w, r, req)
+	}
 	res, err := s.Work.Exec(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		return err

@@ -597,3 +597,37 @@ func TestWireCompat(t *testing.T) {
 		t.Errorf("a directory's typed read: %+v", read)
 	}
 }
+
+// TestExecStream: with Accept: application/x-ndjson an exec answers a line
+// per chunk as the program writes it (text when UTF-8, base64 when not),
+// then its exit; a refusal before the program starts is a plain error.
+func TestExecStream(t *testing.T) {
+	e := newAPI(t)
+	var sb struct{ ID string }
+	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
+	e.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		io.WriteString(req.Stdout, "héllo\n")
+		req.Stderr.Write([]byte{0xff, 0xfe})
+		return &runtime.ExitError{Code: 3}
+	})
+	stream := func(id string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("POST", e.url+"/v1/sandbox/"+id+"/exec", strings.NewReader(`{"command":"x"}`))
+		req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+		req.Header.Set("Accept", "application/x-ndjson")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, b
+	}
+	res, b := stream(sb.ID)
+	want := `{"stdout":"héllo\n"}` + "\n" + `{"stderrBase64":"//4="}` + "\n" + `{"exitCode":3}` + "\n"
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/x-ndjson" || string(b) != want {
+		t.Errorf("stream: %d %s\n%s", res.StatusCode, res.Header.Get("Content-Type"), b)
+	}
+	if res, b := stream("sb_" + strings.Repeat("z", 26)); res.StatusCode != 404 || !strings.Contains(string(b), "not found") {
+		t.Errorf("a stream for an unknown id: %d %s", res.StatusCode, b)
+	}
+}

@@ -176,18 +176,20 @@ func operation(method, path string, d doc) (map[string]any, error) {
 		status = http.StatusOK
 	}
 	ok := map[string]any{"description": http.StatusText(status)}
-	switch {
-	case d.Answer != nil:
+	content := map[string]any{}
+	if d.Answer != nil {
 		schema, err := schemaFor(d.Answer, false)
 		if err != nil {
 			return nil, err
 		}
-		ok["content"] = map[string]any{"application/json": map[string]any{"schema": schema}}
-	case d.AnswerRaw != "":
-		content := map[string]any{}
+		content["application/json"] = map[string]any{"schema": schema}
+	}
+	if d.AnswerRaw != "" {
 		for _, mt := range strings.Split(d.AnswerRaw, ",") {
 			content[strings.TrimSpace(mt)] = map[string]any{}
 		}
+	}
+	if len(content) > 0 {
 		ok["content"] = content
 	}
 	responses[strconv.Itoa(status)] = ok

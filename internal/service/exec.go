@@ -49,6 +49,14 @@ type ExecResult struct {
 
 // Exec runs a program in a running sandbox and waits for it.
 func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
+	return s.ExecTo(ctx, id, req, nil, nil)
+}
+
+// ExecTo is Exec whose output goes, redacted, to stdout and stderr as the
+// program writes it (a streamed answer) instead of into the answer; nil
+// writers mean Exec. A write error (the client went away) ends the
+// program the way a closed connection does.
+func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
 	argv := req.Argv
 	switch {
 	case len(argv) > 0:
@@ -91,12 +99,15 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 
 	// runtime → redactor → (answer buffer, narration). The narration writer
 	// drops rather than waits, so a slow log never slows the program.
-	stdout, stderr := NewOutput(OutputCap), NewOutput(OutputCap)
-	var outW, errW io.Writer = stdout, stderr
+	outBuf, errBuf := NewOutput(OutputCap), NewOutput(OutputCap)
+	var outW, errW io.Writer = outBuf, errBuf
+	if stdout != nil {
+		outW, errW = stdout, stderr
+	}
 	narr := s.narration(ctx, req.Session, req.Redact)
 	if narr != nil {
 		narr.Event("start", sb.ID+": "+commandLine(argv))
-		outW, errW = io.MultiWriter(stdout, narr.Writer("stdout")), io.MultiWriter(stderr, narr.Writer("stderr"))
+		outW, errW = io.MultiWriter(outW, narr.Writer("stdout")), io.MultiWriter(errW, narr.Writer("stderr"))
 	}
 	rOut, rErr := redact.NewWriter(outW, req.Redact), redact.NewWriter(errW, req.Redact)
 	o, err := s.run(ctx, work, sb, Command{
@@ -112,7 +123,10 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 		return nil, err
 	}
 	if note := o.Note(timeout); note != "" {
-		stderr.Note(note)
+		errBuf.Note(note)
+		if stderr != nil {
+			io.WriteString(stderr, note)
+		}
 		if narr != nil {
 			narr.Event("stderr", note)
 		}
@@ -121,7 +135,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 		narr.Event("exit", strconv.Itoa(o.Code))
 	}
 	return &ExecResult{ExitCode: o.Code, TimedOut: o.TimedOut, Stopped: o.Stopped, Woken: o.Woken,
-		Stdout: stdout.String(), Stderr: stderr.String()}, nil
+		Stdout: outBuf.String(), Stderr: errBuf.String()}, nil
 }
 
 // narration returns the narration of a command for session, or nil when

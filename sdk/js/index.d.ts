@@ -104,6 +104,12 @@ export class Sandbox {
     list(path?: string): Promise<string[]>;
   };
   pty: { create(opts?: { session?: string }): Promise<Pty> };
+  /** The typed ops (the MCP tools' HTTP door). */
+  ops: {
+    run(cmd: string | string[], opts?: { stdin?: string; timeoutSec?: number }): Promise<CommandResult>;
+    read(path?: string): Promise<{ path: string; kind: "file" | "directory"; dir: boolean; size?: number; data?: string; dataBase64?: string; entries?: string[] }>;
+    write(path: string, text: string): Promise<{ path: string; bytes: number }>;
+  };
 
   static create(opts?: LeaseOptions): Promise<Sandbox>;
   static connect(id: string, opts?: ClientOptions): Promise<Sandbox>;

@@ -177,6 +177,13 @@ export class Sandbox {
     this.http = http;
     this.commands = new Commands(this);
     this.files = new Files(this);
+    const op = (name, body) => this.http.json("POST", `/v1/sandbox/${name}`, { json: { id: this.id, ...body } });
+    /** The typed ops (the MCP tools' HTTP door): answers as the API sends them. */
+    this.ops = {
+      run: (cmd, { stdin, timeoutSec } = {}) => op("run", { ...(Array.isArray(cmd) ? { argv: cmd } : { command: cmd }), ...(stdin !== undefined && { stdin }), ...(timeoutSec && { timeoutSec }) }),
+      read: (path = "") => op("read", { path }),
+      write: (path, text) => op("write", { path, data: text }),
+    };
     this.pty = {
       /** A login shell, or the tmux session ``session`` (which outlives the connection). */
       create: async ({ session } = {}) => {

@@ -22,6 +22,11 @@ test("a sandbox, end to end", async () => {
     assert.deepEqual(await sbx.files.read("d/bin.dat"), data);
     assert.deepEqual(await sbx.files.list("d"), ["bin.dat"]);
 
+    assert.equal((await sbx.ops.write("typed.txt", "typed")).bytes, 5);
+    assert.equal((await sbx.ops.read("typed.txt")).data, "typed");
+    assert.equal((await sbx.ops.read()).dir, true);
+    assert.equal((await sbx.ops.run("exit 9")).exitCode, 9);
+
     const pty = await sbx.pty.create();
     let seen = "";
     const shown = new Promise((resolve) => pty.onData((b) => {

@@ -144,6 +144,25 @@ class Pty:
             self._thread.join(10)
 
 
+class Ops:
+    """``sbx.ops``: the typed ops (the MCP tools' HTTP door), bodies that name
+    the sandbox; answers as the API sends them (dicts)."""
+
+    def __init__(self, sbx: "Sandbox"):
+        self._sbx = sbx
+
+    def run(self, cmd: Union[str, List[str]], **kw) -> Dict[str, Any]:
+        body = exec_body(cmd, kw.get("stdin"), kw.get("cwd"), kw.get("timeout"), kw.get("envs"), kw.get("session"))
+        return self._sbx._http.json("POST", "/v1/sandbox/run", json={"id": self._sbx.id, **body})
+
+    def read(self, path: str = "") -> Dict[str, Any]:
+        """A file (``data`` when UTF-8, always ``dataBase64``; at most 4 MiB) or a directory (``dir``, ``entries``)."""
+        return self._sbx._http.json("POST", "/v1/sandbox/read", json={"id": self._sbx.id, "path": path})
+
+    def write(self, path: str, text: str) -> Dict[str, Any]:
+        return self._sbx._http.json("POST", "/v1/sandbox/write", json={"id": self._sbx.id, "path": path, "data": text})
+
+
 class PtyFactory:
     """``sbx.pty``: open terminals."""
 
@@ -167,6 +186,7 @@ class Sandbox:
         self.commands = Commands(self)
         self.files = Files(self)
         self.pty = PtyFactory(self)
+        self.ops = Ops(self)
 
     @property
     def id(self) -> str:

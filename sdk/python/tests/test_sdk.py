@@ -24,6 +24,11 @@ def test_sync_sandbox():
         assert sbx.files.read("d/bin.dat") == data
         assert sbx.files.list("d") == ["bin.dat"]
 
+        assert sbx.ops.write("typed.txt", "typed")["bytes"] == 5
+        assert sbx.ops.read("typed.txt")["data"] == "typed"
+        assert sbx.ops.read("")["dir"] is True
+        assert sbx.ops.run("exit 9")["exitCode"] == 9
+
         pty = sbx.pty.create()
         pty.resize(100, 30)
         pty.send("echo $((6*7))-$(tput cols)\r")
