@@ -73,10 +73,33 @@ func TestClient(t *testing.T) {
 	c, s := newClient(t)
 	ctx := context.Background()
 
-	sb, err := c.Lease(ctx, client.LeaseRequest{TTLSec: 300})
+	sb, err := c.Lease(ctx, client.LeaseRequest{TTLSec: 300, Metadata: map[string]string{"team": "a", "run": "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sb.Metadata["team"] != "a" {
+		t.Errorf("metadata on the lease answer: %+v", sb.Metadata)
+	}
+	other2, err := c.Lease(ctx, client.LeaseRequest{Metadata: map[string]string{"team": "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.ListAll(ctx, client.ListOptions{Metadata: map[string]string{"team": "a"}}); err != nil || len(l) != 1 || l[0].ID != sb.ID {
+		t.Errorf("list by metadata: %+v %v", l, err)
+	}
+	if m, err := c.SetMetadata(ctx, other2.ID, map[string]string{"team": "a", "x": "y"}); err != nil || m.Metadata["x"] != "y" {
+		t.Errorf("set metadata: %+v %v", m, err)
+	}
+	if l, _ := c.ListAll(ctx, client.ListOptions{Metadata: map[string]string{"team": "a"}}); len(l) != 2 {
+		t.Errorf("list after the change: %d", len(l))
+	}
+	if _, err := c.SetMetadata(ctx, other2.ID, map[string]string{"bad key": "v"}); client.StatusOf(err) != 400 {
+		t.Errorf("a bad key: %v", err)
+	}
+	if g, _ := c.Get(ctx, other2.ID); g.Metadata["x"] != "y" {
+		t.Errorf("metadata on get: %+v", g.Metadata)
+	}
+	c.End(ctx, other2.ID, false)
 	if sb.Kind != "sandbox" || sb.Org != "acme" || sb.Status != "running" || time.Until(sb.Expires()) < 290*time.Second {
 		t.Errorf("lease: %+v", sb)
 	}

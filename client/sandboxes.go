@@ -33,6 +33,8 @@ type Sandbox struct {
 	Error      string `json:"error,omitempty"`
 	Woken      bool   `json:"woken,omitempty"`
 	MemoryKept bool   `json:"memoryKept,omitempty"`
+	// Metadata is the caller's labels.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 func (s *Sandbox) Created() time.Time  { return time.Unix(s.CreatedAt, 0) }
@@ -46,6 +48,8 @@ type LeaseRequest struct {
 	Image   string `json:"image,omitempty"`
 	Runtime string `json:"runtime,omitempty"`
 	TTLSec  int64  `json:"ttlSec,omitempty"` // the lease; zero is the class's
+	// Metadata labels the sandbox (at most 32 keys; values of at most 512 bytes).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Lease leases a sandbox.
@@ -64,7 +68,8 @@ func (c *Client) Get(ctx context.Context, id string) (*Sandbox, error) {
 type ListOptions struct {
 	Project, Status string
 	Limit           int
-	Cursor          string // a page's Next
+	Cursor          string            // a page's Next
+	Metadata        map[string]string // only those whose metadata has each key with its value
 }
 
 // Page is one page of a list; Next is empty on the last.
@@ -83,6 +88,9 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	for k, v := range o.Metadata {
+		q.Set("metadata."+k, v)
 	}
 	var p Page
 	return &p, c.do(ctx, request{method: "GET", path: "/v1/sandbox", query: q, out: &p})
@@ -108,6 +116,15 @@ func (c *Client) ListAll(ctx context.Context, o ListOptions) ([]Sandbox, error) 
 func (c *Client) Renew(ctx context.Context, id string, ttlSec int64) (*Sandbox, error) {
 	var sb Sandbox
 	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/renew", in: map[string]int64{"ttlSec": ttlSec}, out: &sb})
+}
+
+// SetMetadata replaces a sandbox's metadata (an empty map clears it).
+func (c *Client) SetMetadata(ctx context.Context, id string, m map[string]string) (*Sandbox, error) {
+	if m == nil {
+		m = map[string]string{}
+	}
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "PUT", path: "/v1/sandbox/" + esc(id) + "/metadata", in: m, out: &sb})
 }
 
 // Pause puts a sandbox to sleep now; Resume wakes it.

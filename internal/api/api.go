@@ -41,6 +41,7 @@ type Leases interface {
 	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	List(ctx context.Context, req service.ListRequest) ([]*sandbox.Sandbox, string, error)
 	Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error)
+	SetMetadata(ctx context.Context, id string, m map[string]string) (*sandbox.Sandbox, error)
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
 	Sleep(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
@@ -223,12 +224,14 @@ func (s *Server) routes() {
 	for _, p := range []string{"/v1/sandbox", "/v1/sandboxes"} {
 		s.handle("POST "+p, s.lease, doc{Summary: "Lease a sandbox", Body: typ[service.LeaseRequest](), Answer: typ[sandbox.Object](), Status: 201, Errors: onLease})
 		s.handle("GET "+p, s.list, doc{Summary: "The org's sandboxes, newest first, a page at a time", Answer: typ[listBody](),
-			Query: []string{"project: only this project's", "status: pending, running, sleeping or error", "limit: 1-1000 a page (default 1000)", "cursor: the last page's next"}})
+			Query: []string{"project: only this project's", "status: pending, running, sleeping or error", "limit: 1-1000 a page (default 1000)", "cursor: the last page's next",
+				"metadata.KEY: only those whose metadata KEY has this value (any number of keys)"}})
 		s.handle("GET "+p+"/usage", s.usage, doc{Summary: "Lease-seconds per class", Answer: typ[usageBody]()})
 		s.handle("GET "+p+"/quota", s.quotaLines, doc{Summary: "Each quota of the org with its use", Answer: typ[quotaBody]()})
 		s.handle("GET "+p+"/{id}", s.get, doc{Summary: "One sandbox", Answer: typ[sandbox.Object](), Errors: []int{404}})
 		s.handle("DELETE "+p+"/{id}", s.end, doc{Summary: "End a sandbox: its container goes, its project volume stays unless purge", Answer: typ[service.EndResult](),
 			Query: []string{"purge: 1 drops the project volume too"}, Errors: []int{404, 409, 502}})
+		s.handle("PUT "+p+"/{id}/metadata", s.setMetadata, doc{Summary: "Replace the sandbox's metadata (a string map; {} clears it)", Body: typ[map[string]string](), Answer: typ[sandbox.Object](), Errors: []int{404}})
 		s.handle("POST "+p+"/{id}/renew", s.renew, doc{Summary: "Extend the lease (never past the ceiling)", Body: typ[renewRequest](), Answer: typ[sandbox.Object](), Errors: onSandbox})
 		s.handle("POST "+p+"/{id}/exec", s.exec, doc{Summary: "Run a command and wait for it; a non-zero exit is a 200. With Accept: application/x-ndjson the answer streams: " +
 			`a line per chunk of output as it comes ({"stdout"} or {"stderr"} when UTF-8, else {"stdoutBase64"} / {"stderrBase64"}), then {"exitCode", "timedOut"?, "stopped"?} or {"error"}`,

@@ -42,8 +42,17 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
+	var meta map[string]string
+	for k, v := range q {
+		if key, ok := strings.CutPrefix(k, "metadata."); ok {
+			if meta == nil {
+				meta = map[string]string{}
+			}
+			meta[key] = v[len(v)-1]
+		}
+	}
 	list, next, err := s.Leases.List(r.Context(), service.ListRequest{
-		Project: q.Get("project"), Status: q.Get("status"), Limit: limit, Cursor: q.Get("cursor"),
+		Project: q.Get("project"), Status: q.Get("status"), Limit: limit, Cursor: q.Get("cursor"), Metadata: meta,
 	})
 	if err != nil {
 		return err
@@ -62,6 +71,19 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) setMetadata(w http.ResponseWriter, r *http.Request) error {
+	var m map[string]string
+	if err := decode(r.Body, &m); err != nil {
+		return err
+	}
+	sb, err := s.Leases.SetMetadata(r.Context(), r.PathValue("id"), m)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb.Object())
 	return nil
 }
 

@@ -30,6 +30,8 @@ type Sandbox struct {
 	// MemoryKept says a sleeping sandbox's memory is checkpointed and will
 	// come back on wake.
 	MemoryKept bool
+	// Metadata is the caller's labels (CheckMetadata bounds them).
+	Metadata map[string]string
 
 	Name       string // runtime object name
 	UID        string // runtime object identity, for precondition deletes
@@ -63,6 +65,8 @@ type Object struct {
 	// MemoryKept says a sleeping sandbox's memory is checkpointed and will
 	// come back on wake.
 	MemoryKept bool `json:"memoryKept,omitempty"`
+	// Metadata is the caller's labels, as set at the lease or since.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Object is sb as the wire shows it.
@@ -71,7 +75,7 @@ func (sb *Sandbox) Object() *Object {
 		ID: sb.ID, Kind: "sandbox", Org: sb.Org, Class: sb.Class, Project: sb.Project, Status: sb.Status,
 		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
 		CreatedAt: sb.CreatedAt.Unix(), LastUsedAt: sb.LastUsedAt.Unix(), ExpiresAt: sb.ExpiresAt.Unix(),
-		Error: sb.Error, Woken: sb.Woken, MemoryKept: sb.MemoryKept,
+		Error: sb.Error, Woken: sb.Woken, MemoryKept: sb.MemoryKept, Metadata: sb.Metadata,
 	}
 	if sb.Project != "" {
 		o.Volume = sb.Volume
@@ -190,6 +194,37 @@ func ValidSessionName(s string) bool { return namePattern.MatchString(s) }
 func CheckSessionName(what, s string) error {
 	if !ValidSessionName(s) {
 		return Errorf(KindInvalid, "%s names a session: 1-64 letters, digits, '-' or '_', not starting with '-'", what)
+	}
+	return nil
+}
+
+// Metadata bounds: what one sandbox's labels may hold.
+const (
+	MaxMetadataKeys  = 32
+	MaxMetadataValue = 512
+	MaxMetadataBytes = 8 << 10
+)
+
+var metadataKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// CheckMetadata refuses metadata beyond the bounds, or with a key that is
+// not a plain name (keys go into a JSON path and a query string).
+func CheckMetadata(m map[string]string) error {
+	if len(m) > MaxMetadataKeys {
+		return Errorf(KindInvalid, "metadata has %d keys; at most %d", len(m), MaxMetadataKeys)
+	}
+	total := 0
+	for k, v := range m {
+		if !metadataKey.MatchString(k) {
+			return Errorf(KindInvalid, "metadata key %q: 1-63 of letters, digits, '.', '_' and '-', starting with a letter or digit", k)
+		}
+		if len(v) > MaxMetadataValue || strings.IndexByte(v, 0) >= 0 {
+			return Errorf(KindInvalid, "metadata %q: a value is at most %d bytes, without NUL", k, MaxMetadataValue)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetadataBytes {
+		return Errorf(KindInvalid, "metadata holds %d bytes; at most %d", total, MaxMetadataBytes)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,36 @@ func TestErrorsKeepInternalTextPrivate(t *testing.T) {
 	}
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
 		t.Error("errors.Is by kind")
+	}
+}
+
+func TestCheckMetadata(t *testing.T) {
+	long := strings.Repeat("v", MaxMetadataValue+1)
+	many := map[string]string{}
+	for i := range MaxMetadataKeys + 1 {
+		many[fmt.Sprintf("k%d", i)] = "v"
+	}
+	big := map[string]string{}
+	for i := range 20 {
+		big[fmt.Sprintf("k%d", i)] = strings.Repeat("v", MaxMetadataValue)
+	}
+	for _, c := range []struct {
+		m  map[string]string
+		ok bool
+	}{
+		{nil, true},
+		{map[string]string{"team": "a", "run.id": "1", "x_y-z": ""}, true},
+		{map[string]string{`a"b`: "v"}, false},    // would break out of the JSON path
+		{map[string]string{"a.b\\c": "v"}, false}, // likewise
+		{map[string]string{"": "v"}, false},
+		{map[string]string{"-lead": "v"}, false},
+		{map[string]string{"k": long}, false},
+		{map[string]string{"k": "nul\x00"}, false},
+		{many, false},
+		{big, false}, // 10 KiB in all
+	} {
+		if err := CheckMetadata(c.m); (err == nil) != c.ok {
+			t.Errorf("CheckMetadata(%.60v) = %v, want ok=%v", c.m, err, c.ok)
+		}
 	}
 }

@@ -23,6 +23,9 @@ type LeaseRequest struct {
 	Image   string `json:"image,omitempty" jsonschema:"image name; defaults to the class's image"`
 	Runtime string `json:"runtime,omitempty" jsonschema:"isolation runtime; defaults to the server's"`
 	TTLSec  int64  `json:"ttlSec,omitempty" jsonschema:"lease length in seconds; defaults to the class's"`
+	// Metadata is the caller's labels, shown on every answer and filtered
+	// by in a list (?metadata.KEY=VALUE).
+	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"labels of the caller's (at most 32 keys, values of at most 512 bytes)"`
 }
 
 // recordTimeout bounds the store writes that record a start's outcome; it
@@ -61,6 +64,9 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 	}
 	class, err := sandbox.LookupClass(req.Class)
 	if err != nil {
+		return nil, err
+	}
+	if err := sandbox.CheckMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
 	image := req.Image
@@ -141,6 +147,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 		ID: sandbox.NewID(), Org: org, Class: class.Name, Project: req.Project, Status: sandbox.StatusPending,
 		Image: image, Runtime: rt, Workdir: class.Workdir, Name: sandbox.NewName(),
 		CreatedAt: now, LastUsedAt: now, ExpiresAt: sandbox.ExpiryFor(class, req.TTLSec, now, now, s.cfg.Ceiling),
+		Metadata: req.Metadata,
 	}
 	sb.Volume = volumeName(org, sb)
 	admit := func(u quota.Use, newProject bool) error { return quota.Check(pol, u, ask(newProject)) }

@@ -122,6 +122,18 @@ func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.
 	return sb, nil
 }
 
+// SetMetadata replaces a sandbox's metadata (it does not wake a sleeping
+// one: labels are the record's, not the container's).
+func (s *Service) SetMetadata(ctx context.Context, id string, m map[string]string) (*sandbox.Sandbox, error) {
+	if err := sandbox.CheckMetadata(m); err != nil {
+		return nil, err
+	}
+	if err := s.d.Store.SetMetadata(ctx, id, m); err != nil {
+		return nil, err
+	}
+	return s.d.Store.Get(ctx, id)
+}
+
 // Resume wakes a sleeping sandbox now; a running one is answered as is.
 func (s *Service) Resume(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	sb, _, done, err := s.use(ctx, id, false)

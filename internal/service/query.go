@@ -25,6 +25,8 @@ type ListRequest struct {
 	Status  string
 	Limit   int    // 1..MaxPage; 0 means MaxPage
 	Cursor  string // the Next of the previous page
+	// Metadata keeps the sandboxes whose metadata has each key with its value.
+	Metadata map[string]string
 }
 
 // MaxPage bounds one page of a listing.
@@ -43,7 +45,10 @@ func (s *Service) List(ctx context.Context, req ListRequest) ([]*sandbox.Sandbox
 	if req.Limit == 0 {
 		req.Limit = MaxPage
 	}
-	f := store.Filter{Project: req.Project, Status: st, Limit: req.Limit + 1}
+	if err := sandbox.CheckMetadata(req.Metadata); err != nil {
+		return nil, "", err
+	}
+	f := store.Filter{Project: req.Project, Status: st, Limit: req.Limit + 1, Metadata: req.Metadata}
 	if req.Cursor != "" {
 		pos, err := ParseCursor(req.Cursor)
 		if err != nil {

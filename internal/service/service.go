@@ -39,6 +39,7 @@ type Store interface {
 	Transition(ctx context.Context, id string, from sandbox.Status, next *sandbox.Sandbox) error
 	Touch(ctx context.Context, id string, at time.Time) error
 	SetExpiry(ctx context.Context, id string, at time.Time) error
+	SetMetadata(ctx context.Context, id string, m map[string]string) error
 	AddUsage(ctx context.Context, class string, leases int64, d time.Duration) error
 	Usage(ctx context.Context) ([]store.Usage, error)
 }

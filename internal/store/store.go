@@ -7,10 +7,13 @@ import (
 	"database/sql"
 	"encoding/base32"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,21 +100,40 @@ func (s *Store) orgDB(ctx context.Context) (*orgDB, string, error) {
 	return db, org, nil
 }
 
-const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error, checkpoint`
+const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error, checkpoint, metadata`
 
 func scan(row interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var status string
 	var created, used, expires int64
+	var meta string
 	err := row.Scan(&sb.ID, &sb.Org, &sb.Class, &sb.Project, &status, &sb.Image, &sb.Runtime, &sb.Workdir,
-		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error, &sb.Checkpoint)
+		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error, &sb.Checkpoint, &meta)
 	if err != nil {
 		return nil, err
+	}
+	if meta != "{}" && meta != "" {
+		if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
+			return nil, fmt.Errorf("metadata of %s: %w", sb.ID, err)
+		}
 	}
 	sb.Status = sandbox.Status(status)
 	sb.MemoryKept = sb.Checkpoint != ""
 	sb.CreatedAt, sb.LastUsedAt, sb.ExpiresAt = fromMillis(created), fromMillis(used), fromMillis(expires)
 	return &sb, nil
+}
+
+func metadataJSON(m map[string]string) string {
+	if len(m) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// SetMetadata replaces a sandbox's metadata.
+func (s *Store) SetMetadata(ctx context.Context, id string, m map[string]string) error {
+	return s.exec(ctx, `UPDATE sandboxes SET metadata = ? WHERE org = ? AND id = ?`, metadataJSON(m), id)
 }
 
 func millis(t time.Time) int64      { return t.UnixMilli() }
@@ -140,7 +162,10 @@ func (s *Store) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 type Filter struct {
 	Project string
 	Status  sandbox.Status
-	Limit   int // 0 = 1000
+	// Metadata keeps the sandboxes whose metadata has each key with its
+	// value.
+	Metadata map[string]string
+	Limit    int // 0 = 1000
 	// After, when set, starts the page after this sandbox in the order
 	// (created_at DESC, id DESC): keyset paging, stable under inserts.
 	After *Position
@@ -167,6 +192,12 @@ func (s *Store) List(ctx context.Context, f Filter) ([]*sandbox.Sandbox, error) 
 	if f.Status != "" {
 		q += ` AND status = ?`
 		args = append(args, string(f.Status))
+	}
+	// Keys are checked by the service (sandbox.CheckMetadata): a key is
+	// quoted into the JSON path, never a path of the caller's making.
+	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
+		q += ` AND json_extract(metadata, ?) = ?`
+		args = append(args, `$."`+k+`"`, f.Metadata[k])
 	}
 	if f.After != nil {
 		at := millis(f.After.CreatedAt)
@@ -268,9 +299,9 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, admit Admit) er
 			return err
 		}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, org, sb.Class, sb.Project, string(sb.Status), sb.Image, sb.Runtime, sb.Workdir, sb.Name, sb.UID, sb.Volume,
-		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error, sb.Checkpoint)
+		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error, sb.Checkpoint, metadataJSON(sb.Metadata))
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") && sb.Project != "" {
 			return ErrProjectBusy

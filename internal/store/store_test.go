@@ -415,3 +415,47 @@ func TestEventsBoundPerOrg(t *testing.T) {
 		t.Errorf("the other org's log holds %d of its 10 events", len(got))
 	}
 }
+
+// TestMetadataFilter: metadata is stored, read back, replaced, and a list
+// keeps the sandboxes whose metadata has every key asked with its value.
+func TestMetadataFilter(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := orgCtx("acme")
+	a, b := newRow("exec", ""), newRow("exec", "")
+	a.Metadata = map[string]string{"team": "x", "run": "1"}
+	b.Metadata = map[string]string{"team": "y"}
+	for _, sb := range []*sandbox.Sandbox{a, b} {
+		if err := st.Insert(ctx, sb, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(m map[string]string) []string {
+		l, err := st.List(ctx, Filter{Metadata: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, sb := range l {
+			ids = append(ids, sb.ID)
+		}
+		return ids
+	}
+	if got := list(map[string]string{"team": "x"}); len(got) != 1 || got[0] != a.ID {
+		t.Errorf("team=x: %v", got)
+	}
+	if got := list(map[string]string{"team": "x", "run": "2"}); len(got) != 0 {
+		t.Errorf("team=x run=2: %v", got)
+	}
+	if err := st.SetMetadata(ctx, b.ID, map[string]string{"team": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(map[string]string{"team": "x"}); len(got) != 2 {
+		t.Errorf("after the change: %v", got)
+	}
+	if sb, _ := st.Get(ctx, a.ID); sb.Metadata["run"] != "1" {
+		t.Errorf("read back: %+v", sb.Metadata)
+	}
+	if err := st.SetMetadata(orgCtx("globex"), a.ID, nil); err == nil {
+		t.Error("another org changed acme's metadata")
+	}
+}
