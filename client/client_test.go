@@ -135,6 +135,16 @@ func TestClient(t *testing.T) {
 		t.Errorf("exec stream: %+v %v %q, first line %v before the end", sr, err, streamed.String(), end.Sub(first))
 	}
 
+	// Live stats, from runsc's own counters and df inside.
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: "head -c 3000000 /dev/zero > big3; (sleep 60 >/dev/null 2>&1 &)"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Stats(ctx, sb.ID)
+	if err != nil || st.CPUSeconds == nil || *st.CPUSeconds <= 0 || *st.MemoryBytes <= 0 || *st.Processes < 2 || len(st.Disk) == 0 ||
+		st.Disk[0].Path != sb.Workdir || st.Disk[0].UsedBytes < 2900000 {
+		t.Errorf("stats: %+v %v", st, err)
+	}
+
 	// files: binary-safe both ways, and a directory.
 	bin := []byte{0, 1, 2, 255, '\n', 0xc3, 0x28}
 	if w, err := c.WriteFile(ctx, sb.ID, "d/bin.dat", bytes.NewReader(bin)); err != nil || w.Bytes != int64(len(bin)) {
@@ -211,6 +221,22 @@ func TestClient(t *testing.T) {
 		t.Errorf("download: %v", err)
 	} else if b, _ := io.ReadAll(rd); string(b) != "uploaded" {
 		t.Errorf("download: %q", b)
+	}
+
+	// A directory as a tar, and back under another name.
+	arc, err := c.Archive(ctx, sb.ID, "d", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgz, _ := io.ReadAll(arc)
+	arc.Close()
+	if x, err := c.Extract(ctx, sb.ID, "d2", bytes.NewReader(tgz)); err != nil || x.Entries < 1 {
+		t.Errorf("extract: %+v %v", x, err)
+	}
+	if f, err := c.ReadFile(ctx, sb.ID, "d2/bin.dat"); err != nil {
+		t.Errorf("the extracted file: %v", err)
+	} else if b, _ := io.ReadAll(f); !bytes.Equal(b, bin) {
+		t.Errorf("the extracted file: %q", b)
 	}
 
 	// The typed ops.

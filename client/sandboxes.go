@@ -302,3 +302,55 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, std
 		}
 	}
 }
+
+// Stats is a running sandbox's use now. CPUSeconds, MemoryBytes and
+// Processes are nil where the backend cannot tell (Unavailable says so).
+type Stats struct {
+	ID          string    `json:"id"`
+	At          time.Time `json:"at"`
+	CPUSeconds  *float64  `json:"cpuSeconds,omitempty"`
+	MemoryBytes *int64    `json:"memoryBytes,omitempty"`
+	Processes   *int      `json:"processes,omitempty"`
+	Unavailable string    `json:"unavailable,omitempty"`
+	Disk        []struct {
+		Path      string `json:"path"`
+		UsedBytes int64  `json:"usedBytes"`
+		SizeBytes int64  `json:"sizeBytes"`
+	} `json:"disk"`
+}
+
+// Stats reads a running sandbox's use (409 for a sleeping one).
+func (c *Client) Stats(ctx context.Context, id string) (*Stats, error) {
+	var s Stats
+	return &s, c.do(ctx, request{method: "GET", path: "/v1/sandbox/" + esc(id) + "/stats", out: &s})
+}
+
+// Archive opens a tar of the directory at path (gzipped when gz),
+// streamed. Close it.
+func (c *Client) Archive(ctx context.Context, id, path string, gz bool) (io.ReadCloser, error) {
+	q := url.Values{"path": {path}}
+	if gz {
+		q.Set("gzip", "1")
+	}
+	res, err := c.send(ctx, request{method: "GET", path: "/v1/sandbox/" + esc(id) + "/fs/archive", query: q})
+	if err != nil {
+		return nil, err
+	}
+	return res.Body, nil
+}
+
+// Extracted is an unpacked archive.
+type Extracted struct {
+	Path    string `json:"path"`
+	Entries int    `json:"entries"`
+	Bytes   int64  `json:"bytes"`
+}
+
+// Extract unpacks a tar or tar.gz from r under the directory path (made if
+// missing), streamed. An entry that would leave it refuses the whole
+// archive, and nothing is written.
+func (c *Client) Extract(ctx context.Context, id, path string, r io.Reader) (*Extracted, error) {
+	var x Extracted
+	return &x, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/fs/archive", query: url.Values{"path": {path}},
+		body: r, contentType: "application/x-tar", out: &x})
+}

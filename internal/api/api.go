@@ -52,6 +52,9 @@ type Leases interface {
 type Work interface {
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
 	ExecTo(ctx context.Context, id string, req service.ExecRequest, stdout, stderr io.Writer) (*service.ExecResult, error)
+	Stats(ctx context.Context, id string) (*service.Stats, error)
+	Archive(ctx context.Context, id, path string, gz bool, head func(full string) io.Writer) error
+	Extract(ctx context.Context, id, path string, r io.Reader) (*service.ExtractResult, error)
 	Read(ctx context.Context, id, path string, max int64) (*service.ReadResult, error)
 	ReadTo(ctx context.Context, id, path string, max int64, open func(service.FileHead) (io.Writer, error)) (*service.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
@@ -236,6 +239,8 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/{id}/exec", s.exec, doc{Summary: "Run a command and wait for it; a non-zero exit is a 200. With Accept: application/x-ndjson the answer streams: " +
 			`a line per chunk of output as it comes ({"stdout"} or {"stderr"} when UTF-8, else {"stdoutBase64"} / {"stderrBase64"}), then {"exitCode", "timedOut"?, "stopped"?} or {"error"}`,
 			Body: typ[service.ExecRequest](), Answer: typ[service.ExecResult](), AnswerRaw: ndjson, Errors: onFiles})
+		s.handle("GET "+p+"/{id}/stats", onID(s.Work.Stats), doc{Summary: "A running sandbox's use now: CPU seconds, memory, processes (by the runtime's count; absent with unavailable where the backend cannot tell) and the disk of its workdir and rootfs",
+			Answer: typ[service.Stats](), Errors: onSandbox})
 		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop), onIDDoc(s.Work.Stop, "Stop every command running in the sandbox"))
 		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep), doc{Summary: "Sleep now (memory kept where the runtime can checkpoint)", Answer: typ[sandbox.Object](), Errors: onSandbox})
 		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})
@@ -243,6 +248,10 @@ func (s *Server) routes() {
 			Query: []string{"path: under the workdir; empty is the workdir"}, Errors: onFiles})
 		s.handle("POST "+p+"/{id}/fs", s.writeFS, doc{Summary: "Write a whole file (the body, streamed); parents are created", BodyRaw: "application/octet-stream",
 			Answer: typ[service.WriteResult](), Query: []string{"path: under the workdir"}, Errors: onFiles})
+		s.handle("GET "+p+"/{id}/fs/archive", s.archive, doc{Summary: "A directory as a tar, streamed (gzip=1: gzipped)", AnswerRaw: "application/x-tar, application/gzip",
+			Query: []string{"path: the directory, under the workdir", "gzip: 1 to gzip the tar"}, Errors: onFiles})
+		s.handle("POST "+p+"/{id}/fs/archive", s.extract, doc{Summary: "Extract a tar (or tar.gz) under a directory, streamed; entries that leave it (absolute, '..', links out, devices) refuse the whole archive and nothing is written",
+			BodyRaw: "application/x-tar, application/gzip, application/octet-stream", Answer: typ[service.ExtractResult](), Query: []string{"path: the directory to extract under (created)"}, Errors: onFiles})
 		s.typedOps(p)
 		s.consoles(p)
 	}

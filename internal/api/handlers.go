@@ -180,6 +180,34 @@ func fsHead(w http.ResponseWriter, path string, woken bool, kind, contentType st
 	w.WriteHeader(http.StatusOK)
 }
 
+func (s *Server) archive(w http.ResponseWriter, r *http.Request) error {
+	gz, err := boolParam(r.URL.Query().Get("gzip"))
+	if err != nil {
+		return err
+	}
+	err = s.Work.Archive(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), gz, func(full string) io.Writer {
+		h := w.Header()
+		h.Set("Content-Type", map[bool]string{false: "application/x-tar", true: "application/gzip"}[gz])
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Sandbox-Path", full)
+		w.WriteHeader(http.StatusOK)
+		return w
+	})
+	if errors.Is(err, service.ErrStreamBroken) {
+		return nil // the answer is cut short: the client sees a broken tar
+	}
+	return err
+}
+
+func (s *Server) extract(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.Work.Extract(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
 func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {
 	res, err := s.Work.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body, r.ContentLength)
 	if err != nil {

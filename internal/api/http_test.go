@@ -631,3 +631,31 @@ func TestExecStream(t *testing.T) {
 		t.Errorf("a stream for an unknown id: %d %s", res.StatusCode, b)
 	}
 }
+
+// TestStatsUnavailable: a backend that cannot count answers the disk and
+// says why the rest is absent; a sleeping sandbox is a 409, not woken.
+func TestStatsUnavailable(t *testing.T) {
+	e := newAPI(t)
+	var sb struct{ ID string }
+	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
+	e.rt.Set(func(r *fake.Runtime) { r.StatsErr = runtime.ErrUnsupported })
+	e.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		io.WriteString(req.Stdout, "Filesystem 1024-blocks Used Available Capacity Mounted on\nnone 524288 2932 521356 1% /mnt/data\n")
+		return nil
+	})
+	var st struct {
+		CPUSeconds  *float64
+		Unavailable string
+		Disk        []struct {
+			Path      string
+			UsedBytes int64
+		}
+	}
+	e.must(200, "GET", "/v1/sandbox/"+sb.ID+"/stats", "acme", "").json(t, &st)
+	if st.CPUSeconds != nil || !strings.Contains(st.Unavailable, "does not report") || len(st.Disk) != 1 || st.Disk[0].UsedBytes != 2932<<10 {
+		t.Errorf("stats: %+v", st)
+	}
+	e.must(200, "POST", "/v1/sandbox/"+sb.ID+"/pause", "acme", "")
+	e.must(409, "GET", "/v1/sandbox/"+sb.ID+"/stats", "acme", "")
+	e.must(404, "GET", "/v1/sandbox/"+sb.ID+"/stats", "globex", "")
+}

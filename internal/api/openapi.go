@@ -168,7 +168,11 @@ func operation(method, path string, d doc) (map[string]any, error) {
 		op["requestBody"] = map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": schema}}}
 	case d.BodyRaw != "":
 		// Not required: an empty body is an empty file.
-		op["requestBody"] = map[string]any{"content": map[string]any{d.BodyRaw: map[string]any{}}}
+		content := map[string]any{}
+		for _, mt := range strings.Split(d.BodyRaw, ",") {
+			content[strings.TrimSpace(mt)] = map[string]any{}
+		}
+		op["requestBody"] = map[string]any{"content": content}
 	}
 	responses := map[string]any{}
 	status := d.Status

@@ -137,4 +137,14 @@ type Runtime interface {
 	// KillAll kills every process in the sandbox but its init, even when
 	// the sandbox's user has exhausted its process limit (a fork bomb).
 	KillAll(ctx context.Context, name string) error
+	// Stats is the sandbox's use as its runtime counts it, or
+	// ErrUnsupported when the backend cannot tell.
+	Stats(ctx context.Context, name string) (Stats, error)
+}
+
+// Stats is a sandbox's use now, by its runtime's own count.
+type Stats struct {
+	CPUSeconds  float64 // CPU time since the start
+	MemoryBytes int64   // memory in use
+	Processes   int     // processes inside, init included
 }

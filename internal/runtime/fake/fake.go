@@ -58,6 +58,8 @@ type Runtime struct {
 	NoCheckpoint bool
 	// CheckpointErr fails Checkpoint with it (the object stays).
 	CheckpointErr error
+	// StatsErr fails Stats with it.
+	StatsErr error
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -339,4 +341,17 @@ func Block(started chan<- struct{}) ExecFunc {
 		<-ctx.Done()
 		return ctx.Err()
 	}
+}
+
+// Stats answers the knob StatsErr, else a sandbox of one process.
+func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.StatsErr != nil {
+		return runtime.Stats{}, r.StatsErr
+	}
+	if _, ok := r.objs[name]; !ok {
+		return runtime.Stats{}, runtime.ErrNotFound
+	}
+	return runtime.Stats{CPUSeconds: 0.1, MemoryBytes: 1 << 20, Processes: 1}, nil
 }

@@ -813,3 +813,34 @@ func (r *Runtime) runscCommands() (int, error) {
 	}
 	return n, nil
 }
+
+// Stats reads runsc's own counters of the sandbox (`runsc events --stats`):
+// the sentry's CPU time, its application memory and its processes.
+func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error) {
+	m, err := r.loadMeta(name)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	out, err := r.runsc(ctx, m.Flags, "events", "--stats", name)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not exist") {
+			return runtime.Stats{}, runtime.ErrNotFound
+		}
+		return runtime.Stats{}, err
+	}
+	var ev struct {
+		Data struct {
+			CPU struct {
+				Usage struct{ Total uint64 }
+			}
+			Memory struct {
+				Usage struct{ Usage uint64 }
+			}
+			Pids struct{ Current uint64 }
+		}
+	}
+	if err := json.Unmarshal(out, &ev); err != nil {
+		return runtime.Stats{}, fmt.Errorf("gvisor: runsc events: %w", err)
+	}
+	return runtime.Stats{CPUSeconds: float64(ev.Data.CPU.Usage.Total) / 1e9, MemoryBytes: int64(ev.Data.Memory.Usage.Usage), Processes: int(ev.Data.Pids.Current)}, nil
+}

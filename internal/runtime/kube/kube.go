@@ -605,3 +605,9 @@ func (q sizeQueue) Next() *remotecommand.TerminalSize {
 		return nil
 	}
 }
+
+// Stats is not available on this backend yet: the pod's numbers live in the
+// metrics API (metrics-server), which the cluster need not run.
+func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error) {
+	return runtime.Stats{}, runtime.ErrUnsupported
+}
