@@ -236,7 +236,7 @@ func (s *Service) Extract(ctx context.Context, id, p string, r io.Reader) (*Extr
 	stage := path.Join(sb.Workdir, ".sandbox-extract-"+strings.ToLower(sandbox.NewName()))
 	var out bytes.Buffer
 	o, err := s.run(ctx, work, sb, Command{ExecRequest: runtime.ExecRequest{
-		Argv: []string{"sh", "-c", `mkdir -p "$1" && umask 0 && exec tar -x -p -f - -C "$1" --no-same-owner`, "extract", stage},
+		Argv:  []string{"sh", "-c", `mkdir -p "$1" && umask 0 && exec tar -x -p -f - -C "$1" --no-same-owner`, "extract", stage},
 		Stdin: pr, Stdout: &out, Stderr: &out,
 	}, Timeout: s.cfg.MaxExecTimeout})
 	pr.CloseWithError(errors.New("extract ended"))
