@@ -1,9 +1,9 @@
 package server_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
@@ -304,4 +305,35 @@ func memAvailable(b *testing.B) int64 {
 	}
 	b.Fatal("no MemAvailable")
 	return 0
+}
+
+// BenchmarkExecStream: `echo hi` streamed (Accept: application/x-ndjson):
+// "first-byte" is the time to its first output line, beside "blocking", a
+// plain exec's whole answer, in the same run.
+func BenchmarkExecStream(b *testing.B) {
+	e := benchEnv(b)
+	id := e.lease("acme", nil)
+	body := `{"argv":["echo","hi"]}`
+	b.Run("first-byte", func(b *testing.B) {
+		measure(b, nil, func() func() {
+			req, _ := http.NewRequest("POST", e.http.URL+"/v1/sandbox/"+id+"/exec", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+			req.Header.Set("Accept", "application/x-ndjson")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			line, err := bufio.NewReader(res.Body).ReadString('\n')
+			if err != nil || !strings.Contains(line, `"stdout":"hi\n"`) {
+				b.Fatalf("first line %q %v", line, err)
+			}
+			return func() { io.Copy(io.Discard, res.Body); res.Body.Close() }
+		})
+	})
+	b.Run("blocking", func(b *testing.B) {
+		measure(b, nil, func() func() {
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/exec", "acme", body)
+			return nil
+		})
+	})
 }
