@@ -27,6 +27,7 @@ export interface SandboxInfo {
   error?: string;
   woken?: boolean;
   memoryKept?: boolean;
+  metadata?: Record<string, string>;
 }
 
 export interface CommandResult {
@@ -84,6 +85,8 @@ export class Pty {
 }
 
 export interface LeaseOptions extends ClientOptions {
+  /** Labels of the caller's, on every answer and filtered by in list(). */
+  metadata?: Record<string, string>;
   /** exec (the default), dev, desktop or android. */
   class?: string;
   /** The project whose volume is mounted; required for every class but exec. */
@@ -96,12 +99,18 @@ export interface LeaseOptions extends ClientOptions {
 export class Sandbox {
   readonly info: SandboxInfo;
   readonly id: string;
-  commands: { run(cmd: string | string[], opts?: RunOptions): Promise<CommandResult> };
+  commands: {
+    run(cmd: string | string[], opts?: RunOptions): Promise<CommandResult>;
+    /** Output as it is written; resolves with the exit (stdout and stderr empty). */
+    stream(cmd: string | string[], opts?: { onStdout?: (b: Uint8Array) => void; onStderr?: (b: Uint8Array) => void; stdin?: string; timeoutSec?: number }): Promise<CommandResult>;
+  };
   files: {
     read(path: string): Promise<Uint8Array>;
     readText(path: string): Promise<string>;
     write(path: string, data: string | Uint8Array): Promise<number>;
     list(path?: string): Promise<string[]>;
+    archive(path?: string, opts?: { gzip?: boolean }): Promise<Uint8Array>;
+    extract(path: string, data: Uint8Array): Promise<{ path: string; entries: number; bytes: number }>;
   };
   pty: { create(opts?: { session?: string }): Promise<Pty> };
   /** The typed ops (the MCP tools' HTTP door). */
@@ -113,13 +122,15 @@ export class Sandbox {
 
   static create(opts?: LeaseOptions): Promise<Sandbox>;
   static connect(id: string, opts?: ClientOptions): Promise<Sandbox>;
-  static list(opts?: ClientOptions): Promise<SandboxInfo[]>;
+  static list(opts?: ClientOptions & { metadata?: Record<string, string> }): Promise<SandboxInfo[]>;
 
   refresh(): Promise<SandboxInfo>;
   setTimeout(seconds: number): Promise<void>;
   pause(): Promise<void>;
   resume(): Promise<void>;
   stop(): Promise<number>;
+  setMetadata(metadata: Record<string, string>): Promise<void>;
+  stats(): Promise<{ id: string; cpuSeconds?: number; memoryBytes?: number; processes?: number; unavailable?: string; disk: { path: string; usedBytes: number; sizeBytes: number }[] }>;
   logs(session: string, opts?: { after?: number; signal?: AbortSignal }): AsyncGenerator<Event>;
   kill(opts?: { purge?: boolean }): Promise<void>;
 }

@@ -80,6 +80,31 @@ class Commands {
     if (session) body.session = session;
     return this.sbx.http.json("POST", `/v1/sandbox/${this.sbx.id}/exec`, { json: body });
   }
+
+  /** Run and hand the output (bytes) to onStdout/onStderr as it is written; resolves with the exit. */
+  async stream(cmd, { onStdout, onStderr, stdin, timeoutSec } = {}) {
+    const body = Array.isArray(cmd) ? { argv: cmd } : { command: cmd };
+    if (stdin !== undefined) body.stdin = stdin;
+    if (timeoutSec) body.timeoutSec = timeoutSec;
+    const res = await this.sbx.http.request("POST", `/v1/sandbox/${this.sbx.id}/exec`, { json: body, headers: { accept: "application/x-ndjson" } });
+    const decoder = new TextDecoder();
+    let buf = "";
+    for await (const chunk of res.body) {
+      buf += decoder.decode(chunk, { stream: true });
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const d = JSON.parse(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+        if (d.error) throw new SandboxError(502, d.error);
+        if (d.exitCode !== undefined) return { exitCode: d.exitCode, stdout: "", stderr: "", timedOut: d.timedOut, stopped: d.stopped };
+        for (const [key, fn] of [["stdout", onStdout], ["stderr", onStderr]]) {
+          const bytes = d[key] !== undefined ? new TextEncoder().encode(d[key]) : d[key + "Base64"] !== undefined ? Uint8Array.from(atob(d[key + "Base64"]), (c) => c.charCodeAt(0)) : null;
+          if (bytes && fn) fn(bytes);
+        }
+      }
+    }
+    throw new SandboxError(502, "the exec stream ended before the exit");
+  }
 }
 
 /** ``sbx.files``: whole files, binary-safe, and directory listings. */
@@ -110,6 +135,17 @@ class Files {
       query: { path }, body, headers: { "content-type": "application/octet-stream" },
     });
     return r.bytes;
+  }
+
+  /** A directory as a tar (gzipped with { gzip: true }). */
+  async archive(path = "", { gzip = false } = {}) {
+    const res = await this.sbx.http.request("GET", `/v1/sandbox/${this.sbx.id}/fs/archive`, { query: { path, gzip: gzip ? "1" : undefined } });
+    return new Uint8Array(await res.arrayBuffer());
+  }
+
+  /** Unpack a tar or tar.gz under path; an entry that would leave it refuses the archive, nothing written. */
+  async extract(path, data) {
+    return this.sbx.http.json("POST", `/v1/sandbox/${this.sbx.id}/fs/archive`, { query: { path }, body: data, headers: { "content-type": "application/x-tar" } });
   }
 
   /** A directory's entries; directories end in '/'. */
@@ -202,9 +238,10 @@ export class Sandbox {
   }
 
   /** Lease a sandbox; ``timeoutSec`` is the lease (default: the class's). */
-  static async create({ class: klass, project, image, timeoutSec, ...opts } = {}) {
+  static async create({ class: klass, project, image, timeoutSec, metadata, ...opts } = {}) {
     const http = new HTTP(opts);
     const body = {};
+    if (metadata) body.metadata = metadata;
     if (klass) body.class = klass;
     if (project) body.project = project;
     if (image) body.image = image;
@@ -219,12 +256,13 @@ export class Sandbox {
   }
 
   /** Every sandbox of the org, newest first. */
-  static async list(opts = {}) {
+  static async list({ metadata, ...opts } = {}) {
     const http = new HTTP(opts);
     const out = [];
     let cursor;
+    const labels = Object.fromEntries(Object.entries(metadata ?? {}).map(([k, v]) => [`metadata.${k}`, v]));
     do {
-      const page = await http.json("GET", "/v1/sandbox", { query: { cursor } });
+      const page = await http.json("GET", "/v1/sandbox", { query: { ...labels, cursor } });
       out.push(...page.sandboxes);
       cursor = page.next;
     } while (cursor);
@@ -246,6 +284,16 @@ export class Sandbox {
 
   async resume() {
     this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/resume`);
+  }
+
+  /** Replace the sandbox's metadata ({} clears it). */
+  async setMetadata(metadata) {
+    this.info = await this.http.json("PUT", `/v1/sandbox/${this.id}/metadata`, { json: metadata });
+  }
+
+  /** Its use now: cpuSeconds, memoryBytes, processes (or "unavailable") and the disk of workdir and rootfs. */
+  async stats() {
+    return this.http.json("GET", `/v1/sandbox/${this.id}/stats`);
   }
 
   /** Stop every command running in it; how many. */

@@ -17,10 +17,22 @@ test("a sandbox, end to end", async () => {
     assert.ok(r.timedOut);
     assert.equal(r.exitCode, 124);
 
+    const got = [];
+    const sr = await sbx.commands.stream("for i in 1 2; do echo $i; sleep 1; done; exit 4", { onStdout: (b) => got.push(new TextDecoder().decode(b)) });
+    assert.equal(sr.exitCode, 4);
+    assert.equal(got.join(""), "1\n2\n");
+
     const data = new Uint8Array([0, 255, 1, 10, 0xc3, 0x28]);
     assert.equal(await sbx.files.write("d/bin.dat", data), data.length);
     assert.deepEqual(await sbx.files.read("d/bin.dat"), data);
     assert.deepEqual(await sbx.files.list("d"), ["bin.dat"]);
+    const tgz = await sbx.files.archive("d", { gzip: true });
+    assert.ok((await sbx.files.extract("d2", tgz)).entries >= 1);
+    assert.deepEqual(await sbx.files.read("d2/bin.dat"), data);
+    assert.ok((await sbx.stats()).processes >= 1);
+    await sbx.setMetadata({ suite: "js" });
+    assert.deepEqual(sbx.info.metadata, { suite: "js" });
+    assert.deepEqual((await Sandbox.list({ metadata: { suite: "js" } })).map((s) => s.id), [sbx.id]);
 
     assert.equal((await sbx.ops.write("typed.txt", "typed")).bytes, 5);
     assert.equal((await sbx.ops.read("typed.txt")).data, "typed");

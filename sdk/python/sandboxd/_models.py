@@ -24,6 +24,7 @@ class SandboxInfo:
     project: Optional[str] = None
     volume: Optional[str] = None
     error: Optional[str] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -31,6 +32,7 @@ class SandboxInfo:
             id=d["id"], kind=d["kind"], org=d["org"], class_=d["class"], status=d["status"], image=d["image"],
             runtime=d["runtime"], workdir=d["workdir"], created_at=d["createdAt"], last_used_at=d["lastUsedAt"],
             expires_at=d["expiresAt"], project=d.get("project"), volume=d.get("volume"), error=d.get("error"),
+            metadata=d.get("metadata") or {},
         )
 
 

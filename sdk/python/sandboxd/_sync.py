@@ -76,6 +76,33 @@ class Commands:
         d = self._sbx._http.json("POST", f"/v1/sandbox/{self._sbx.id}/exec", json=exec_body(cmd, stdin, cwd, timeout, envs, session))
         return CommandResult.of(d)
 
+    def stream(self, cmd: Union[str, List[str]], *, on_stdout=None, on_stderr=None, stdin: Optional[str] = None,
+               cwd: Optional[str] = None, timeout: Optional[float] = None) -> CommandResult:
+        """Run ``cmd`` and hand its output to ``on_stdout``/``on_stderr`` (bytes) as it is written; the
+        result carries the exit (its stdout and stderr are empty)."""
+        import base64
+        import json as _json
+
+        body = exec_body(cmd, stdin, cwd, timeout, None, None)
+        with self._sbx._http.client.stream("POST", f"/v1/sandbox/{self._sbx.id}/exec", json=body,
+                                           headers={"Accept": "application/x-ndjson"}, timeout=None) as res:
+            if res.status_code >= 400:
+                res.read()
+                raise refusal(res)
+            for line in res.iter_lines():
+                if not line:
+                    continue
+                d = _json.loads(line)
+                if "error" in d:
+                    raise SandboxError(502, d["error"])
+                if "exitCode" in d:
+                    return CommandResult(d["exitCode"], "", "", d.get("timedOut", False), d.get("stopped", False))
+                for key, fn in (("stdout", on_stdout), ("stderr", on_stderr)):
+                    chunk = d[key].encode() if key in d else base64.b64decode(d[key + "Base64"]) if key + "Base64" in d else None
+                    if chunk is not None and fn:
+                        fn(chunk)
+        raise SandboxError(502, "the exec stream ended before the exit")
+
 
 class Files:
     """``sbx.files``: whole files, binary-safe, and directory listings."""
@@ -103,6 +130,17 @@ class Files:
         if res.headers.get("X-Sandbox-Kind") != "directory":
             raise SandboxError(400, f"{path} is a file, not a directory")
         return [e for e in res.text.split("\n") if e]
+
+    def archive(self, path: str = "", gzip: bool = False) -> bytes:
+        """A directory as a tar (gzipped when ``gzip``)."""
+        params = {"path": path, "gzip": "1"} if gzip else {"path": path}
+        return self._sbx._http.request("GET", f"/v1/sandbox/{self._sbx.id}/fs/archive", params=params).content
+
+    def extract(self, path: str, data: bytes) -> Dict[str, Any]:
+        """Unpack a tar or tar.gz under the directory ``path``; an entry that would leave it refuses the
+        whole archive and nothing is written."""
+        return self._sbx._http.json("POST", f"/v1/sandbox/{self._sbx.id}/fs/archive", params={"path": path}, content=data,
+                                    headers={"Content-Type": "application/x-tar"})
 
 
 class Pty:
@@ -194,11 +232,16 @@ class Sandbox:
 
     @classmethod
     def create(cls, class_: Optional[str] = None, *, project: Optional[str] = None, image: Optional[str] = None,
-               timeout: Optional[float] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "Sandbox":
-        """Lease a sandbox; ``timeout`` is the lease in seconds (default: the class's)."""
+               timeout: Optional[float] = None, metadata: Optional[Dict[str, str]] = None,
+               api_url: Optional[str] = None, api_key: Optional[str] = None) -> "Sandbox":
+        """Lease a sandbox; ``timeout`` is the lease in seconds (default: the class's); ``metadata``
+        labels it (``Sandbox.list(metadata=...)`` filters by them)."""
         http = _shared(api_url, api_key)
+        body = lease_body(class_, project, image, timeout)
+        if metadata:
+            body["metadata"] = metadata
         # A lease is retried after a 429 (refused before anything was made), never after a 503.
-        d = http.json("POST", "/v1/sandbox", json=lease_body(class_, project, image, timeout))
+        d = http.json("POST", "/v1/sandbox", json=body)
         return cls(SandboxInfo.of(d), http)
 
     @classmethod
@@ -208,12 +251,15 @@ class Sandbox:
         return cls(SandboxInfo.of(http.json("GET", f"/v1/sandbox/{sandbox_id}")), http)
 
     @staticmethod
-    def list(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[SandboxInfo]:
-        """Every sandbox of the org, newest first."""
+    def list(*, metadata: Optional[Dict[str, str]] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[SandboxInfo]:
+        """Every sandbox of the org, newest first; with ``metadata``, those labelled so."""
         http = _shared(api_url, api_key)
         out, cursor = [], None
         while True:
-            d = http.json("GET", "/v1/sandbox", params={"cursor": cursor} if cursor else None)
+            params = {f"metadata.{k}": v for k, v in (metadata or {}).items()}
+            if cursor:
+                params["cursor"] = cursor
+            d = http.json("GET", "/v1/sandbox", params=params or None)
             out += [SandboxInfo.of(s) for s in d["sandboxes"]]
             cursor = d.get("next")
             if not cursor:
@@ -232,6 +278,15 @@ class Sandbox:
 
     def resume(self) -> None:
         self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/resume"))
+
+    def set_metadata(self, metadata: Dict[str, str]) -> None:
+        """Replace the sandbox's metadata ({} clears it)."""
+        self.info = SandboxInfo.of(self._http.json("PUT", f"/v1/sandbox/{self.id}/metadata", json=metadata))
+
+    def stats(self) -> Dict[str, Any]:
+        """Its use now: cpuSeconds, memoryBytes, processes (absent with "unavailable" where the backend
+        cannot tell) and the disk of its workdir and rootfs."""
+        return self._http.json("GET", f"/v1/sandbox/{self.id}/stats")
 
     def stop(self) -> int:
         """Stop every command running in it; returns how many."""

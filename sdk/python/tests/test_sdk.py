@@ -19,10 +19,22 @@ def test_sync_sandbox():
         r = sbx.commands.run(["sleep", "30"], timeout=1)
         assert r.timed_out and r.exit_code == 124
 
+        lines = []
+        r = sbx.commands.stream("for i in 1 2; do echo $i; sleep 1; done; exit 4", on_stdout=lines.append)
+        assert r.exit_code == 4 and b"".join(lines) == b"1\n2\n"
+
         data = bytes([0, 255, 1, 10, 0xC3, 0x28])
         assert sbx.files.write("d/bin.dat", data) == len(data)
         assert sbx.files.read("d/bin.dat") == data
         assert sbx.files.list("d") == ["bin.dat"]
+        tgz = sbx.files.archive("d", gzip=True)
+        assert sbx.files.extract("d2", tgz)["entries"] >= 1
+        assert sbx.files.read("d2/bin.dat") == data
+        assert sbx.stats()["processes"] >= 1
+
+        sbx.set_metadata({"suite": "py"})
+        assert sbx.info.metadata == {"suite": "py"}
+        assert [s.id for s in Sandbox.list(metadata={"suite": "py"})] == [sbx.id]
 
         assert sbx.ops.write("typed.txt", "typed")["bytes"] == 5
         assert sbx.ops.read("typed.txt")["data"] == "typed"
