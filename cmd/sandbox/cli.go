@@ -32,7 +32,7 @@ or the file 'sandbox login' writes):
   sandbox exec ID [--dir D] [--timeout DUR] -- CMD [ARG...]
                                             run CMD (stdin passed through); its exit code is sandbox's
   sandbox shell ID [--session NAME]         an interactive terminal in this tty (tmux session with --session)
-  sandbox cp SRC DST                        copy a file or directory: ID:PATH on the sandbox side,
+  sandbox cp SRC DST                        copy a file or a tree (one streamed tar: modes, links kept), ID:PATH on the sandbox side,
                                             e.g. 'sandbox cp ./src sb_x:src', 'sandbox cp sb_x:out.txt .'
   sandbox logs SESSION [-f]                 a session's log (-f: follow it)
   sandbox renew ID --ttl DUR                extend a lease

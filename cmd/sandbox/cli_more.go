@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/internal/service"
 )
 
 func isTerminal(r io.Reader) bool {
@@ -110,7 +112,7 @@ func cpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case srcRemote == dstRemote:
 		return errors.New("sandbox cp: one side must be a sandbox (ID:PATH) and the other a local path")
 	case dstRemote:
-		n, err := upload(ctx, c, src, dstID, dst)
+		n, err := upload(ctx, c, src, dstID, dst, stderr)
 		fmt.Fprintf(stderr, "copied %d file(s) to %s:%s\n", n, dstID, dst)
 		return err
 	default:
@@ -123,7 +125,11 @@ func cpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-func upload(ctx context.Context, c *client.Client, src, id, dst string) (int, error) {
+// upload copies a file with one write, or a tree as one streamed tar
+// (modes, empty directories and links inside it kept; a link the server
+// would refuse — absolute, or out of the tree — is left out, said on
+// stderr).
+func upload(ctx context.Context, c *client.Client, src, id, dst string, stderr io.Writer) (int, error) {
 	st, err := os.Stat(src)
 	if err != nil {
 		return 0, err
@@ -140,40 +146,70 @@ func upload(ctx context.Context, c *client.Client, src, id, dst string) (int, er
 		_, err = c.WriteFile(ctx, id, dst, f)
 		return 1, err
 	}
+	pr, pw := io.Pipe()
 	n := 0
-	var empty []string
-	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := path.Join(dst, filepath.ToSlash(rel))
-		if d.IsDir() {
-			if entries, _ := os.ReadDir(p); len(entries) == 0 {
-				empty = append(empty, target)
+	walked := make(chan struct{})
+	go func() {
+		defer close(walked)
+		tw := tar.NewWriter(pw)
+		err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(src, p)
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			link := ""
+			if d.Type()&fs.ModeSymlink != 0 {
+				if link, err = os.Readlink(p); err != nil {
+					return err
+				}
+			}
+			h, err := tar.FileInfoHeader(info, link)
+			if err != nil {
+				fmt.Fprintf(stderr, "skipped %s: %v\n", p, err)
+				return nil
+			}
+			h.Name = filepath.ToSlash(rel)
+			if d.IsDir() {
+				h.Name += "/"
+			}
+			if _, err := service.CheckEntry(h); err != nil {
+				fmt.Fprintf(stderr, "skipped %s: %v\n", p, err)
+				return nil
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			if d.Type().IsRegular() {
+				f, err := os.Open(p)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if _, err := io.Copy(tw, f); err != nil {
+					return err
+				}
+				n++
 			}
 			return nil
+		})
+		if err == nil {
+			err = tw.Close()
 		}
-		if !d.Type().IsRegular() {
-			return nil // links and devices stay here
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, err := c.WriteFile(ctx, id, target, f); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		n++
-		return nil
-	})
-	if err == nil && len(empty) > 0 {
-		_, err = c.Exec(ctx, id, client.ExecRequest{Argv: append([]string{"mkdir", "-p", "--"}, empty...)})
-	}
+		pw.CloseWithError(err)
+	}()
+	_, err = c.Extract(ctx, id, dst, pr)
+	pr.CloseWithError(io.ErrClosedPipe)
+	<-walked // n is the walker's until it is done
 	return n, err
 }
 
+// download copies a file, or a directory as one streamed tar unpacked
+// here: every entry is checked as the server checks an upload (nothing
+// absolute, no '..', links only inside and never through one).
 func download(ctx context.Context, c *client.Client, id, src, dst string) (int, error) {
 	f, err := c.ReadFile(ctx, id, src)
 	if err != nil {
@@ -194,30 +230,73 @@ func download(ctx context.Context, c *client.Client, id, src, dst string) (int, 
 		}
 		return 1, out.Close()
 	}
-	b, err := io.ReadAll(f)
 	f.Close()
+	arc, err := c.Archive(ctx, id, src, false)
 	if err != nil {
 		return 0, err
 	}
+	defer arc.Close()
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return 0, err
 	}
+	tr := tar.NewReader(arc)
+	links := map[string]bool{}
 	n := 0
-	for _, e := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-		if e == "" || e == "./" || e == "../" {
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("the sandbox's archive: %w", err)
+		}
+		name, err := service.CheckEntry(h)
+		if err != nil {
+			return n, fmt.Errorf("the sandbox's archive: %w", err)
+		}
+		if name == "" || name == "." {
 			continue
 		}
-		name := strings.TrimSuffix(e, "/")
-		if name != filepath.Base(name) || name == ".." {
-			return n, fmt.Errorf("the sandbox listed an entry %q that is not a plain name", e)
+		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+			if links[dir] {
+				return n, fmt.Errorf("the sandbox's archive: %q goes through the link %q", h.Name, dir)
+			}
 		}
-		k, err := download(ctx, c, id, path.Join(src, name), filepath.Join(dst, name))
-		n += k
-		if err != nil {
-			return n, err
+		target := filepath.Join(dst, filepath.FromSlash(name))
+		mode := fs.FileMode(h.Mode) & fs.ModePerm
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o700); err != nil {
+				return n, err
+			}
+			defer os.Chmod(target, mode) // after its contents are written
+		case tar.TypeSymlink:
+			links[name] = true
+			os.Remove(target)
+			if err := os.Symlink(h.Linkname, target); err != nil {
+				return n, err
+			}
+		case tar.TypeLink:
+			os.Remove(target)
+			if err := os.Link(filepath.Join(dst, filepath.FromSlash(path.Clean(h.Linkname))), target); err != nil {
+				return n, err
+			}
+		case tar.TypeReg:
+			out, err := os.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+			if err != nil {
+				return n, err
+			}
+			if _, err := io.Copy(out, tr); err != nil {
+				out.Close()
+				return n, err
+			}
+			if err := out.Close(); err != nil {
+				return n, err
+			}
+			os.Chmod(target, mode)
+			n++
 		}
 	}
-	return n, nil
 }
 
 const bashCompletion = `# sandbox completion for bash: source <(sandbox completion bash)

@@ -93,8 +93,11 @@ func TestCLI(t *testing.T) {
 	bin := []byte{0, 255, 1, '\n', 0xc3}
 	os.WriteFile(filepath.Join(src, "tree", "sub", "b.dat"), bin, 0o644)
 	os.WriteFile(filepath.Join(src, "tree", "top.txt"), []byte("top"), 0o644)
+	os.WriteFile(filepath.Join(src, "tree", "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755)
+	os.Symlink("run.sh", filepath.Join(src, "tree", "link"))
+	os.Symlink("/etc/passwd", filepath.Join(src, "tree", "out")) // left out: it points off the tree
 	c.must("cp", filepath.Join(src, "tree"), sb.ID+":up")
-	if out := c.must("exec", sb.ID, "--", "sh", "-c", "cd up && find . | sort"); out != ".\n./sub\n./sub/b.dat\n./sub/empty\n./top.txt\n" {
+	if out := c.must("exec", sb.ID, "--", "sh", "-c", "cd up && find . -printf '%p %m %y\\n' | sort && ./link"); out != ". 755 d\n./link 777 l\n./run.sh 755 f\n./sub 755 d\n./sub/b.dat 644 f\n./sub/empty 755 d\n./top.txt 644 f\nran\n" {
 		t.Errorf("the tree in the sandbox:\n%s", out)
 	}
 	back := t.TempDir()
@@ -104,6 +107,12 @@ func TestCLI(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(back, "up", "sub", "empty")); err != nil || !st.IsDir() {
 		t.Errorf("the empty directory: %v", err)
+	}
+	if l, err := os.Readlink(filepath.Join(back, "up", "link")); err != nil || l != "run.sh" {
+		t.Errorf("the link came back as %q %v", l, err)
+	}
+	if st, err := os.Stat(filepath.Join(back, "up", "run.sh")); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("the script's mode came back as %v %v", st.Mode(), err)
 	}
 
 	// logs, run-code.
