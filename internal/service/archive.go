@@ -234,17 +234,18 @@ func (s *Service) Extract(ctx context.Context, id, p string, r io.Reader) (*Extr
 	// the target untouched. The merge is a second command, decided here,
 	// because a stream cut by a refusal can look like a finished tar.
 	stage := path.Join(sb.Workdir, ".sandbox-extract-"+strings.ToLower(sandbox.NewName()))
-	var out bytes.Buffer
+	// stdout and stderr are written by two goroutines: two buffers.
+	var out, tarOut bytes.Buffer
 	o, err := s.run(ctx, work, sb, Command{ExecRequest: runtime.ExecRequest{
 		Argv:  []string{"sh", "-c", `mkdir -p "$1" && umask 0 && exec tar -x -p -f - -C "$1" --no-same-owner`, "extract", stage},
-		Stdin: pr, Stdout: &out, Stderr: &out,
+		Stdin: pr, Stdout: &tarOut, Stderr: &out,
 	}, Timeout: s.cfg.MaxExecTimeout})
 	pr.CloseWithError(errors.New("extract ended"))
 	<-checked // res and checkErr are the checker's until it is done
 	finish := func(script string) (Outcome, error) {
-		var msg bytes.Buffer
+		var msg, discard bytes.Buffer
 		o, err := s.run(context.WithoutCancel(ctx), work, sb, Command{ExecRequest: runtime.ExecRequest{
-			Argv: []string{"sh", "-c", script, "extract", stage, full}, Stdin: strings.NewReader(""), Stdout: &msg, Stderr: &msg,
+			Argv: []string{"sh", "-c", script, "extract", stage, full}, Stdin: strings.NewReader(""), Stdout: &discard, Stderr: &msg,
 		}, Timeout: s.cfg.MaxExecTimeout})
 		if err == nil && o.Code != 0 {
 			out.Write(msg.Bytes())
