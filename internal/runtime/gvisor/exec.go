@@ -77,9 +77,12 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 				io.Copy(ptmx, req.Stdin)
 			}
 		}()
-		resizeDone := make(chan struct{})
-		defer close(resizeDone)
+		// The resizer is gone before the pty closes (the defers run in
+		// reverse): a Setsize on a closing file is a race.
+		resizeDone, resizerGone := make(chan struct{}), make(chan struct{})
+		defer func() { close(resizeDone); <-resizerGone }()
 		go func() {
+			defer close(resizerGone)
 			for {
 				select {
 				case sz, ok := <-req.Resize: // a nil channel never delivers
