@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,40 +30,26 @@ type Server struct {
 	runsc string
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
-// Binaries builds cmd/sandbox and cmd/sandbox-runner (once per test
-// process) into one directory, so the server finds its runner beside it,
-// and returns the sandbox binary.
+// Binaries builds cmd/sandbox and cmd/sandbox-runner into one directory
+// of the test's (the server finds its runner beside it; the directory goes
+// with the test, so no binaries pile up in /tmp) and returns the sandbox
+// binary. Go's build cache makes every build after the first a link, ~3 s.
 func Binaries(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		mod, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(mod)))
-		if buildDir, buildErr = os.MkdirTemp("", "sbbin-"); buildErr != nil {
-			return
-		}
-		for _, c := range []string{"sandbox", "sandbox-runner"} {
-			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(buildDir, c), "./cmd/"+c)
-			cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build ./cmd/%s: %v: %s", c, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	mod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(buildDir, "sandbox")
+	root := filepath.Dir(strings.TrimSpace(string(mod)))
+	dir := t.TempDir()
+	for _, c := range []string{"sandbox", "sandbox-runner"} {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, c), "./cmd/"+c)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v: %s", c, err, out)
+		}
+	}
+	return filepath.Join(dir, "sandbox")
 }
 
 // Serve starts the server on the exec image (and any other images named),
