@@ -52,13 +52,7 @@ func (c *checking) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func newClient(t *testing.T) (*client.Client, *testenv.Server) {
 	s := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme", "globex", "system"})
-	res, err := http.Get(s.URL + "/v1/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	doc, err := apicheck.New(spec)
+	doc, err := apicheck.Fetch(s.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

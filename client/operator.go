@@ -112,12 +112,10 @@ type ReadResult struct {
 // OpLease leases (id empty) or resumes and extends one of the org's
 // sandboxes.
 func (c *Client) OpLease(ctx context.Context, id string, req LeaseRequest) (*Sandbox, error) {
-	in := map[string]any{"id": id, "class": req.Class, "project": req.Project, "image": req.Image, "runtime": req.Runtime, "ttlSec": req.TTLSec}
-	for k, v := range in {
-		if v == "" || v == int64(0) {
-			delete(in, k)
-		}
-	}
+	in := struct {
+		ID string `json:"id,omitempty"`
+		LeaseRequest
+	}{id, req}
 	var sb Sandbox
 	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/lease", in: in, out: &sb})
 }

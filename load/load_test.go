@@ -12,15 +12,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/testenv"
@@ -31,96 +28,30 @@ import (
 var stall = 3 * time.Second
 
 type server struct {
+	*testenv.Server
 	t    *testing.T
-	cmd  *exec.Cmd
-	base string
-	data string
-	bin  string
-	keys map[string]string
 	http *http.Client
 }
 
-func build(t *testing.T) string {
-	if b := os.Getenv("SANDBOX_LOAD_BIN"); b != "" {
-		return b
-	}
-	bin := filepath.Join(t.TempDir(), "sandbox")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/sandbox").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
+// start runs this build's server (or SANDBOX_LOAD_BIN's, for the numbers
+// before a change) with keys for the two tenants.
 func start(t *testing.T) *server {
 	testenv.NeedGVisor(t, gvisor.DefaultRunsc(), "exec", "dev")
-	bin := build(t)
-	data, err := os.MkdirTemp("", "sbl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{t: t, data: data, bin: bin, keys: map[string]string{}, http: &http.Client{Timeout: 2 * time.Minute}}
-	for _, org := range []string{"hostile", "quiet"} {
-		out, err := exec.Command(bin, "keys", "create", "--data", data, "--org", org).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.keys[org] = strings.TrimSpace(string(out))
-	}
-	args := []string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--images", testenv.Images(), "--reap-every", "1h", "--stall-timeout", stall.String()}
+	bin := os.Getenv("SANDBOX_LOAD_BIN")
+	args := []string{"--stall-timeout", stall.String()}
 	if report() {
-		args = args[:len(args)-2] // an older build may not have the flag
+		args = nil // an older build may not have the flag
 	}
-	s.cmd = exec.Command(bin, args...)
-	out, _ := s.cmd.StdoutPipe()
-	s.cmd.Stderr = io.Discard
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
+	if bin == "" {
+		bin = testenv.Binaries(t)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		s.cmd.Process.Kill()
-		t.Fatalf("serve printed nothing: %v", err)
-	}
-	go io.Copy(io.Discard, out)
-	s.base = strings.TrimSpace(strings.TrimPrefix(line, "sandbox: listening on "))
-	t.Cleanup(s.stop)
-	return s
-}
-
-// stop ends every sandbox (through the API), then the server, then its
-// state.
-func (s *server) stop() {
-	for org := range s.keys {
-		var list struct{ Sandboxes []struct{ ID string } }
-		if st, b := s.do(org, "GET", "/v1/sandbox", nil); st == 200 {
-			json.Unmarshal(b, &list)
-		}
-		for _, sb := range list.Sandboxes {
-			s.do(org, "DELETE", "/v1/sandbox/"+sb.ID+"?purge=1", nil)
-		}
-	}
-	s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-done
-	}
-	root := filepath.Join(s.data, "runtime", "runsc")
-	if out, err := exec.Command(gvisor.DefaultRunsc(), "--root", root, "list", "-quiet").Output(); err == nil {
-		for _, id := range strings.Fields(string(out)) {
-			exec.Command(gvisor.DefaultRunsc(), "--root", root, "delete", "--force", id).Run()
-		}
-	}
-	unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
-	os.RemoveAll(s.data)
+	srv := testenv.ServeBin(t, gvisor.DefaultRunsc(), bin, []string{"hostile", "quiet"}, args...)
+	return &server{Server: srv, t: t, http: &http.Client{Timeout: 2 * time.Minute}}
 }
 
 func (s *server) do(org, method, path string, body io.Reader) (int, []byte) {
-	req, _ := http.NewRequest(method, s.base+path, body)
-	req.Header.Set("Authorization", "Bearer "+s.keys[org])
+	req, _ := http.NewRequest(method, s.URL+path, body)
+	req.Header.Set("Authorization", "Bearer "+s.Keys[org])
 	res, err := s.http.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
@@ -134,8 +65,8 @@ func (s *server) do(org, method, path string, body io.Reader) (int, []byte) {
 // is discarded as it comes (io.ReadAll's growing copies of 40 MB in this
 // process would take the CPU B's exec is measured on).
 func (s *server) head(org, method, path string) (int, string) {
-	req, _ := http.NewRequest(method, s.base+path, nil)
-	req.Header.Set("Authorization", "Bearer "+s.keys[org])
+	req, _ := http.NewRequest(method, s.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+s.Keys[org])
 	res, err := s.http.Do(req)
 	if err != nil {
 		return 0, err.Error()
@@ -158,7 +89,7 @@ func (s *server) lease(org string, body string) string {
 
 // rssMiB is the server's resident memory, from /proc.
 func (s *server) rssMiB() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Pid()))
 	if err != nil {
 		return -1
 	}
@@ -227,7 +158,7 @@ func TestHostileTenant(t *testing.T) {
 	hostile := s.lease("hostile", "")
 	// The operator holds A to 8 concurrent commands (the default is 64)
 	// and 5 projects (20).
-	if out, err := exec.Command(s.bin, "quota", "set", "--data", s.data, "--org", "hostile", "--commands", "8", "--projects", "5").CombinedOutput(); err != nil && !report() {
+	if out, err := exec.Command(s.Bin, "quota", "set", "--data", s.Data, "--org", "hostile", "--commands", "8", "--projects", "5").CombinedOutput(); err != nil && !report() {
 		t.Fatalf("quota set: %v %s", err, out)
 	}
 	t.Logf("idle: server RSS %.0f MiB, B's exec p50 %v", s.rssMiB(), testenv.P50(idle))
@@ -257,8 +188,8 @@ func TestHostileTenant(t *testing.T) {
 		{"200 event followers", 200, func(i int) (int, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", s.base+"/v1/sessions/flood/events", nil)
-			req.Header.Set("Authorization", "Bearer "+s.keys["hostile"])
+			req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/v1/sessions/flood/events", nil)
+			req.Header.Set("Authorization", "Bearer "+s.Keys["hostile"])
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return 0, err.Error()
@@ -374,12 +305,12 @@ func TestHostileTenant(t *testing.T) {
 // stall bound, then reads what is left: 499 if the server cut the answer
 // short, else the answer's status.
 func (s *server) notReading(path string) (int, string) {
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 	if err != nil {
 		return 0, err.Error()
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", path, s.keys["hostile"])
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", path, s.Keys["hostile"])
 	time.Sleep(2 * stall)
 	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -402,7 +333,7 @@ func (s *server) notReading(path string) (int, string) {
 // server hangs up: 408 if it did so within the stall bound (and a second),
 // else 0 and how long it held on.
 func (s *server) slowHeaders() (int, string) {
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 	if err != nil {
 		return 0, err.Error()
 	}

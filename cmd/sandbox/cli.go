@@ -45,6 +45,7 @@ Every verb takes -o table|json|yaml (default table) and -h.`
 // clientFlags are the flags every client verb takes.
 type clientFlags struct {
 	server, key, output string
+	c                   *client.Client // resolved by verb
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
@@ -94,8 +95,8 @@ func first(v ...string) string {
 	return ""
 }
 
-// verb parses a client verb's flags; the positional arguments must number
-// between min and max (max < 0: any).
+// verb parses a client verb's flags and resolves its client; the
+// positional arguments must number between min and max (max < 0: any).
 func verb(name, usage string, args []string, stderr io.Writer, define func(fs *flag.FlagSet), minArgs, maxArgs int) (*clientFlags, []string, error) {
 	fs := flag.NewFlagSet("sandbox "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -121,6 +122,11 @@ func verb(name, usage string, args []string, stderr io.Writer, define func(fs *f
 		fs.Usage()
 		return nil, nil, fmt.Errorf("sandbox %s: wrong number of arguments", name)
 	}
+	c, err := cf.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	cf.c = c
 	return &cf, rest, nil
 }
 
@@ -200,10 +206,7 @@ func login(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	if _, err := c.Quotas(ctx); err != nil {
 		return fmt.Errorf("the server refused the key: %w", err)
 	}
@@ -231,10 +234,7 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	req.TTLSec = int64(ttl / time.Second)
 	sb, err := c.Lease(ctx, req)
 	if err != nil {
@@ -252,10 +252,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	all, err := c.ListAll(ctx, o)
 	if err != nil {
 		return err
@@ -274,10 +271,7 @@ func onSandbox(name string, call func(*client.Client, context.Context, string) (
 		if err != nil {
 			return err
 		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
+		c := cf.c
 		sb, err := call(c, ctx, rest[0])
 		if err != nil {
 			return err
@@ -294,10 +288,7 @@ func renewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	sb, err := c.Renew(ctx, rest[0], int64(ttl/time.Second))
 	if err != nil {
 		return err
@@ -310,10 +301,7 @@ func stopCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	s, err := c.Stop(ctx, rest[0])
 	if err != nil {
 		return err
@@ -329,10 +317,7 @@ func endCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	e, err := c.End(ctx, rest[0], purge)
 	if err != nil {
 		return err
@@ -360,10 +345,7 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if len(argv) == 0 {
 		return errors.New("sandbox exec: no command after --")
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	req.Argv, req.TimeoutSec = argv, int(timeout/time.Second)
 	if !noStdin && stdin != nil && !isTerminal(stdin) {
 		b, err := io.ReadAll(io.LimitReader(stdin, 16<<20))
@@ -398,10 +380,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	// Without -f the stream ends once the backlog has been quiet a moment.
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -460,10 +439,7 @@ func runCodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if req.Language == "" {
 		return errors.New("sandbox run-code: say --language")
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	req.Code, req.Args = string(src), progArgs
 	res, err := c.RunCode(ctx, req)
 	if err != nil {

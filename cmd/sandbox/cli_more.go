@@ -41,10 +41,7 @@ func shellCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	t, err := c.Terminal(ctx, rest[0], session)
 	if err != nil {
 		return err
@@ -102,10 +99,7 @@ func cpCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+	c := cf.c
 	srcID, src, srcRemote := remote(rest[0])
 	dstID, dst, dstRemote := remote(rest[1])
 	switch {

@@ -101,13 +101,8 @@ func (e *apiEnv) do(method, path, org, body string) answer {
 func (e *apiEnv) check(x apicheck.Exchange) {
 	e.t.Helper()
 	if e.doc == nil {
-		res, err := http.Get(e.url + "/v1/openapi.json")
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if e.doc, err = apicheck.New(b); err != nil {
+		var err error
+		if e.doc, err = apicheck.Fetch(e.url); err != nil {
 			e.t.Fatal(err)
 		}
 	}

@@ -46,6 +46,21 @@ func New(spec []byte) (*Checker, error) {
 	return &Checker{v: v}, nil
 }
 
+// Fetch reads the document a server at base serves and returns its
+// checker.
+func Fetch(base string) (*Checker, error) {
+	res, err := http.Get(base + "/v1/openapi.json")
+	if err != nil {
+		return nil, fmt.Errorf("apicheck: %w", err)
+	}
+	defer res.Body.Close()
+	spec, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("apicheck: GET /v1/openapi.json: %d %v", res.StatusCode, err)
+	}
+	return New(spec)
+}
+
 // Exchange is one request and its answer, bodies in full.
 type Exchange struct {
 	Method, URL string

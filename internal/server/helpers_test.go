@@ -217,13 +217,8 @@ func (e *env) do(method, path, org string, body any) resp {
 func (e *env) check(x apicheck.Exchange) {
 	e.t.Helper()
 	e.docOnce.Do(func() {
-		res, err := http.Get(e.http.URL + "/v1/openapi.json")
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		spec, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if e.doc, err = apicheck.New(spec); err != nil {
+		var err error
+		if e.doc, err = apicheck.Fetch(e.http.URL); err != nil {
 			e.t.Fatal(err)
 		}
 	})

@@ -59,7 +59,13 @@ func Binaries(t testing.TB) string {
 func Serve(t testing.TB, runsc string, orgs []string, images ...string) *Server {
 	t.Helper()
 	NeedGVisor(t, runsc, append([]string{"exec"}, images...)...)
-	bin := Binaries(t)
+	return ServeBin(t, runsc, Binaries(t), orgs)
+}
+
+// ServeBin is Serve with a given sandbox binary (an older build, for a
+// before-and-after) and more flags for serve.
+func ServeBin(t testing.TB, runsc, bin string, orgs []string, args ...string) *Server {
+	t.Helper()
 	data, err := os.MkdirTemp("", "sbs-") // short: runsc's socket paths have a limit
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +78,7 @@ func Serve(t testing.TB, runsc string, orgs []string, images ...string) *Server 
 		}
 		s.Keys[org] = strings.TrimSpace(string(out))
 	}
-	s.cmd = exec.Command(bin, "serve", "--data", data, "--listen", "127.0.0.1:0", "--images", Images(), "--runsc", runsc, "--reap-every", "1h")
+	s.cmd = exec.Command(bin, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--images", Images(), "--runsc", runsc, "--reap-every", "1h"}, args...)...)
 	out, _ := s.cmd.StdoutPipe()
 	s.cmd.Stderr = os.Stderr
 	if !testing.Verbose() {
@@ -91,6 +97,9 @@ func Serve(t testing.TB, runsc string, orgs []string, images ...string) *Server 
 	t.Cleanup(s.stop)
 	return s
 }
+
+// Pid is the server process's.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
 func (s *Server) stop() {
 	for _, key := range s.Keys {
