@@ -143,6 +143,15 @@ func TestKubeAPI(t *testing.T) {
 	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id, "globex", nil)
 	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/exec", "globex", map[string]any{"command": "true"})
 
+	// Stats: the disk from df inside the pod; CPU, memory and processes
+	// said to be unavailable on this backend, not made up.
+	st := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/stats", "acme", nil).JSON(t)
+	disk, _ := st["disk"].([]any)
+	why, _ := st["unavailable"].(string)
+	if len(disk) == 0 || st["cpuSeconds"] != nil || !strings.Contains(why, "does not report") {
+		t.Errorf("stats on kube: %v", st)
+	}
+
 	// A terminal, over the exec subresource's TTY.
 	tk, _ := e.ticketFor("acme", id, "terminal")
 	k, _, err := e.dialTerm(t, id, tk, "")
