@@ -1,7 +1,11 @@
-// Command sandbox-runner runs ONE code-interpreter program inside a
-// sandbox and reports what it did. The server bind-mounts it read-only into
-// every sandbox and runs it over the exec channel; it is a static binary with
-// no dependency on the image.
+// Command sandbox-runner is the server's one binary inside a sandbox. With
+// no argument it runs ONE code-interpreter program and reports what it did
+// (below); `sandbox-runner init` is the sandbox's PID 1 and its process
+// daemon (procd.go); `sandbox-runner proc` is the exec channel's way to that
+// daemon.
+//
+// The server bind-mounts it read-only into every sandbox and runs it over
+// the exec channel; it is a static binary with no dependency on the image.
 //
 // It replaces a shell pipeline (sh, mkdir, cat, find, head, rm) whose six
 // process starts cost more than the program itself: here the source is
@@ -44,6 +48,14 @@ type spec struct {
 const maxFiles = 1000
 
 func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "init":
+			os.Exit(initMain())
+		case "proc":
+			os.Exit(procMain())
+		}
+	}
 	os.Exit(run())
 }
 

@@ -125,6 +125,8 @@ type Deps struct {
 	Metrics http.Handler
 	// Sessions are the narrated session logs; nil answers 404 to followers.
 	Sessions Sessions
+	// Processes are the background process routes; nil serves none.
+	Processes Processes
 	// MCP serves the typed ops as MCP tools at /mcp; it authenticates on
 	// its own. Nil means no /mcp.
 	MCP http.Handler
@@ -252,6 +254,9 @@ func (s *Server) routes() {
 			Query: []string{"path: the directory, under the workdir", "gzip: 1 to gzip the tar"}, Errors: onFiles})
 		s.handle("POST "+p+"/{id}/fs/archive", s.extract, doc{Summary: "Extract a tar (or tar.gz) under a directory, streamed; entries that leave it (absolute, '..', links out, devices) refuse the whole archive and nothing is written",
 			BodyRaw: "application/x-tar, application/gzip, application/octet-stream", Answer: typ[service.ExtractResult](), Query: []string{"path: the directory to extract under (created)"}, Errors: onFiles})
+		if s.Processes != nil {
+			s.processRoutes(p)
+		}
 		s.typedOps(p)
 		s.consoles(p)
 	}
@@ -521,6 +526,8 @@ func status(k sandbox.Kind) int {
 		return http.StatusBadGateway
 	case sandbox.KindQuota:
 		return http.StatusForbidden
+	case sandbox.KindUnsupported:
+		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }

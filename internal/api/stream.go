@@ -1,13 +1,11 @@
 package api
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
@@ -66,18 +64,11 @@ type channel struct {
 }
 
 func (c channel) Write(p []byte) (int, error) {
-	var ch streamChunk
-	switch {
-	case utf8.Valid(p) && !c.stderr:
-		ch.Stdout = string(p)
-	case utf8.Valid(p):
-		ch.Stderr = string(p)
-	case !c.stderr:
-		ch.StdoutBase64 = base64.StdEncoding.EncodeToString(p)
-	default:
-		ch.StderrBase64 = base64.StdEncoding.EncodeToString(p)
+	stream := "stdout"
+	if c.stderr {
+		stream = "stderr"
 	}
-	if err := c.l.line(ch); err != nil {
+	if err := c.l.line(chunkOf(stream, p)); err != nil {
 		return 0, err
 	}
 	return len(p), nil

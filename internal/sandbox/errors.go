@@ -26,6 +26,9 @@ const (
 	// full: 403, error kind quota_exceeded. Quotas that free themselves
 	// as work ends are KindLimit (429 with Retry-After).
 	KindQuota
+	// KindUnsupported: this server's backend cannot do it (fork on a
+	// runtime without checkpoints, say): 501.
+	KindUnsupported
 )
 
 // Error carries a message that is safe to show a caller, and the internal
@@ -123,6 +126,8 @@ func (k Kind) String() string {
 		return "timeout"
 	case KindQuota:
 		return "quota_exceeded"
+	case KindUnsupported:
+		return "unsupported"
 	}
 	return "internal"
 }

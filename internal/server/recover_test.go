@@ -26,7 +26,7 @@ func (e *env) restart(t *testing.T) {
 	t.Helper()
 	e.http.Close()
 	e.srv.Close()
-	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), GVisor: gvisor.Options{Runsc: gvisor.DefaultRunsc()}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), Runner: runnerBin(t), GVisor: gvisor.Options{Runsc: gvisor.DefaultRunsc()}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

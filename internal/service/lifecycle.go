@@ -209,6 +209,14 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 	if !sandbox.ValidID(id) {
 		return nil, notFound()
 	}
+	if guard != nil {
+		// A background process is use: the idle sleep leaves its sandbox
+		// awake (an explicit sleep freezes it; it runs on after the wake).
+		if sb, err := s.d.Store.Get(ctx, id); err == nil && sb.Status == sandbox.StatusRunning && s.processesRunning(ctx, sb) {
+			s.touch(ctx, sb)
+			return nil, nil
+		}
+	}
 	unlock := s.lock(id)
 	defer unlock()
 	sb, err := s.d.Store.Get(ctx, id)

@@ -42,6 +42,7 @@ type Store interface {
 	SetMetadata(ctx context.Context, id string, m map[string]string) error
 	AddUsage(ctx context.Context, class string, leases int64, d time.Duration) error
 	Usage(ctx context.Context) ([]store.Usage, error)
+	ProcessStore
 }
 
 // Meter gates and debits a lease (kind "sandbox"). The refund gives the fee
@@ -169,6 +170,10 @@ type Deps struct {
 	// Host tells the machine's headroom for admission; nil admits every
 	// start.
 	Host Host
+	// Runner is the in-sandbox path of cmd/sandbox-runner, whose init
+	// keeps the background processes; empty means the backend has none
+	// and processes are refused (501).
+	Runner string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log is where the service logs; nil discards.

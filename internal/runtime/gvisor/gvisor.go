@@ -547,7 +547,7 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 	}
 	return map[string]any{
 		"ociVersion": "1.0.2",
-		"process":    r.process(m, initArgs(), r.baseEnv(), spec.Workdir),
+		"process":    r.process(m, r.initArgs(), r.baseEnv(), spec.Workdir),
 		// The image is shared by every sandbox of its class; writes land in
 		// the per-sandbox in-memory overlay (--overlay2=root:memory).
 		"root":     map[string]any{"path": rootfs, "readonly": false},
@@ -588,7 +588,15 @@ func (r *Runtime) runnerMount() []map[string]any {
 // spares PID 1, only makes the loop start another one.
 const initScript = `trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
 
-func initArgs() []string { return []string{"/bin/bash", "-c", initScript} }
+// initArgs is PID 1's command: the runner's init where there is a runner
+// (it also keeps the background processes, see cmd/sandbox-runner), else
+// initScript.
+func (r *Runtime) initArgs() []string {
+	if r.cfg.Runner != "" {
+		return []string{runtime.RunnerPath, "init"}
+	}
+	return []string{"/bin/bash", "-c", initScript}
+}
 
 // loadMeta returns the bundle metadata of name, from cache or disk.
 func (r *Runtime) loadMeta(name string) (*meta, error) {

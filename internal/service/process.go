@@ -1,0 +1,746 @@
+package service
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+// Background processes. The sandbox's init (cmd/sandbox-runner init) owns
+// them: it starts each as its own child, keeps its output in a ring of
+// ProcessRingBytes, feeds its stdin and records its end. The server reaches
+// it over the exec channel (`sandbox-runner proc`) and keeps a durable copy
+// of each record in the org's store, so a record outlives the init (a
+// sandbox that died) and a server restart. Because init's children are in
+// the checkpoint, a sleeping or forked sandbox keeps them running.
+
+// ProcessRingBytes is the output kept per process (stdout and stderr
+// together); older output is dropped and the stream says how much.
+const ProcessRingBytes = 1 << 20
+
+// ProcessStore is the part of the store the processes need (in Store).
+type ProcessStore interface {
+	PutProcess(ctx context.Context, p store.Process) error
+	Processes(ctx context.Context, id string) ([]store.Process, error)
+}
+
+// ProcessRequest is the body of POST /v1/sandbox/{id}/processes, and of
+// the typed op and MCP tool process_start.
+type ProcessRequest struct {
+	Argv       []string          `json:"argv,omitempty" jsonschema:"program and arguments, run as is; wins over command"`
+	Command    string            `json:"command,omitempty" jsonschema:"a shell line, run with sh -c"`
+	Stdin      string            `json:"stdin,omitempty" jsonschema:"text written to the process's stdin at its start; stdin stays open until closed (POST .../stdin?eof=1)"`
+	Dir        string            `json:"dir,omitempty" jsonschema:"working directory, under the sandbox's workdir"`
+	Env        map[string]string `json:"env,omitempty" jsonschema:"environment variables added for this process"`
+	TTY        bool              `json:"tty,omitempty" jsonschema:"run it on a terminal (stderr merged into stdout; resizable)"`
+	Cols       uint16            `json:"cols,omitempty" jsonschema:"terminal width, with tty"`
+	Rows       uint16            `json:"rows,omitempty" jsonschema:"terminal height, with tty"`
+	TimeoutSec int               `json:"timeoutSec,omitempty" jsonschema:"seconds before it is killed (exit code 124); 0: it runs until it ends, is signalled or stopped, or the sandbox ends"`
+	Session    string            `json:"session,omitempty" jsonschema:"a session name: the process's start and end are narrated into that session's live log"`
+}
+
+// Process is a background process as every door shows it.
+type Process struct {
+	Pid     int      `json:"pid"`
+	Argv    []string `json:"argv"`
+	Dir     string   `json:"dir"`
+	TTY     bool     `json:"tty,omitempty"`
+	Session string   `json:"session,omitempty"`
+	// Status is running, exited, or lost (the sandbox started again
+	// without its memory: the end is unknown).
+	Status    string `json:"status"`
+	StartedAt int64  `json:"startedAt"`         // Unix seconds
+	EndedAt   int64  `json:"endedAt,omitempty"` // Unix seconds
+	ExitCode  *int   `json:"exitCode,omitempty"`
+	Signal    string `json:"signal,omitempty"` // what killed it, e.g. SIGKILL (exit code 128+n)
+	TimedOut  bool   `json:"timedOut,omitempty"`
+	// OutputBytes is all it wrote; DroppedBytes the part no longer kept
+	// (the ring keeps the last ProcessRingBytes). Both are absent once the
+	// sandbox no longer holds the output.
+	OutputBytes  int64 `json:"outputBytes"`
+	DroppedBytes int64 `json:"droppedBytes"`
+	StdinOpen    bool  `json:"stdinOpen,omitempty"`
+}
+
+// Process statuses.
+const (
+	ProcessRunning = "running"
+	ProcessExited  = "exited"
+	ProcessLost    = "lost"
+)
+
+// procRequest and procRecord mirror the daemon's wire types
+// (cmd/sandbox-runner/procd.go), which imports nothing of the server's.
+type procRequest struct {
+	Op         string   `json:"op"`
+	Pid        int      `json:"pid,omitempty"`
+	Argv       []string `json:"argv,omitempty"`
+	Dir        string   `json:"dir,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	TTY        bool     `json:"tty,omitempty"`
+	Cols       uint16   `json:"cols,omitempty"`
+	Rows       uint16   `json:"rows,omitempty"`
+	TimeoutSec int      `json:"timeoutSec,omitempty"`
+	Stdin      string   `json:"stdin,omitempty"`
+	From       int64    `json:"from,omitempty"`
+	Follow     bool     `json:"follow,omitempty"`
+	EOF        bool     `json:"eof,omitempty"`
+	Signal     int      `json:"signal,omitempty"`
+}
+
+type procRecord struct {
+	Pid       int      `json:"pid"`
+	Argv      []string `json:"argv"`
+	Dir       string   `json:"dir"`
+	TTY       bool     `json:"tty"`
+	Started   int64    `json:"started"`
+	Ended     int64    `json:"ended"`
+	ExitCode  *int     `json:"exitCode"`
+	Signal    int      `json:"signal"`
+	TimedOut  bool     `json:"timedOut"`
+	Output    int64    `json:"output"`
+	Dropped   int64    `json:"dropped"`
+	StdinOpen bool     `json:"stdinOpen"`
+}
+
+type procAnswer struct {
+	Boot      string        `json:"boot"`
+	Error     string        `json:"error"`
+	Process   *procRecord   `json:"process"`
+	Processes []*procRecord `json:"processes"`
+	Written   int64         `json:"written"`
+}
+
+// maxProcAnswer bounds what the daemon (code inside the sandbox: hostile)
+// may answer to one request.
+const maxProcAnswer = 16 << 20
+
+func (s *Service) processes() (ProcessStore, error) {
+	ps := ProcessStore(s.d.Store)
+	if s.d.Runner == "" {
+		return nil, sandbox.Errorf(sandbox.KindUnsupported, "background processes need the in-sandbox runner, which this server's backend does not have")
+	}
+	return ps, nil
+}
+
+// daemonError turns the daemon's refusal into the caller's error.
+func daemonError(pid int, msg string) error {
+	switch msg {
+	case "no such process":
+		return sandbox.Errorf(sandbox.KindNotFound, "no process %d in this sandbox", pid)
+	case "the process has ended", "the process's stdin is closed", "the process has no terminal":
+		return sandbox.Errorf(sandbox.KindConflict, "process %d: %s", pid, msg)
+	}
+	return sandbox.Errorf(sandbox.KindInvalid, "%s", msg)
+}
+
+// call sends req (and data, for stdin) to sb's daemon and writes its answer
+// to out. run is how the program runs: s.run for a caller's work, the
+// runtime directly where the sandbox's lock is held.
+func (s *Service) call(ctx context.Context, exec func(runtime.ExecRequest) (Outcome, error), req procRequest, data io.Reader, out io.Writer) error {
+	line, _ := json.Marshal(req)
+	in := io.Reader(bytes.NewReader(append(line, '\n')))
+	if data != nil {
+		in = io.MultiReader(in, data)
+	}
+	errBuf := NewOutput(4 << 10)
+	o, err := exec(runtime.ExecRequest{Argv: []string{s.d.Runner, "proc"}, Dir: "/", Stdin: in, Stdout: out, Stderr: errBuf})
+	if err != nil {
+		return err
+	}
+	switch o.Code {
+	case 0:
+		return nil
+	case 3:
+		return sandbox.Errorf(sandbox.KindConflict, "this sandbox was started before background processes existed (its init keeps none): lease a new one")
+	}
+	return sandbox.Errorf(sandbox.KindBadGateway, "the sandbox's process daemon failed (exit %d): %s", o.Code, strings.TrimSpace(errBuf.String()))
+}
+
+// ask is call for a one-answer request of a caller's work.
+func (s *Service) ask(ctx, work context.Context, sb *sandbox.Sandbox, req procRequest, data io.Reader) (*procAnswer, error) {
+	return s.askWith(ctx, func(r runtime.ExecRequest) (Outcome, error) {
+		return s.run(ctx, work, sb, Command{ExecRequest: r, Metric: "process"})
+	}, req, data)
+}
+
+func (s *Service) askWith(ctx context.Context, exec func(runtime.ExecRequest) (Outcome, error), req procRequest, data io.Reader) (*procAnswer, error) {
+	out := NewOutput(maxProcAnswer)
+	if err := s.call(ctx, exec, req, data, out); err != nil {
+		return nil, err
+	}
+	var a procAnswer
+	if err := json.Unmarshal(out.buf.Bytes(), &a); err != nil || a.Boot == "" {
+		return nil, sandbox.Wrap(sandbox.KindBadGateway, err, "the sandbox's process daemon answered nonsense")
+	}
+	if a.Error != "" {
+		return &a, daemonError(req.Pid, a.Error)
+	}
+	return &a, nil
+}
+
+// StartProcess starts a background process in sandbox id.
+func (s *Service) StartProcess(ctx context.Context, id string, req ProcessRequest) (*Process, error) {
+	ps, err := s.processes()
+	if err != nil {
+		return nil, err
+	}
+	argv := req.Argv
+	switch {
+	case len(argv) > 0:
+		if err := NoNUL("argv", argv...); err != nil {
+			return nil, err
+		}
+	case req.Command != "":
+		if err := NoNUL("command", req.Command); err != nil {
+			return nil, err
+		}
+		argv = []string{"sh", "-c", req.Command}
+	default:
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "give argv (a list) or command (a shell line)")
+	}
+	if req.TimeoutSec < 0 {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "timeoutSec must not be negative")
+	}
+	if !req.TTY && (req.Cols != 0 || req.Rows != 0) {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "cols and rows are for a tty process")
+	}
+	env, err := validEnv(req.Env)
+	if err != nil {
+		return nil, err
+	}
+	if req.Session != "" {
+		if err := sandbox.CheckSessionName("session", req.Session); err != nil {
+			return nil, err
+		}
+	}
+	sb, work, done, err := s.use(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	dir, err := sandbox.ResolvePath(sb.Workdir, req.Dir)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.ask(ctx, work, sb, procRequest{Op: "start", Argv: argv, Dir: dir, Env: env, TTY: req.TTY, Cols: req.Cols, Rows: req.Rows,
+		TimeoutSec: req.TimeoutSec, Stdin: req.Stdin}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.Process == nil {
+		return nil, sandbox.Errorf(sandbox.KindBadGateway, "the sandbox's process daemon answered nonsense")
+	}
+	rec := toStore(sb.ID, a.Boot, a.Process)
+	rec.Session = req.Session
+	if err := ps.PutProcess(ctx, rec); err != nil {
+		return nil, err
+	}
+	if narr := s.narration(ctx, req.Session, nil); narr != nil {
+		narr.Event("start", fmt.Sprintf("%s: process %d: %s", sb.ID, rec.Pid, commandLine(argv)))
+	}
+	p := view(rec, a.Process)
+	return &p, nil
+}
+
+func toStore(id, boot string, r *procRecord) store.Process {
+	p := store.Process{Sandbox: id, Boot: boot, Pid: r.Pid, Argv: r.Argv, Dir: r.Dir, TTY: r.TTY,
+		StartedAt: time.UnixMilli(r.Started).UTC(), ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut}
+	if r.Ended > 0 {
+		p.EndedAt = time.UnixMilli(r.Ended).UTC()
+	}
+	return p
+}
+
+// view is the wire form of a record, with the live counts when the
+// daemon still holds the process (live non-nil).
+func view(p store.Process, live *procRecord) Process {
+	v := Process{Pid: p.Pid, Argv: p.Argv, Dir: p.Dir, TTY: p.TTY, Session: p.Session, Status: ProcessRunning,
+		StartedAt: p.StartedAt.Unix(), ExitCode: p.ExitCode, TimedOut: p.TimedOut}
+	if v.Argv == nil {
+		v.Argv = []string{}
+	}
+	switch {
+	case p.Lost:
+		v.Status = ProcessLost
+	case !p.EndedAt.IsZero():
+		v.Status, v.EndedAt = ProcessExited, p.EndedAt.Unix()
+	}
+	if p.Signal > 0 {
+		v.Signal = signalName(p.Signal)
+	}
+	if live != nil {
+		v.OutputBytes, v.DroppedBytes, v.StdinOpen = live.Output, live.Dropped, live.StdinOpen
+	}
+	return v
+}
+
+// changed says whether the daemon's record says more than the stored one.
+func changed(stored store.Process, now store.Process) bool {
+	return stored.EndedAt.IsZero() != now.EndedAt.IsZero() || stored.Lost != now.Lost
+}
+
+// Processes lists sandbox id's background processes, running and recently
+// finished, oldest first. A running sandbox's daemon is asked (and what it
+// says is recorded); a sleeping one is answered from the records, without
+// waking it.
+func (s *Service) Processes(ctx context.Context, id string) ([]Process, error) {
+	ps, err := s.processes()
+	if err != nil {
+		return nil, err
+	}
+	sb, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Status != sandbox.StatusRunning {
+		recs, err := ps.Processes(ctx, sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]Process, 0, len(recs))
+		for _, r := range recs {
+			out = append(out, view(r, nil))
+		}
+		return out, nil
+	}
+	sb, work, done, err := s.use(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	a, err := s.ask(ctx, work, sb, procRequest{Op: "list"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s.merge(ctx, ps, sb.ID, a)
+}
+
+// merge records what the daemon's list a says and answers the whole
+// record: the daemon's processes with their live counts, then the stored
+// ones it no longer holds. A stored process of another boot that was
+// running is lost.
+func (s *Service) merge(ctx context.Context, ps ProcessStore, id string, a *procAnswer) ([]Process, error) {
+	recs, err := ps.Processes(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		boot string
+		pid  int
+	}
+	stored := map[key]store.Process{}
+	for _, r := range recs {
+		stored[key{r.Boot, r.Pid}] = r
+	}
+	var out []Process
+	seen := map[key]bool{}
+	for _, lr := range a.Processes {
+		if lr == nil {
+			continue
+		}
+		k := key{a.Boot, lr.Pid}
+		seen[k] = true
+		now := toStore(id, a.Boot, lr)
+		old, ok := stored[k]
+		if ok {
+			now.Session = old.Session
+		}
+		if !ok || changed(old, now) {
+			if err := ps.PutProcess(ctx, now); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, view(now, lr))
+	}
+	for _, r := range recs {
+		k := key{r.Boot, r.Pid}
+		if seen[k] {
+			continue
+		}
+		if r.Boot != a.Boot && r.EndedAt.IsZero() && !r.Lost {
+			r.Lost = true
+			if err := ps.PutProcess(ctx, r); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, view(r, nil))
+	}
+	slices.SortStableFunc(out, func(a, b Process) int {
+		if a.StartedAt != b.StartedAt {
+			return int(a.StartedAt - b.StartedAt)
+		}
+		return a.Pid - b.Pid
+	})
+	return out, nil
+}
+
+// GetProcess is one process of sandbox id: the current boot's if its
+// daemon has it, else the latest record of that pid.
+func (s *Service) GetProcess(ctx context.Context, id string, pid int) (*Process, error) {
+	list, err := s.Processes(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].Pid == pid {
+			return &list[i], nil
+		}
+	}
+	return nil, sandbox.Errorf(sandbox.KindNotFound, "no process %d in this sandbox", pid)
+}
+
+// record writes the daemon's record of one process, keeping the stored
+// session.
+func (s *Service) record(ctx context.Context, ps ProcessStore, id, boot string, r *procRecord) Process {
+	now := toStore(id, boot, r)
+	if recs, err := ps.Processes(ctx, id); err == nil {
+		for _, old := range recs {
+			if old.Boot == boot && old.Pid == r.Pid {
+				now.Session = old.Session
+				if !changed(old, now) {
+					return view(now, r)
+				}
+			}
+		}
+	}
+	if err := ps.PutProcess(ctx, now); err != nil {
+		s.log.Warn("recording a process", "sandbox", id, "pid", r.Pid, "err", err)
+	}
+	return view(now, r)
+}
+
+// signals are the names a caller may send (with or without SIG).
+var signals = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "TERM": syscall.SIGTERM, "STOP": syscall.SIGSTOP,
+	"CONT": syscall.SIGCONT, "WINCH": syscall.SIGWINCH, "ALRM": syscall.SIGALRM, "PIPE": syscall.SIGPIPE,
+}
+
+func signalName(n int) string {
+	for name, s := range signals {
+		if int(s) == n {
+			return "SIG" + name
+		}
+	}
+	return "signal " + strconv.Itoa(n)
+}
+
+// ParseSignal reads a signal by name (TERM, SIGTERM, term) or number.
+func ParseSignal(v string) (int, error) {
+	name := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(v)), "SIG")
+	if s, ok := signals[name]; ok {
+		return int(s), nil
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 && n <= 64 {
+		return n, nil
+	}
+	return 0, sandbox.Errorf(sandbox.KindInvalid, "unknown signal %q: use a name such as TERM, INT, KILL, HUP, USR1, or a number 1-64", v)
+}
+
+// SignalRequest is the body of POST .../processes/{pid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal" jsonschema:"a signal name (TERM, INT, KILL, HUP, USR1, ...) or number; sent to the process's group"`
+}
+
+// SignalProcess sends a signal to a process (and its group).
+func (s *Service) SignalProcess(ctx context.Context, id string, pid int, sig string) (*Process, error) {
+	n, err := ParseSignal(sig)
+	if err != nil {
+		return nil, err
+	}
+	return s.operate(ctx, id, procRequest{Op: "signal", Pid: pid, Signal: n})
+}
+
+// ResizeRequest is the body of POST .../processes/{pid}/resize.
+type ResizeRequest struct {
+	Cols uint16 `json:"cols" jsonschema:"columns"`
+	Rows uint16 `json:"rows" jsonschema:"rows"`
+}
+
+// ResizeProcess changes a tty process's terminal size.
+func (s *Service) ResizeProcess(ctx context.Context, id string, pid int, size ResizeRequest) (*Process, error) {
+	if size.Cols == 0 || size.Rows == 0 {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "cols and rows must be positive")
+	}
+	return s.operate(ctx, id, procRequest{Op: "resize", Pid: pid, Cols: size.Cols, Rows: size.Rows})
+}
+
+func (s *Service) operate(ctx context.Context, id string, req procRequest) (*Process, error) {
+	ps, err := s.processes()
+	if err != nil {
+		return nil, err
+	}
+	sb, work, done, err := s.use(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	a, err := s.ask(ctx, work, sb, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.Process == nil {
+		return nil, sandbox.Errorf(sandbox.KindBadGateway, "the sandbox's process daemon answered nonsense")
+	}
+	p := s.record(ctx, ps, sb.ID, a.Boot, a.Process)
+	return &p, nil
+}
+
+// StdinResult says what POST .../stdin wrote.
+type StdinResult struct {
+	Written int64   `json:"written"`
+	Process Process `json:"process"`
+}
+
+// maxStdin bounds one stdin call's body.
+const maxStdin = 16 << 20
+
+// ProcessStdin writes r to a process's stdin and, with eof, closes it
+// (a tty process is sent ^D instead).
+func (s *Service) ProcessStdin(ctx context.Context, id string, pid int, r io.Reader, eof bool) (*StdinResult, error) {
+	ps, err := s.processes()
+	if err != nil {
+		return nil, err
+	}
+	sb, work, done, err := s.use(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	lr := &io.LimitedReader{R: r, N: maxStdin + 1}
+	a, err := s.ask(ctx, work, sb, procRequest{Op: "stdin", Pid: pid, EOF: eof}, lr)
+	if lr.N <= 0 {
+		return nil, sandbox.Errorf(sandbox.KindTooLarge, "stdin bodies are at most %d bytes a call", maxStdin)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if a.Process == nil {
+		return nil, sandbox.Errorf(sandbox.KindBadGateway, "the sandbox's process daemon answered nonsense")
+	}
+	return &StdinResult{Written: a.Written, Process: s.record(ctx, ps, sb.ID, a.Boot, a.Process)}, nil
+}
+
+// OutputEvent is one piece of a process's output stream.
+type OutputEvent struct {
+	// Kind is stdout, stderr, dropped (Bytes of output before Offset are
+	// gone), end (the process ended: Process), state (the stream was not
+	// followed: Process as it is), or ping (nothing new; the stream lives).
+	Kind string
+	// Offset is where the event ends in everything the process wrote: a
+	// reader that has it resumes from there (SSE id).
+	Offset  int64
+	Data    []byte
+	Bytes   int64
+	Process *Process
+}
+
+// ProcessOutput sends emit the output of process pid after offset from —
+// what the ring still holds, then, with follow, what comes — until the
+// process ends (an "end" event) or emit fails. Without follow the last
+// event is "state".
+func (s *Service) ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(OutputEvent) error) error {
+	ps, err := s.processes()
+	if err != nil {
+		return err
+	}
+	if from < 0 {
+		return sandbox.Errorf(sandbox.KindInvalid, "the offset must not be negative")
+	}
+	sb, work, done, err := s.use(ctx, id, true)
+	if err != nil {
+		return err
+	}
+	defer done()
+	work, cancel := context.WithCancelCause(work)
+	defer cancel(nil)
+	pr, pw := io.Pipe()
+	parsed := make(chan error, 1)
+	var boot string
+	go func() {
+		err := ReadFrames(pr, func(f Frame, data []byte) error {
+			ev := OutputEvent{Kind: f.S, Offset: f.Off + int64(len(data)), Data: data}
+			switch f.S {
+			case "stdout", "stderr":
+			case "dropped":
+				ev.Offset, ev.Bytes = f.Off, int64(f.N)
+			case "end", "state":
+				if f.End == nil {
+					return errors.New("an end without a record")
+				}
+				p := s.record(context.WithoutCancel(ctx), ps, sb.ID, boot, f.End)
+				ev.Offset, ev.Process = f.End.Output, &p
+			case "ping":
+				ev.Offset = -1
+			case "answer":
+				return daemonError(pid, f.Error)
+			default:
+				return nil // a kind this server does not know: skipped
+			}
+			return emit(ev)
+		})
+		if err != nil {
+			cancel(err)
+		}
+		io.Copy(io.Discard, pr)
+		parsed <- err
+	}()
+	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (Outcome, error) {
+		return s.run(ctx, work, sb, Command{ExecRequest: r})
+	}, procRequest{Op: "boot"}, nil)
+	if err != nil {
+		pw.Close()
+		<-parsed
+		return err
+	}
+	boot = a.Boot
+	err = s.call(ctx, func(r runtime.ExecRequest) (Outcome, error) {
+		return s.run(ctx, work, sb, Command{ExecRequest: r})
+	}, procRequest{Op: "output", Pid: pid, From: from, Follow: follow}, nil, pw)
+	pw.Close()
+	perr := <-parsed
+	var se *sandbox.Error
+	switch {
+	case errors.As(perr, &se):
+		return perr
+	case perr != nil && ctx.Err() == nil:
+		if errors.Is(perr, errEmit) {
+			return nil // the reader went away
+		}
+		return sandbox.Wrap(sandbox.KindBadGateway, perr, "the sandbox's process daemon sent a broken stream")
+	}
+	return err
+}
+
+var errEmit = errors.New("emit failed")
+
+// Frame heads one piece of the daemon's output stream (see
+// cmd/sandbox-runner/procd.go); N bytes of data follow stdout and stderr
+// frames. An "answer" is a refusal instead of a stream.
+type Frame struct {
+	S     string      `json:"s"`
+	Off   int64       `json:"o"`
+	N     int         `json:"n"`
+	End   *procRecord `json:"p"`
+	Error string      `json:"error"`
+}
+
+// Bounds on the daemon's frames: it runs in the sandbox.
+const (
+	maxFrameHead = 1 << 20
+	maxFrameData = 1 << 20
+)
+
+// ReadFrames parses the daemon's output stream and calls fn for each
+// frame; a malformed stream is an error, and so is fn's (wrapped as
+// errEmit when it is not a *sandbox.Error).
+func ReadFrames(r io.Reader, fn func(Frame, []byte) error) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := readBounded(br, maxFrameHead)
+		if err == io.EOF && len(line) == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var f Frame
+		if err := json.Unmarshal(line, &f); err != nil {
+			return fmt.Errorf("frame head: %w", err)
+		}
+		if f.S == "" && f.Error != "" {
+			f.S = "answer"
+		}
+		var data []byte
+		if f.S == "stdout" || f.S == "stderr" {
+			if f.N < 0 || f.N > maxFrameData || f.Off < 0 {
+				return fmt.Errorf("frame of %d bytes at %d", f.N, f.Off)
+			}
+			data = make([]byte, f.N)
+			if _, err := io.ReadFull(br, data); err != nil {
+				return fmt.Errorf("frame data: %w", err)
+			}
+		} else if f.N < 0 || f.Off < 0 {
+			return fmt.Errorf("frame %q with %d at %d", f.S, f.N, f.Off)
+		}
+		if err := fn(f, data); err != nil {
+			var se *sandbox.Error
+			if errors.As(err, &se) {
+				return err
+			}
+			return fmt.Errorf("%w: %w", errEmit, err)
+		}
+	}
+}
+
+func readBounded(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		part, err := br.ReadSlice('\n')
+		line = append(line, part...)
+		if len(line) > max {
+			return nil, fmt.Errorf("a frame head over %d bytes", max)
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err != nil:
+			if len(line) > 0 && err == io.EOF {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return line, err
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), nil
+	}
+}
+
+// processesRunning says whether sandbox sb has a background process
+// running, by its records and, when they say so, by asking its daemon (so
+// a record whose end was never read does not keep it awake forever). It
+// runs the daemon's program straight on the runtime: it is called where
+// no work may be registered (the idle sleep).
+func (s *Service) processesRunning(ctx context.Context, sb *sandbox.Sandbox) bool {
+	ps, err := s.processes()
+	if err != nil {
+		return false
+	}
+	recs, err := ps.Processes(ctx, sb.ID)
+	if err != nil {
+		return true // unknown: stay awake, look again next round
+	}
+	if !slices.ContainsFunc(recs, func(r store.Process) bool { return r.EndedAt.IsZero() && !r.Lost }) {
+		return false
+	}
+	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (Outcome, error) {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		err := s.d.Runtime.Exec(tctx, sb.Name, r)
+		var exit *runtime.ExitError
+		if errors.As(err, &exit) {
+			return Outcome{Code: exit.Code}, nil
+		}
+		return Outcome{}, err
+	}, procRequest{Op: "list"}, nil)
+	if err != nil {
+		return false
+	}
+	list, err := s.merge(ctx, ps, sb.ID, a)
+	if err != nil {
+		return true
+	}
+	return slices.ContainsFunc(list, func(p Process) bool { return p.Status == ProcessRunning })
+}
