@@ -45,6 +45,7 @@ type Leases interface {
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
 	Sleep(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Fork(ctx context.Context, id string, req service.ForkRequest) (*sandbox.Sandbox, error)
 	Usage(ctx context.Context) ([]store.Usage, error)
 }
 
@@ -246,6 +247,9 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop), onIDDoc(s.Work.Stop, "Stop every command running in the sandbox"))
 		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep), doc{Summary: "Sleep now (memory kept where the runtime can checkpoint)", Answer: typ[sandbox.Object](), Errors: onSandbox})
 		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})
+		s.handle("POST "+p+"/{id}/fork", s.fork, doc{Summary: "Fork: a new sandbox that goes on from this one's memory and files at this instant (its processes too) while this one runs on; " +
+			"a project sandbox's fork needs a new project, which gets a copy of the volume. 501 where the backend cannot checkpoint",
+			Body: typ[service.ForkRequest](), Answer: typ[sandbox.Object](), Status: 201, Errors: []int{400, 402, 403, 404, 409, 429, 501, 502, 503}})
 		s.handle("GET "+p+"/{id}/fs", s.readFS, doc{Summary: "A file's bytes (streamed), or a directory's entries one per line (X-Sandbox-Kind says which)", AnswerRaw: "application/octet-stream, text/plain",
 			Query: []string{"path: under the workdir; empty is the workdir"}, Errors: onFiles})
 		s.handle("POST "+p+"/{id}/fs", s.writeFS, doc{Summary: "Write a whole file (the body, streamed); parents are created", BodyRaw: "application/octet-stream",

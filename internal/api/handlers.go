@@ -26,6 +26,19 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) error {
+	var req service.ForkRequest
+	if err := decode(r.Body, &req); err != nil {
+		return err
+	}
+	sb, err := s.Leases.Fork(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sb)
+	return nil
+}
+
 type listBody struct {
 	Sandboxes []*sandbox.Object `json:"sandboxes"`
 	// Next is the cursor of the next page (?cursor=); absent on the last.

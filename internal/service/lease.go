@@ -39,7 +39,7 @@ var recordTimeout = 30 * time.Second
 // behind; then writes the row pending, starts the container, and marks the
 // row running (or error with the reason, 503).
 func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
-	sb, err := s.lease(ctx, req)
+	sb, err := s.lease(ctx, req, nil)
 	class := req.Class
 	if _, cerr := sandbox.LookupClass(class); cerr != nil {
 		class = "unknown" // a caller's typo must not mint a metric label
@@ -57,7 +57,10 @@ func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 	return sb, err
 }
 
-func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
+// lease is Lease, or with from set, a fork of the running sandbox from:
+// the same checks, then the new container restored from from's memory
+// (forkStart) instead of started fresh.
+func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.Sandbox) (*sandbox.Sandbox, error) {
 	org, err := sandbox.OrgRequired(ctx)
 	if err != nil {
 		return nil, err
@@ -114,6 +117,9 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 	use, newProject, err := s.d.Store.Use(ctx, req.Project)
 	if err != nil {
 		return nil, err
+	}
+	if from != nil && from.Project != "" && !newProject {
+		return nil, sandbox.Errorf(sandbox.KindConflict, "project %q exists: a fork of a project sandbox needs a new project, which gets a copy of the volume", req.Project)
 	}
 	if err := quota.Check(pol, use, ask(newProject)); err != nil {
 		return nil, refusal(err)
@@ -174,12 +180,27 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox
 	// The start must finish (or fail and be recorded) even if the caller
 	// hangs up: a half-started container is exactly the orphan to avoid.
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
-	obj, err := s.d.Runtime.Create(startCtx, s.spec(sb, ""))
+	var obj runtime.Object
+	if from == nil {
+		obj, err = s.d.Runtime.Create(startCtx, s.spec(sb, ""))
+	} else {
+		obj, err = s.forkStart(startCtx, from, sb)
+	}
 	cancel()
 	// The outcome is recorded under a deadline of its own, counted from
 	// now: the start may have used up all of its time.
 	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancelRecord()
+	if errors.Is(err, runtime.ErrUnsupported) {
+		// Nothing was made: the row (and a project it named first) goes.
+		if uerr := s.transition(recordCtx, sb, moved(sb, sandbox.StatusEnded)); uerr != nil {
+			log.Error("removing the row of a refused fork", "err", uerr)
+		}
+		if sb.Project != "" {
+			s.d.Store.DropProject(recordCtx, sb.Project, true)
+		}
+		return nil, sandbox.Errorf(sandbox.KindUnsupported, "this server's backend cannot fork a running sandbox: it cannot checkpoint memory")
+	}
 	if err != nil {
 		log.Error("sandbox start failed", "err", err)
 		reason := "the sandbox could not be started"

@@ -213,6 +213,24 @@ func (r *Runtime) Checkpoint(ctx context.Context, ref runtime.Ref, key string) e
 	return nil
 }
 
+// Fork records a checkpoint of a running object and leaves it running.
+func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, key string, to *runtime.Volume) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.call("fork %s", ref.Name)
+	switch {
+	case r.NoCheckpoint:
+		return runtime.ErrUnsupported
+	case r.CheckpointErr != nil:
+		return r.CheckpointErr
+	}
+	if o, ok := r.objs[ref.Name]; !ok || o.UID != ref.UID {
+		return runtime.ErrNotFound
+	}
+	r.checkpoints[key] = true
+	return nil
+}
+
 // DropCheckpoint deletes a checkpoint; missing is not an error.
 func (r *Runtime) DropCheckpoint(ctx context.Context, key string) error {
 	r.mu.Lock()

@@ -421,6 +421,12 @@ func (r *Runtime) Checkpoint(context.Context, runtime.Ref, string) error {
 	return runtime.ErrUnsupported
 }
 
+// Fork cannot be done without a checkpoint: a pod's memory cannot be
+// copied.
+func (r *Runtime) Fork(context.Context, runtime.Ref, string, *runtime.Volume) error {
+	return runtime.ErrUnsupported
+}
+
 // DropCheckpoint has nothing to drop.
 func (r *Runtime) DropCheckpoint(context.Context, string) error { return nil }
 
