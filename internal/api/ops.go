@@ -24,6 +24,11 @@ func (s *Server) typedOps(p string) {
 	s.handle("POST "+p+"/write", op(o.Write), opDoc(o.Write, "Typed: write a whole file", onFiles))
 	s.handle("POST "+p+"/stop", op(o.Stop), opDoc(o.Stop, "Typed: stop every command running in a sandbox", onSandbox))
 	s.handle("POST "+p+"/end", op(o.End), opDoc(o.End, "Typed: end a sandbox", []int{404, 409, 502}))
+	s.handle("POST "+p+"/process_start", op(o.ProcessStart), opDoc(o.ProcessStart, "Typed: start a background process; it runs on after the call, its output kept", onProcess))
+	s.handle("POST "+p+"/process_list", op(o.ProcessList), opDoc(o.ProcessList, "Typed: a sandbox's background processes, running and finished", onProcess))
+	s.handle("POST "+p+"/process_output", op(o.ProcessOutput), opDoc(o.ProcessOutput, "Typed: what a background process wrote after an offset, at once, and the offset to ask from next", onProcess))
+	s.handle("POST "+p+"/process_stdin", op(o.ProcessStdin), opDoc(o.ProcessStdin, "Typed: write text to a background process's stdin (eof closes it)", onProcess))
+	s.handle("POST "+p+"/process_signal", op(o.ProcessSignal), opDoc(o.ProcessSignal, "Typed: send a signal (TERM by default) to a background process and its group", onProcess))
 }
 
 // op adapts a typed operation to a handler: one JSON object in, one out.

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 )
@@ -33,18 +34,6 @@ type processesBody struct {
 	Processes []service.Process `json:"processes"`
 }
 
-// outputBody is GET .../output with Accept: application/json: what the
-// ring holds after ?from=, at once.
-type outputBody struct {
-	Stdout       string           `json:"stdout"`
-	Stderr       string           `json:"stderr"`
-	StdoutBase64 string           `json:"stdoutBase64,omitempty"`
-	StderrBase64 string           `json:"stderrBase64,omitempty"`
-	DroppedBytes int64            `json:"droppedBytes,omitempty"`
-	Next         int64            `json:"next"`
-	Process      *service.Process `json:"process"`
-}
-
 var onProcess = []int{400, 404, 409, 501, 502}
 
 func (s *Server) processRoutes(p string) {
@@ -56,7 +45,7 @@ func (s *Server) processRoutes(p string) {
 	s.handle("GET "+pp+"/{pid}/output", s.processOutput, doc{Summary: "A process's output from the start (what the 1 MiB ring still holds; an event 'dropped' says how much it does not), then live, as server-sent events " +
 		"(event stdout/stderr, data {\"stdout\"} or {\"stdoutBase64\"} as in a streamed exec; id: the offset to resume from with Last-Event-ID; event 'end' with the process's record). " +
 		"With Accept: application/json: what is kept after ?from= at once, and the offset to ask from next",
-		AnswerRaw: "text/event-stream", Answer: typ[outputBody](),
+		AnswerRaw: "text/event-stream", Answer: typ[ops.OutputOut](),
 		Query: []string{"from: the output offset to start after (or send Last-Event-ID)", "follow: 0 to end the stream at what is kept now"}, Errors: onProcess})
 	s.handle("POST "+pp+"/{pid}/stdin", s.processStdin, doc{Summary: "Write the body to the process's stdin (eof=1 then closes it; a tty process gets ^D)", BodyRaw: "application/octet-stream",
 		Answer: typ[service.StdinResult](), Query: []string{"eof: 1 closes stdin after the body"}, Errors: append(onProcess, 413)})
@@ -267,31 +256,10 @@ func chunkOf(stream string, data []byte) streamChunk {
 }
 
 func (s *Server) outputJSON(w http.ResponseWriter, r *http.Request, id string, pid int, from int64) error {
-	var out, errs []byte
-	body := outputBody{Next: from}
-	err := s.Processes.ProcessOutput(r.Context(), id, pid, from, false, func(ev service.OutputEvent) error {
-		switch ev.Kind {
-		case "stdout":
-			out = append(out, ev.Data...)
-		case "stderr":
-			errs = append(errs, ev.Data...)
-		case "dropped":
-			body.DroppedBytes += ev.Bytes
-		case "end", "state":
-			body.Process = ev.Process
-		}
-		if ev.Offset >= 0 {
-			body.Next = ev.Offset
-		}
-		return nil
-	})
+	out, err := ops.CollectOutput(r.Context(), s.Processes, id, pid, from)
 	if err != nil {
 		return err
 	}
-	c := chunkOf("stdout", out)
-	body.Stdout, body.StdoutBase64 = c.Stdout, c.StdoutBase64
-	c = chunkOf("stderr", errs)
-	body.Stderr, body.StderrBase64 = c.Stderr, c.StderrBase64
-	writeJSON(w, http.StatusOK, body)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -37,6 +37,7 @@ const principalKey = "principal"
 func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http.Handler {
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandbox", Version: version}, &mcp.ServerOptions{
 		Instructions: "Lease an isolated sandbox, run commands in it, read and write its files, stop its work and end it. " +
+			"process_start runs a command in the background (process_output reads its output, process_stdin feeds it, process_signal stops it). " +
 			"run_code runs a program in one of " + fmt.Sprint(interp.Names()) + " in a session that keeps its files.",
 		Logger: log,
 	})
@@ -46,6 +47,13 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 	add(s, "write", "Write a whole file in a sandbox (data for text, dataBase64 for bytes); parents are created.", o.Write)
 	add(s, "stop", "Stop every command running in a sandbox; the sandbox and its files stay.", o.Stop)
 	add(s, "end", "End a sandbox: it is removed; its project volume stays unless purge.", o.End)
+	add(s, "process_start", "Start a background process in a sandbox (a server, a watcher, a long build) and answer at once with its pid: "+
+		"it runs on after the call; its output is kept (the last 1 MiB) for process_output.", o.ProcessStart)
+	add(s, "process_list", "List a sandbox's background processes, running and finished, with their status and exit codes.", o.ProcessList)
+	add(s, "process_output", "Read what a background process wrote after the offset from (0: all that is kept), without waiting; "+
+		"pass the answer's next as from to read only what came since.", o.ProcessOutput)
+	add(s, "process_stdin", "Write text to a background process's stdin; eof closes it.", o.ProcessStdin)
+	add(s, "process_signal", "Send a signal (TERM by default; INT, KILL, HUP, ...) to a background process and its group.", o.ProcessSignal)
 	add(s, "run_code", "Run a program in one of the interpreter's languages. Pass session_id again to keep the files of earlier runs; "+
 		"an answer with a different session_id means the old session ended.", o.RunCode)
 

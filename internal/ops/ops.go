@@ -1,9 +1,12 @@
 // Package ops is the typed face of the service for agents: lease, run,
-// read, write, stop and end (and run_code), each a function from one JSON
-// object to another, with ids and paths in the body. The HTTP routes
+// read, write, stop and end, the background processes (process_start,
+// process_list, process_output, process_stdin, process_signal) and
+// run_code, each a function from one JSON object to another, with ids and
+// paths in the body. The HTTP routes
 // POST /v1/sandbox/{op} and the MCP tools at /mcp both call these, so the
 // two doors cannot drift apart; and these call the same service as the
-// REST routes, through the Sandboxes and Interpreter interfaces owned here.
+// REST routes, through the Sandboxes, Processes and Interpreter interfaces
+// owned here.
 // Their inputs embed the service's request types, so an option added there
 // reaches both doors with its JSON schema.
 //
@@ -46,12 +49,16 @@ var (
 
 // Ops implements the typed operations.
 type Ops struct {
-	svc Sandboxes
-	it  Interpreter
+	svc   Sandboxes
+	procs Processes
+	it    Interpreter
 }
 
-// New returns the typed operations over svc and it.
-func New(svc Sandboxes, it Interpreter) *Ops { return &Ops{svc: svc, it: it} }
+// New returns the typed operations over svc, procs and it; with procs nil
+// the process ops answer that this server runs none.
+func New(svc Sandboxes, procs Processes, it Interpreter) *Ops {
+	return &Ops{svc: svc, procs: procs, it: it}
+}
 
 // LeaseIn asks for a sandbox (the lease request itself), or with ID to keep
 // one.
