@@ -1,0 +1,314 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProcessRequest is a background process: Argv wins; else Command runs
+// with sh -c.
+type ProcessRequest struct {
+	Argv    []string          `json:"argv,omitempty"`
+	Command string            `json:"command,omitempty"`
+	Stdin   string            `json:"stdin,omitempty"` // written at the start; stdin stays open (ProcessStdin)
+	Dir     string            `json:"dir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	TTY     bool              `json:"tty,omitempty"` // on a terminal: stderr merged into stdout, resizable
+	Cols    uint16            `json:"cols,omitempty"`
+	Rows    uint16            `json:"rows,omitempty"`
+	// TimeoutSec kills it after that long (exit 124); zero: it runs until
+	// it ends, is signalled, or the sandbox stops or ends.
+	TimeoutSec int    `json:"timeoutSec,omitempty"`
+	Session    string `json:"session,omitempty"` // narrate its start and end into this session's log
+}
+
+// Process is a background process's record. Its times are Unix seconds.
+type Process struct {
+	Pid     int      `json:"pid"`
+	Argv    []string `json:"argv"`
+	Dir     string   `json:"dir"`
+	TTY     bool     `json:"tty,omitempty"`
+	Session string   `json:"session,omitempty"`
+	// Status is running, exited, or lost (the sandbox started again
+	// without its memory: the end is unknown).
+	Status    string `json:"status"`
+	StartedAt int64  `json:"startedAt"`
+	EndedAt   int64  `json:"endedAt,omitempty"`
+	ExitCode  *int   `json:"exitCode,omitempty"`
+	Signal    string `json:"signal,omitempty"` // what killed it, e.g. SIGTERM
+	TimedOut  bool   `json:"timedOut,omitempty"`
+	// OutputBytes is all it wrote; DroppedBytes what the server no longer
+	// keeps of it (it keeps the last 1 MiB).
+	OutputBytes  int64 `json:"outputBytes"`
+	DroppedBytes int64 `json:"droppedBytes"`
+	StdinOpen    bool  `json:"stdinOpen,omitempty"`
+}
+
+// Running says the process has not ended.
+func (p *Process) Running() bool { return p.Status == "running" }
+
+func processPath(id string, pid int) string {
+	return "/v1/sandbox/" + esc(id) + "/processes/" + strconv.Itoa(pid)
+}
+
+// StartProcess starts a background process and returns at once: it runs
+// on after the call, its output kept.
+func (c *Client) StartProcess(ctx context.Context, id string, req ProcessRequest) (*Process, error) {
+	var p Process
+	return &p, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/processes", in: req, out: &p})
+}
+
+// Processes lists a sandbox's background processes, running and finished,
+// oldest first.
+func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
+	var b struct {
+		Processes []Process `json:"processes"`
+	}
+	return b.Processes, c.do(ctx, request{method: "GET", path: "/v1/sandbox/" + esc(id) + "/processes", out: &b})
+}
+
+// Process returns one background process.
+func (c *Client) Process(ctx context.Context, id string, pid int) (*Process, error) {
+	var p Process
+	return &p, c.do(ctx, request{method: "GET", path: processPath(id, pid), out: &p})
+}
+
+// ProcessEvent is one piece of a process's output stream.
+type ProcessEvent struct {
+	// Kind is stdout or stderr (Data), dropped (DroppedBytes of output
+	// before Offset are no longer kept), or end (the process ended:
+	// Process).
+	Kind string
+	// Offset is where the event ends in all the process wrote: pass it as
+	// from to read on after it.
+	Offset       int64
+	Data         []byte
+	DroppedBytes int64
+	Process      *Process
+}
+
+// ProcessOutput streams a process's output after the offset from (0: all
+// the server still keeps), then what comes, until the process ends (the
+// last event is "end"), fn fails (its error is returned) or ctx ends. A
+// stream that breaks is resumed after the last event seen, so fn sees
+// each byte once; it gives up when several tries in a row bring nothing.
+func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, from int64, fn func(ProcessEvent) error) error {
+	const tries = 5
+	failed := 0
+	for {
+		last, ended, err := c.outputOnce(ctx, id, pid, from, fn)
+		var h handlerError
+		switch {
+		case ended:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &h):
+			return h.err
+		case StatusOf(err) != 0:
+			return err // the server refused: trying again would not help
+		}
+		if last > from {
+			from, failed = last, 0
+		} else if failed++; failed >= tries {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("client: the output stream of process %d broke %d times in a row: %w", pid, tries, err)
+		}
+		select {
+		case <-time.After(time.Duration(100<<failed) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// handlerError is an error of the caller's fn, handed back as it is.
+type handlerError struct{ err error }
+
+func (h handlerError) Error() string { return h.err.Error() }
+
+// outputOnce reads one connection of the output stream; it returns the
+// offset after the last event handed to fn (from when none), and whether
+// the end was seen.
+func (c *Client) outputOnce(ctx context.Context, id string, pid int, from int64, fn func(ProcessEvent) error) (int64, bool, error) {
+	q := url.Values{}
+	if from > 0 {
+		q.Set("from", strconv.FormatInt(from, 10))
+	}
+	res, err := c.send(ctx, request{method: "GET", path: processPath(id, pid) + "/output", query: q, accept: "text/event-stream"})
+	if err != nil {
+		return from, false, err
+	}
+	defer res.Body.Close()
+	last := from
+	var ev struct {
+		id, kind string
+		data     []string
+	}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line != "" {
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "id":
+				ev.id = value
+			case "event":
+				ev.kind = value
+			case "data":
+				ev.data = append(ev.data, value)
+			}
+			continue
+		}
+		kind, data, evID := ev.kind, strings.Join(ev.data, "\n"), ev.id
+		ev.id, ev.kind, ev.data = "", "", nil
+		if kind == "" {
+			continue // a comment (: ping) or the retry hint
+		}
+		pe, err := processEvent(kind, data)
+		if err != nil {
+			return last, false, err
+		}
+		if pe == nil {
+			continue // a kind this client does not know
+		}
+		if kind == "error" {
+			return last, false, fmt.Errorf("client: the output stream: %s", data)
+		}
+		if pe.Offset, err = strconv.ParseInt(evID, 10, 64); err != nil {
+			return last, false, fmt.Errorf("client: an output event without an offset: %q", evID)
+		}
+		if err := fn(*pe); err != nil {
+			return last, false, handlerError{err}
+		}
+		last = pe.Offset
+		if kind == "end" {
+			return last, true, nil
+		}
+	}
+	return last, false, sc.Err()
+}
+
+// processEvent decodes one event's data; nil for an event to skip.
+func processEvent(kind, data string) (*ProcessEvent, error) {
+	pe := &ProcessEvent{Kind: kind}
+	switch kind {
+	case "stdout", "stderr":
+		var c struct{ Stdout, Stderr, StdoutBase64, StderrBase64 string }
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			return nil, fmt.Errorf("client: an output event: %w", err)
+		}
+		text, b64 := c.Stdout+c.Stderr, c.StdoutBase64+c.StderrBase64
+		pe.Data = []byte(text)
+		if b64 != "" {
+			b, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil {
+				return nil, fmt.Errorf("client: an output event: %w", err)
+			}
+			pe.Data = b
+		}
+	case "dropped":
+		var d struct {
+			DroppedBytes int64 `json:"droppedBytes"`
+		}
+		if err := json.Unmarshal([]byte(data), &d); err != nil {
+			return nil, fmt.Errorf("client: a dropped event: %w", err)
+		}
+		pe.DroppedBytes = d.DroppedBytes
+	case "end", "state":
+		var p Process
+		if err := json.Unmarshal([]byte(data), &p); err != nil {
+			return nil, fmt.Errorf("client: an end event: %w", err)
+		}
+		pe.Process = &p
+	case "error":
+	default:
+		return nil, nil
+	}
+	return pe, nil
+}
+
+// OutputText is what a process wrote after an offset, at once: text when
+// it is UTF-8, else base64 (StdoutBase64, StderrBase64; StdoutBytes and
+// StderrBytes decode either).
+type OutputText struct {
+	Stdout       string   `json:"stdout"`
+	Stderr       string   `json:"stderr"`
+	StdoutBase64 string   `json:"stdoutBase64,omitempty"`
+	StderrBase64 string   `json:"stderrBase64,omitempty"`
+	DroppedBytes int64    `json:"droppedBytes,omitempty"`
+	Next         int64    `json:"next"` // the offset to ask from next
+	Process      *Process `json:"process"`
+}
+
+// StdoutBytes is the stdout, decoded.
+func (o *OutputText) StdoutBytes() []byte { return textOr64(o.Stdout, o.StdoutBase64) }
+
+// StderrBytes is the stderr, decoded.
+func (o *OutputText) StderrBytes() []byte { return textOr64(o.Stderr, o.StderrBase64) }
+
+func textOr64(text, b64 string) []byte {
+	if b64 == "" {
+		return []byte(text)
+	}
+	b, _ := base64.StdEncoding.DecodeString(b64)
+	return b
+}
+
+// ProcessOutputText returns what a process wrote after the offset from,
+// as much as the server keeps, without waiting for more.
+func (c *Client) ProcessOutputText(ctx context.Context, id string, pid int, from int64) (*OutputText, error) {
+	q := url.Values{}
+	if from > 0 {
+		q.Set("from", strconv.FormatInt(from, 10))
+	}
+	var o OutputText
+	return &o, c.do(ctx, request{method: "GET", path: processPath(id, pid) + "/output", query: q, accept: "application/json", out: &o})
+}
+
+// StdinResult is a write to a process's stdin.
+type StdinResult struct {
+	Written int64   `json:"written"`
+	Process Process `json:"process"`
+}
+
+// ProcessStdin writes r to a process's stdin (at most 16 MiB a call) and,
+// with eof, closes it (a tty process is sent ^D instead).
+func (c *Client) ProcessStdin(ctx context.Context, id string, pid int, r io.Reader, eof bool) (*StdinResult, error) {
+	if r == nil {
+		r = strings.NewReader("")
+	}
+	q := url.Values{}
+	if eof {
+		q.Set("eof", "1")
+	}
+	var s StdinResult
+	return &s, c.do(ctx, request{method: "POST", path: processPath(id, pid) + "/stdin", query: q, body: r,
+		contentType: "application/octet-stream", out: &s})
+}
+
+// SignalProcess sends a signal (a name such as TERM, INT, KILL, or a
+// number) to a process and its group.
+func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal string) (*Process, error) {
+	var p Process
+	return &p, c.do(ctx, request{method: "POST", path: processPath(id, pid) + "/signal", in: map[string]string{"signal": signal}, out: &p})
+}
+
+// ResizeProcess sets a tty process's terminal size.
+func (c *Client) ResizeProcess(ctx context.Context, id string, pid int, cols, rows uint16) (*Process, error) {
+	var p Process
+	return &p, c.do(ctx, request{method: "POST", path: processPath(id, pid) + "/resize", in: map[string]uint16{"cols": cols, "rows": rows}, out: &p})
+}
