@@ -35,6 +35,12 @@ or the file 'sandbox login' writes):
   sandbox cp SRC DST                        copy a file or a tree (one streamed tar: modes, links kept), ID:PATH on the sandbox side,
                                             e.g. 'sandbox cp ./src sb_x:src', 'sandbox cp sb_x:out.txt .'
   sandbox logs SESSION [-f]                 a session's log (-f: follow it)
+  sandbox start ID [--tty] [--dir D] [--env K=V]... -- CMD [ARG...]
+                                            start a background process (it runs on; its output is kept); prints its pid
+  sandbox ps ID                             the sandbox's background processes
+  sandbox output ID PID [-f] [--from N]     a process's output (-f: follow it to the end; its exit code is sandbox's)
+  sandbox send ID PID [--eof]               this stdin to the process's stdin (--eof then closes it)
+  sandbox kill ID PID [--signal TERM]       signal a process and its group
   sandbox renew ID --ttl DUR                extend a lease
   sandbox pause|resume|stop ID              sleep, wake, or stop every command of a sandbox
   sandbox end ID [--purge]                  end a sandbox (--purge drops its project volume)

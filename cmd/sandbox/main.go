@@ -103,6 +103,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cpCmd(ctx, args[1:], stdout, stderr)
 	case "logs":
 		return logsCmd(ctx, args[1:], stdout, stderr)
+	case "ps":
+		return psCmd(ctx, args[1:], stdout, stderr)
+	case "start":
+		return startCmd(ctx, args[1:], stdout, stderr)
+	case "output":
+		return outputCmd(ctx, args[1:], stdout, stderr)
+	case "send":
+		return sendCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "kill":
+		return killCmd(ctx, args[1:], stdout, stderr)
 	case "run-code":
 		return runCodeCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "completion":
