@@ -19,6 +19,8 @@ import (
 func (s *Server) typedOps(p string) {
 	o := s.Ops
 	s.handle("POST "+p+"/lease", op(o.Lease), opDoc(o.Lease, "Typed: lease, or resume and extend one of yours", onLease))
+	s.handle("POST "+p+"/fork", op(o.Fork), opDoc(o.Fork, "Typed: fork a running sandbox: a new one that goes on from its memory and files (its processes too); a project sandbox's fork needs a new project",
+		[]int{400, 402, 403, 404, 409, 429, 501, 502, 503}))
 	s.handle("POST "+p+"/run", op(o.Run), opDoc(o.Run, "Typed: run a command and wait for it", onFiles))
 	s.handle("POST "+p+"/read", op(o.Read), opDoc(o.Read, "Typed: read a file (at most 4 MiB) or list a directory", onFiles))
 	s.handle("POST "+p+"/write", op(o.Write), opDoc(o.Write, "Typed: write a whole file", onFiles))

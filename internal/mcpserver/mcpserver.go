@@ -37,11 +37,13 @@ const principalKey = "principal"
 func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http.Handler {
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandbox", Version: version}, &mcp.ServerOptions{
 		Instructions: "Lease an isolated sandbox, run commands in it, read and write its files, stop its work and end it. " +
-			"process_start runs a command in the background (process_output reads its output, process_stdin feeds it, process_signal stops it). " +
+			"fork copies a running sandbox, memory and all. process_start runs a command in the background (process_output reads its output, process_stdin feeds it, process_signal stops it). " +
 			"run_code runs a program in one of " + fmt.Sprint(interp.Names()) + " in a session that keeps its files.",
 		Logger: log,
 	})
 	add(s, "lease", "Lease a sandbox (class exec by default), or pass the id of one of yours to resume it and extend its lease.", o.Lease)
+	add(s, "fork", "Fork a running sandbox: a new sandbox that goes on from its memory and files at this instant (its running processes too) while the original runs on. "+
+		"A project sandbox's fork needs a new project, which gets a copy of the volume.", o.Fork)
 	add(s, "run", "Run a command in a sandbox and wait for it. A non-zero exit is a result, not an error.", o.Run)
 	add(s, "read", "Read a file (text in data when it is UTF-8, always dataBase64) or list a directory of a sandbox.", o.Read)
 	add(s, "write", "Write a whole file in a sandbox (data for text, dataBase64 for bytes); parents are created.", o.Write)

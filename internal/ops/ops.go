@@ -1,5 +1,5 @@
-// Package ops is the typed face of the service for agents: lease, run,
-// read, write, stop and end, the background processes (process_start,
+// Package ops is the typed face of the service for agents: lease, fork,
+// run, read, write, stop and end, the background processes (process_start,
 // process_list, process_output, process_stdin, process_signal) and
 // run_code, each a function from one JSON object to another, with ids and
 // paths in the body. The HTTP routes
@@ -30,6 +30,7 @@ import (
 type Sandboxes interface {
 	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
 	Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error)
+	Fork(ctx context.Context, id string, req service.ForkRequest) (*sandbox.Sandbox, error)
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
 	Read(ctx context.Context, id, path string, max int64) (*service.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
@@ -82,6 +83,27 @@ func (o *Ops) Lease(ctx context.Context, in LeaseIn) (*sandbox.Object, error) {
 	default:
 		sb, err = o.svc.Renew(ctx, in.ID, in.TTLSec)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return sb.Object(), nil
+}
+
+// ForkIn asks for a fork of a sandbox: the fork request itself, and the
+// sandbox's id.
+type ForkIn struct {
+	ID string `json:"id" jsonschema:"the running sandbox to fork"`
+	service.ForkRequest
+}
+
+// Fork leases a new sandbox that goes on from sandbox in.ID's memory and
+// files at this instant (its processes too), while in.ID runs on; its
+// answer is the new sandbox's object.
+func (o *Ops) Fork(ctx context.Context, in ForkIn) (*sandbox.Object, error) {
+	if err := needID(in.ID); err != nil {
+		return nil, err
+	}
+	sb, err := o.svc.Fork(ctx, in.ID, in.ForkRequest)
 	if err != nil {
 		return nil, err
 	}

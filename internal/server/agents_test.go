@@ -81,7 +81,7 @@ func opBodies(id string) map[string]map[string]any {
 		"lease": {"id": id}, "run": {"id": id, "command": "true"}, "read": {"id": id, "path": "notes/n.txt"},
 		"write": {"id": id, "path": "x", "data": "x"}, "stop": {"id": id}, "end": {"id": id},
 		"process_start": {"id": id, "argv": []string{"true"}}, "process_list": {"id": id}, "process_output": {"id": id, "pid": 1},
-		"process_stdin": {"id": id, "pid": 1, "text": "x"}, "process_signal": {"id": id, "pid": 1},
+		"process_stdin": {"id": id, "pid": 1, "text": "x"}, "process_signal": {"id": id, "pid": 1}, "fork": {"id": id},
 	}
 }
 
@@ -160,7 +160,7 @@ func TestMCP(t *testing.T) {
 			t.Errorf("tool %s: input schema accepts unknown fields: %s", tool.Name, schema)
 		}
 	}
-	if got := strings.Join(names, ","); !strings.Contains(","+got+",", ",lease,") || !strings.Contains(","+got+",", ",process_output,") || len(names) != 12 {
+	if got := strings.Join(names, ","); !strings.Contains(","+got+",", ",lease,") || !strings.Contains(","+got+",", ",process_output,") || !strings.Contains(","+got+",", ",fork,") || len(names) != 13 {
 		t.Fatalf("tools: %s", got)
 	}
 

@@ -119,3 +119,49 @@ func TestProcessOps(t *testing.T) {
 		t.Errorf("process_output without a pid: %q", msg)
 	}
 }
+
+// TestForkOps: fork through both typed doors on the real runtime — the
+// fork has the original's files and its running process (which goes on
+// in the fork: it answers its stdin there), the original runs on; a
+// project on a sandbox that has none is refused.
+func TestForkOps(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	e.must(http.StatusOK, "POST", "/v1/sandbox/write", "acme", map[string]any{"id": id, "path": "before.txt", "data": "kept"})
+	cat := e.startProcess("acme", id, map[string]any{"argv": []string{"cat"}, "stdin": "in-original\n"})
+
+	fork := e.must(http.StatusOK, "POST", "/v1/sandbox/fork", "acme", map[string]any{"id": id, "metadata": map[string]string{"copy": "1"}}).JSON(t)
+	fid, _ := fork["id"].(string)
+	if fid == "" || fid == id || fork["status"] != "running" || fork["kind"] != "sandbox" || mustJSON(fork["metadata"]) != `{"copy":"1"}` {
+		t.Fatalf("typed fork: %v", fork)
+	}
+	if r := e.must(http.StatusOK, "POST", "/v1/sandbox/read", "acme", map[string]any{"id": fid, "path": "before.txt"}).JSON(t); r["data"] != "kept" {
+		t.Errorf("the fork's file: %v", r)
+	}
+	e.must(http.StatusOK, "POST", "/v1/sandbox/process_stdin", "acme", map[string]any{"id": fid, "pid": cat.Pid, "text": "in-fork\n", "eof": true})
+	e.waitProcess("acme", fid, cat.Pid)
+	if out := e.must(http.StatusOK, "POST", "/v1/sandbox/process_output", "acme", map[string]any{"id": fid, "pid": cat.Pid}).JSON(t); out["stdout"] != "in-original\nin-fork\n" {
+		t.Errorf("the forked cat's output: %v", out)
+	}
+	if p := e.process("acme", id, cat.Pid); p.Status != "running" {
+		t.Errorf("the original's cat after the fork's ended: %+v", p)
+	}
+	e.must(http.StatusBadRequest, "POST", "/v1/sandbox/fork", "acme", map[string]any{"id": id, "project": "p"})
+	e.must(http.StatusBadRequest, "POST", "/v1/sandbox/fork", "acme", map[string]any{})
+
+	s, err := e.mcpSession(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	again, msg := call(t, s, "fork", map[string]any{"id": fid})
+	if gid, _ := again["id"].(string); gid == "" || gid == fid || gid == id {
+		t.Fatalf("fork over MCP: %v %s", again, msg)
+	}
+	if r, msg := call(t, s, "read", map[string]any{"id": again["id"], "path": "before.txt"}); r["data"] != "kept" {
+		t.Errorf("the second fork's file: %v %s", r, msg)
+	}
+	if _, msg := call(t, s, "fork", map[string]any{"id": id, "project": "p"}); !strings.HasPrefix(msg, "invalid:") {
+		t.Errorf("fork with a project of a sandbox without one: %q", msg)
+	}
+}
