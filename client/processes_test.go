@@ -209,3 +209,46 @@ func wait(t *testing.T, c *client.Client, id string, pid int) *client.Process {
 	t.Fatalf("process %d still runs after 10 s", pid)
 	return nil
 }
+
+// TestFork: Fork on the real server: the fork has the original's files and
+// its running process, its own id and metadata; a project for a sandbox
+// without one is refused with the server's message.
+func TestFork(t *testing.T) {
+	c, _ := newClient(t)
+	ctx := context.Background()
+	sb, err := c.Lease(ctx, client.LeaseRequest{Metadata: map[string]string{"side": "original"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.End(ctx, sb.ID, false)
+	if _, err := c.WriteFile(ctx, sb.ID, "f.txt", strings.NewReader("before the fork")); err != nil {
+		t.Fatal(err)
+	}
+	sleeper, err := c.StartProcess(ctx, sb.ID, client.ProcessRequest{Argv: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := c.Fork(ctx, sb.ID, client.ForkRequest{TTLSec: 600, Metadata: map[string]string{"side": "fork"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.End(ctx, fork.ID, false)
+	if fork.ID == sb.ID || fork.Status != "running" || fork.Class != sb.Class || fork.Metadata["side"] != "fork" || time.Until(fork.Expires()) < 590*time.Second {
+		t.Errorf("fork: %+v", fork)
+	}
+	f, err := c.ReadFile(ctx, fork.ID, "f.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "before the fork" {
+		t.Errorf("the fork's file: %q", b)
+	}
+	if p, err := c.Process(ctx, fork.ID, sleeper.Pid); err != nil || !p.Running() {
+		t.Errorf("the fork's process: %+v %v", p, err)
+	}
+	if _, err := c.Fork(ctx, sb.ID, client.ForkRequest{Project: "p"}); client.StatusOf(err) != 400 || !strings.Contains(err.Error(), "no project") {
+		t.Errorf("a fork with a project of a sandbox without one: %v", err)
+	}
+}

@@ -58,6 +58,24 @@ func (c *Client) Lease(ctx context.Context, req LeaseRequest) (*Sandbox, error) 
 	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox", in: req, out: &sb})
 }
 
+// ForkRequest asks for a fork of a running sandbox; every field may be
+// left out but Project for a project sandbox.
+type ForkRequest struct {
+	// Project is the fork's project: a new one, which gets a copy of the
+	// volume (required for a project sandbox, refused for another).
+	Project  string            `json:"project,omitempty"`
+	TTLSec   int64             `json:"ttlSec,omitempty"`   // the fork's lease; zero is the class's
+	Metadata map[string]string `json:"metadata,omitempty"` // nil: the original's
+}
+
+// Fork leases a new sandbox that goes on from running sandbox id's memory
+// and files at this instant (its processes too) while id runs on; a
+// backend that cannot checkpoint answers 501.
+func (c *Client) Fork(ctx context.Context, id string, req ForkRequest) (*Sandbox, error) {
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/fork", in: req, out: &sb})
+}
+
 // Get returns one sandbox.
 func (c *Client) Get(ctx context.Context, id string) (*Sandbox, error) {
 	var sb Sandbox
