@@ -42,6 +42,8 @@ or the file 'sandbox login' writes):
   sandbox send ID PID [--eof]               this stdin to the process's stdin (--eof then closes it)
   sandbox kill ID PID [--signal TERM]       signal a process and its group
   sandbox renew ID --ttl DUR                extend a lease
+  sandbox fork ID [--project P] [--ttl DUR]
+                                            a new sandbox going on from this one's memory and files (a project sandbox's needs a new P)
   sandbox pause|resume|stop ID              sleep, wake, or stop every command of a sandbox
   sandbox end ID [--purge]                  end a sandbox (--purge drops its project volume)
   sandbox run-code --language py FILE|-     run a program in the code interpreter

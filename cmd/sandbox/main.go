@@ -103,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cpCmd(ctx, args[1:], stdout, stderr)
 	case "logs":
 		return logsCmd(ctx, args[1:], stdout, stderr)
+	case "fork":
+		return forkCmd(ctx, args[1:], stdout, stderr)
 	case "ps":
 		return psCmd(ctx, args[1:], stdout, stderr)
 	case "start":

@@ -14,7 +14,8 @@ import (
 	"github.com/sandboxd/sandbox/client"
 )
 
-// The background process verbs: ps, start, output, send, kill.
+// The background process verbs (ps, start, output, send, kill), and fork,
+// which copies a sandbox with its processes.
 
 // envFlag collects --env K=V flags.
 type envFlag map[string]string
@@ -221,4 +222,22 @@ func killCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	return showProcess(stdout, cf.output, p)
+}
+
+func forkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var req client.ForkRequest
+	var ttl time.Duration
+	cf, rest, err := verb("fork", "ID [--project P] [--ttl DUR]", args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&req.Project, "project", "", "the fork's new project, which gets a copy of the volume (required for a project sandbox)")
+		fs.DurationVar(&ttl, "ttl", 0, "the fork's lease (default: the class's)")
+	}, 1, 1)
+	if err != nil {
+		return err
+	}
+	req.TTLSec = int64(ttl / time.Second)
+	sb, err := cf.c.Fork(ctx, rest[0], req)
+	if err != nil {
+		return err
+	}
+	return showSandbox(stdout, cf.output, sb)
 }

@@ -16,8 +16,8 @@ import (
 
 // TestCLIProcesses: the background process verbs of the binary on a real
 // server and runtime — start (env, dir, tty), ps, send with --eof, output
-// at once and followed (the process's exit code is the CLI's), kill, and
-// the completion of a pid.
+// at once and followed (the process's exit code is the CLI's), kill, fork,
+// and the completion of a pid.
 func TestCLIProcesses(t *testing.T) {
 	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
 	home := t.TempDir()
@@ -73,6 +73,23 @@ func TestCLIProcesses(t *testing.T) {
 	tty := strings.TrimSpace(c.must("start", sb.ID, "--tty", "--", "sh", "-c", "tty; echo oops >&2"))
 	if out, _, code := c.run("", "output", sb.ID, tty, "-f"); code != 0 || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "oops") {
 		t.Errorf("a tty process's output: %d %q", code, out)
+	}
+
+	// fork: a new sandbox with the original's running process.
+	runner := strings.TrimSpace(c.must("start", sb.ID, "--", "sleep", "600"))
+	var fork struct{ ID, Status string }
+	json.Unmarshal([]byte(c.must("fork", sb.ID, "--ttl", "5m", "-o", "json")), &fork)
+	if fork.ID == "" || fork.ID == sb.ID || fork.Status != "running" {
+		t.Fatalf("fork: %+v", fork)
+	}
+	if out := c.must("ps", fork.ID); !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
+		f := strings.Fields(l)
+		return len(f) > 1 && f[0] == runner && f[1] == "running"
+	}) {
+		t.Errorf("ps of the fork:\n%s", out)
+	}
+	if _, errs, code := c.run("", "fork", sb.ID, "--project", "p"); code != 2 || !strings.Contains(errs, "400") {
+		t.Errorf("fork --project of a sandbox without one: %d %q", code, errs)
 	}
 
 	// Completion of a pid after kill ID.
