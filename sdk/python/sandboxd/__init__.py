@@ -11,11 +11,11 @@ filesystem and a lease that ends it. ``Sandbox`` is the synchronous client,
 """
 
 from ._errors import NotFoundError, SandboxError
-from ._models import CommandResult, Event, RunCodeResult, SandboxInfo
+from ._models import CommandResult, Event, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo
 from ._sync import Pty, Sandbox, run_code
 from ._async import AsyncPty, AsyncSandbox, async_run_code
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Pty", "AsyncPty", "SandboxError", "NotFoundError",
-    "CommandResult", "RunCodeResult", "SandboxInfo", "Event", "run_code", "async_run_code",
+    "CommandResult", "RunCodeResult", "SandboxInfo", "Event", "ProcessInfo", "ProcessEvent", "run_code", "async_run_code",
 ]

@@ -12,8 +12,9 @@ import websockets
 
 from ._transport import async_transport
 from ._errors import SandboxError, refusal, should_retry
-from ._models import CommandResult, Event, RunCodeResult, SandboxInfo, exec_body, lease_body, parse_sse
-from ._sync import _config
+from ._models import (CommandResult, Event, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
+                      exec_body, fork_body, lease_body, parse_sse, process_body)
+from ._sync import STREAM_TRIES, _config
 
 
 def ws_url(base: str, sandbox_id: str, ticket: str, session: Optional[str]) -> str:
@@ -141,6 +142,65 @@ class AsyncSandbox:
             async for line in res.aiter_lines():
                 for e in parse_sse([line]):
                     yield e
+
+    async def start_process(self, cmd: Union[str, List[str]], *, stdin: Optional[str] = None, cwd: Optional[str] = None,
+                            envs: Optional[Dict[str, str]] = None, tty: bool = False, cols: Optional[int] = None, rows: Optional[int] = None,
+                            timeout: Optional[float] = None, session: Optional[str] = None) -> ProcessInfo:
+        """Start a background process (``Sandbox.start_process``)."""
+        body = process_body(cmd, stdin, cwd, envs, tty, cols, rows, timeout, session)
+        return ProcessInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/processes", json=body))
+
+    async def processes(self) -> List[ProcessInfo]:
+        return [ProcessInfo.of(p) for p in (await self._http.json("GET", f"/v1/sandbox/{self.id}/processes"))["processes"]]
+
+    async def process(self, pid: int) -> ProcessInfo:
+        return ProcessInfo.of(await self._http.json("GET", f"/v1/sandbox/{self.id}/processes/{pid}"))
+
+    async def process_output(self, pid: int, from_: int = 0) -> AsyncIterator[ProcessEvent]:
+        """Follow a process's output to its end, resumed after the last event when the stream breaks
+        (``Sandbox.process_output``)."""
+        last, failed = from_, 0
+        while True:
+            stream, err = OutputStream(last), None
+            try:
+                async with self._http.client.stream("GET", f"/v1/sandbox/{self.id}/processes/{pid}/output", params={"from": str(last)} if last else None,
+                                                    headers={"Accept": "text/event-stream"}, timeout=httpx.Timeout(None, connect=10.0)) as res:
+                    if res.status_code >= 400:
+                        await res.aread()
+                        raise refusal(res)
+                    async for line in res.aiter_lines():
+                        ev = stream.feed(line)
+                        if ev is not None:
+                            yield ev
+                            if stream.ended:
+                                return
+            except (httpx.TransportError, StreamBroken) as e:
+                err = e
+            if stream.last > last:
+                last, failed = stream.last, 0
+            else:
+                failed += 1
+                if failed >= STREAM_TRIES:
+                    raise SandboxError(502, f"the output stream of process {pid} broke {failed} times in a row: {err or 'it ended early'}")
+            await asyncio.sleep(0.1 * 2 ** failed)
+
+    async def send_stdin(self, pid: int, data: Union[str, bytes], eof: bool = False) -> int:
+        body = data.encode() if isinstance(data, str) else data
+        d = await self._http.json("POST", f"/v1/sandbox/{self.id}/processes/{pid}/stdin", params={"eof": "1"} if eof else None, content=body,
+                                  headers={"Content-Type": "application/octet-stream"})
+        return d["written"]
+
+    async def signal(self, pid: int, signal: str = "TERM") -> ProcessInfo:
+        return ProcessInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/processes/{pid}/signal", json={"signal": str(signal)}))
+
+    async def resize_process(self, pid: int, cols: int, rows: int) -> ProcessInfo:
+        return ProcessInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/processes/{pid}/resize", json={"cols": cols, "rows": rows}))
+
+    async def fork(self, *, project: Optional[str] = None, timeout: Optional[float] = None, metadata: Optional[Dict[str, str]] = None) -> "AsyncSandbox":
+        """A new sandbox going on from this one's memory and files (``Sandbox.fork``), with a client of
+        its own (``async with`` it to end it)."""
+        d = await self._http.json("POST", f"/v1/sandbox/{self.id}/fork", json=fork_body(project, timeout, metadata))
+        return AsyncSandbox(SandboxInfo.of(d), _AsyncHTTP(self._http.url, self._http.key))
 
     async def set_timeout(self, timeout: float) -> None:
         self.info = SandboxInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/renew", json={"ttlSec": int(timeout)}))

@@ -77,6 +77,139 @@ class Event:
     at: str
 
 
+@dataclass
+class ProcessInfo:
+    """A background process's record. Times are Unix seconds; ``status`` is
+    running, exited or lost (the sandbox started again without its memory)."""
+
+    pid: int
+    argv: List[str]
+    dir: str
+    status: str
+    started_at: int
+    ended_at: Optional[int] = None
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    timed_out: bool = False
+    output_bytes: int = 0
+    dropped_bytes: int = 0
+    stdin_open: bool = False
+    tty: bool = False
+    session: Optional[str] = None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @classmethod
+    def of(cls, d: Dict[str, Any]) -> "ProcessInfo":
+        return cls(
+            pid=d["pid"], argv=d.get("argv") or [], dir=d.get("dir", ""), status=d["status"], started_at=d["startedAt"],
+            ended_at=d.get("endedAt"), exit_code=d.get("exitCode"), signal=d.get("signal"), timed_out=d.get("timedOut", False),
+            output_bytes=d.get("outputBytes", 0), dropped_bytes=d.get("droppedBytes", 0), stdin_open=d.get("stdinOpen", False),
+            tty=d.get("tty", False), session=d.get("session"),
+        )
+
+
+@dataclass
+class ProcessEvent:
+    """One piece of a process's output: ``stdout``/``stderr`` (``data``),
+    ``dropped`` (``dropped_bytes`` before ``offset`` are no longer kept) or
+    ``end`` (``process``). ``offset`` is where it ends in all the process
+    wrote: pass it as ``from_`` to read on after it."""
+
+    kind: str
+    offset: int
+    data: bytes = b""
+    dropped_bytes: int = 0
+    process: Optional[ProcessInfo] = None
+
+
+def process_body(cmd: Any, stdin: Optional[str], cwd: Optional[str], envs: Optional[Dict[str, str]], tty: bool,
+                 cols: Optional[int], rows: Optional[int], timeout: Optional[float], session: Optional[str]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"argv": list(cmd)} if isinstance(cmd, (list, tuple)) else {"command": cmd}
+    if stdin is not None:
+        body["stdin"] = stdin
+    if cwd:
+        body["dir"] = cwd
+    if envs:
+        body["env"] = envs
+    if tty:
+        body["tty"] = True
+    if cols:
+        body["cols"] = cols
+    if rows:
+        body["rows"] = rows
+    if timeout:
+        body["timeoutSec"] = max(1, int(timeout))
+    if session:
+        body["session"] = session
+    return body
+
+
+def fork_body(project: Optional[str], timeout: Optional[float], metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {}
+    if project:
+        body["project"] = project
+    if timeout:
+        body["ttlSec"] = int(timeout)
+    if metadata is not None:
+        body["metadata"] = metadata
+    return body
+
+
+class OutputStream:
+    """Parses a process's output stream, line by line (``feed``), into
+    ProcessEvents; ``last`` is the offset after the last one, where a broken
+    stream resumes, and ``ended`` says the end came."""
+
+    def __init__(self, start: int):
+        self.last = start
+        self.ended = False
+        self._id = self._event = None
+        self._data: List[str] = []
+
+    def feed(self, line: str) -> Optional[ProcessEvent]:
+        import base64
+        import json
+
+        line = line.rstrip("\r\n")  # httpx before 0.24 keeps the line's end
+        if line:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "id":
+                self._id = value
+            elif field == "event":
+                self._event = value
+            elif field == "data":
+                self._data.append(value)
+            return None
+        kind, data, ev_id = self._event, "\n".join(self._data), self._id
+        self._id = self._event = None
+        self._data = []
+        if not kind:
+            return None  # a comment (: ping) or the retry hint
+        if kind == "error":
+            raise StreamBroken(json.loads(data).get("error", data))
+        if kind not in ("stdout", "stderr", "dropped", "end"):
+            return None
+        d = json.loads(data)
+        ev = ProcessEvent(kind, int(ev_id))
+        if kind in ("stdout", "stderr"):
+            ev.data = base64.b64decode(d[kind + "Base64"]) if kind + "Base64" in d else d.get(kind, "").encode()
+        elif kind == "dropped":
+            ev.dropped_bytes = d["droppedBytes"]
+        else:
+            ev.process = ProcessInfo.of(d)
+            self.ended = True
+        self.last = ev.offset
+        return ev
+
+
+class StreamBroken(Exception):
+    """The output stream ended before the process did; it is resumed."""
+
+
 def exec_body(cmd: Any, stdin: Optional[str], cwd: Optional[str], timeout: Optional[float],
               env: Optional[Dict[str, str]], session: Optional[str]) -> Dict[str, Any]:
     body: Dict[str, Any] = {"argv": list(cmd)} if isinstance(cmd, (list, tuple)) else {"command": cmd}

@@ -12,7 +12,12 @@ import httpx
 
 from ._transport import sync_transport
 from ._errors import SandboxError, refusal, should_retry
-from ._models import CommandResult, Event, RunCodeResult, SandboxInfo, exec_body, lease_body, parse_sse
+from ._models import (CommandResult, Event, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
+                      exec_body, fork_body, lease_body, parse_sse, process_body)
+
+#: How often in a row a process's output stream may break with nothing new
+#: before process_output gives up.
+STREAM_TRIES = 5
 
 
 def _config(api_url: Optional[str], api_key: Optional[str]):
@@ -300,6 +305,71 @@ class Sandbox:
                 res.read()
                 raise refusal(res)
             yield from parse_sse(res.iter_lines())
+
+    def start_process(self, cmd: Union[str, List[str]], *, stdin: Optional[str] = None, cwd: Optional[str] = None,
+                      envs: Optional[Dict[str, str]] = None, tty: bool = False, cols: Optional[int] = None, rows: Optional[int] = None,
+                      timeout: Optional[float] = None, session: Optional[str] = None) -> ProcessInfo:
+        """Start ``cmd`` (a shell line, or an argv list) in the background and return at once: it runs on
+        after the call, its output kept (the last 1 MiB). ``timeout`` kills it after that many seconds."""
+        body = process_body(cmd, stdin, cwd, envs, tty, cols, rows, timeout, session)
+        return ProcessInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/processes", json=body))
+
+    def processes(self) -> List[ProcessInfo]:
+        """Its background processes, running and finished, oldest first."""
+        return [ProcessInfo.of(p) for p in self._http.json("GET", f"/v1/sandbox/{self.id}/processes")["processes"]]
+
+    def process(self, pid: int) -> ProcessInfo:
+        return ProcessInfo.of(self._http.json("GET", f"/v1/sandbox/{self.id}/processes/{pid}"))
+
+    def process_output(self, pid: int, from_: int = 0) -> Iterator[ProcessEvent]:
+        """Follow a process's output after the offset ``from_`` (0: all that is still kept) until it ends
+        (the last event is ``end``). A stream that breaks is resumed after the last event, so each byte
+        comes once; after STREAM_TRIES breaks in a row with nothing new it raises SandboxError."""
+        last, failed = from_, 0
+        while True:
+            stream, err = OutputStream(last), None
+            try:
+                with self._http.client.stream("GET", f"/v1/sandbox/{self.id}/processes/{pid}/output", params={"from": str(last)} if last else None,
+                                              headers={"Accept": "text/event-stream"}, timeout=httpx.Timeout(None, connect=10.0)) as res:
+                    if res.status_code >= 400:
+                        res.read()
+                        raise refusal(res)
+                    for line in res.iter_lines():
+                        ev = stream.feed(line)
+                        if ev is not None:
+                            yield ev
+                            if stream.ended:
+                                return
+            except (httpx.TransportError, StreamBroken) as e:
+                err = e
+            if stream.last > last:
+                last, failed = stream.last, 0
+            else:
+                failed += 1
+                if failed >= STREAM_TRIES:
+                    raise SandboxError(502, f"the output stream of process {pid} broke {failed} times in a row: {err or 'it ended early'}")
+            time.sleep(0.1 * 2 ** failed)
+
+    def send_stdin(self, pid: int, data: Union[str, bytes], eof: bool = False) -> int:
+        """Write ``data`` to a process's stdin (``eof`` then closes it; a tty process gets ^D); how many bytes."""
+        body = data.encode() if isinstance(data, str) else data
+        d = self._http.json("POST", f"/v1/sandbox/{self.id}/processes/{pid}/stdin", params={"eof": "1"} if eof else None, content=body,
+                            headers={"Content-Type": "application/octet-stream"})
+        return d["written"]
+
+    def signal(self, pid: int, signal: str = "TERM") -> ProcessInfo:
+        """Send a signal (TERM, INT, KILL, HUP, USR1, ... or a number) to a process and its group."""
+        return ProcessInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/processes/{pid}/signal", json={"signal": str(signal)}))
+
+    def resize_process(self, pid: int, cols: int, rows: int) -> ProcessInfo:
+        """Set a tty process's terminal size."""
+        return ProcessInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/processes/{pid}/resize", json={"cols": cols, "rows": rows}))
+
+    def fork(self, *, project: Optional[str] = None, timeout: Optional[float] = None, metadata: Optional[Dict[str, str]] = None) -> "Sandbox":
+        """A new sandbox that goes on from this one's memory and files at this instant (its processes
+        too) while this one runs on. A project sandbox's fork needs a new ``project``, which gets a copy
+        of the volume; ``timeout`` is its lease in seconds; ``metadata`` defaults to this one's."""
+        return Sandbox(SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/fork", json=fork_body(project, timeout, metadata))), self._http)
 
     def kill(self, purge: bool = False) -> None:
         """End the sandbox (``purge`` drops its project volume too)."""

@@ -4,9 +4,11 @@ sdk/sdk_test.go, which starts one."""
 import asyncio
 import time
 
+import httpx
 import pytest
 
 from sandboxd import AsyncSandbox, NotFoundError, Sandbox, SandboxError, run_code
+from sandboxd._sync import _HTTP
 
 
 def test_sync_sandbox():
@@ -101,5 +103,128 @@ def test_async_sandbox():
             while b"pty-2" not in seen:
                 seen += await asyncio.wait_for(pty.recv(), 30)
             await pty.close()
+
+    asyncio.run(main())
+
+
+class _Cut(httpx.BaseTransport):
+    """Breaks the first output stream after its first event, as a dropped
+    connection does, and records the offset each output request asked from."""
+
+    def __init__(self):
+        self.inner = httpx.HTTPTransport()
+        self.starts = []
+
+    def handle_request(self, request):
+        res = self.inner.handle_request(request)
+        if request.url.path.endswith("/output") and res.headers.get("content-type") == "text/event-stream":
+            self.starts.append(request.url.params.get("from", ""))
+            if len(self.starts) == 1:
+                return httpx.Response(res.status_code, headers=res.headers, stream=_CutStream(res.stream), extensions=res.extensions)
+        return res
+
+
+class _CutStream(httpx.SyncByteStream):
+    """Passes the retry hint and one event (two blank lines), then fails."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __iter__(self):
+        blanks, prev = 2, b""
+        for chunk in self.inner:
+            for i in range(len(chunk)):
+                if chunk[i:i + 1] == b"\n" and prev == b"\n":
+                    blanks -= 1
+                    if blanks == 0:
+                        yield chunk[:i + 1]
+                        raise httpx.ReadError("cut")
+                prev = chunk[i:i + 1]
+            yield chunk
+
+    def close(self):
+        self.inner.close()
+
+
+def _cut_view(sbx: Sandbox, cut: _Cut) -> Sandbox:
+    """A handle on sbx whose calls go through cut."""
+    http = _HTTP(None, None)
+    http.client = httpx.Client(base_url=http.url, headers={"Authorization": "Bearer " + http.key}, transport=cut)
+    return Sandbox(sbx.info, http)
+
+
+def test_processes():
+    with Sandbox.create() as sbx:
+        p = sbx.start_process("for i in 1 2 3; do echo line $i; sleep 0.5; done; echo gone >&2; exit 3")
+        assert p.running and p.pid > 0 and p.argv[0] == "sh"
+
+        # Followed across a dropped connection: resumed after the last event, each byte once.
+        cut = _Cut()
+        out, kinds, end = b"", [], None
+        for ev in _cut_view(sbx, cut).process_output(p.pid):
+            kinds.append(ev.kind)
+            out += ev.data
+            end = ev.process or end
+        assert out == b"line 1\nline 2\nline 3\ngone\n", kinds
+        assert kinds[-1] == "end" and end.status == "exited" and end.exit_code == 3
+        assert cut.starts == ["", "7"]
+        assert b"".join(e.data for e in sbx.process_output(p.pid, from_=14)) == b"line 3\ngone\n"
+
+        cat = sbx.start_process(["cat"], stdin="a\n")
+        assert sbx.send_stdin(cat.pid, b"b\x00\xff\n", eof=True) == 4
+        assert b"".join(e.data for e in sbx.process_output(cat.pid)) == b"a\nb\x00\xff\n"
+
+        tty = sbx.start_process("trap 'stty size; exit 0' USR1; while :; do sleep 0.1; done", tty=True, cols=80, rows=24)
+        assert sbx.resize_process(tty.pid, 120, 40).tty
+        sbx.signal(tty.pid, "USR1")
+        assert b"40 120" in b"".join(e.data for e in sbx.process_output(tty.pid))
+
+        sleeper = sbx.start_process(["sh", "-c", "echo $X; exec sleep 600"], envs={"X": "from-env"})
+        sbx.signal(sleeper.pid)
+        events = list(sbx.process_output(sleeper.pid))
+        assert events[0].data == b"from-env\n"
+        assert events[-1].process.signal == "SIGTERM" and events[-1].process.exit_code == 143
+        with pytest.raises(SandboxError) as e:
+            sbx.signal(sleeper.pid, "BOGUS")
+        assert e.value.status == 400
+        assert [q.pid for q in sbx.processes()] == [p.pid, cat.pid, tty.pid, sleeper.pid]
+        assert not sbx.process(cat.pid).running
+        with pytest.raises(NotFoundError):
+            sbx.process(99999)
+        with pytest.raises(NotFoundError):
+            list(sbx.process_output(99999))
+
+
+def test_fork():
+    with Sandbox.create(metadata={"side": "original"}) as sbx:
+        sbx.files.write("f.txt", "before the fork")
+        runner = sbx.start_process(["sleep", "600"])
+        with sbx.fork(timeout=300, metadata={"side": "fork"}) as f:
+            assert f.id != sbx.id and f.info.status == "running" and f.info.metadata == {"side": "fork"}
+            assert f.files.read("f.txt") == b"before the fork"
+            assert f.process(runner.pid).running
+        with pytest.raises(SandboxError) as e:
+            sbx.fork(project="p")
+        assert e.value.status == 400 and "no project" in e.value.message
+
+
+def test_async_processes():
+    async def main():
+        async with await AsyncSandbox.create() as sbx:
+            cat = await sbx.start_process(["cat"], stdin="a\n")
+            assert await sbx.send_stdin(cat.pid, "b\n", eof=True) == 2
+            out = b""
+            async for ev in sbx.process_output(cat.pid):
+                out += ev.data
+            assert out == b"a\nb\n" and ev.kind == "end" and ev.process.exit_code == 0
+            sleeper = await sbx.start_process("sleep 600")
+            assert [p.pid for p in await sbx.processes()] == [cat.pid, sleeper.pid]
+            async with await sbx.fork() as f:
+                assert f.id != sbx.id and (await f.process(sleeper.pid)).running
+            await sbx.signal(sleeper.pid, "KILL")
+            async for ev in sbx.process_output(sleeper.pid, from_=0):
+                pass
+            assert ev.process.signal == "SIGKILL"
+            assert not (await sbx.process(sleeper.pid)).running
 
     asyncio.run(main())
