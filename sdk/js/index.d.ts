@@ -66,6 +66,60 @@ export interface RunCodeResult {
   stopped?: boolean;
 }
 
+/** A background process's record; times are Unix seconds. */
+export interface ProcessInfo {
+  pid: number;
+  argv: string[];
+  dir: string;
+  tty?: boolean;
+  session?: string;
+  /** lost: the sandbox started again without its memory, the end is unknown. */
+  status: "running" | "exited" | "lost";
+  startedAt: number;
+  endedAt?: number;
+  exitCode?: number;
+  /** What killed it, e.g. "SIGTERM". */
+  signal?: string;
+  timedOut?: boolean;
+  outputBytes: number;
+  droppedBytes: number;
+  stdinOpen?: boolean;
+}
+
+export interface ProcessOptions {
+  stdin?: string;
+  cwd?: string;
+  envs?: Record<string, string>;
+  /** On a terminal: stderr merged into stdout, resizable. */
+  tty?: boolean;
+  cols?: number;
+  rows?: number;
+  /** Killed after this long (exit 124); default: it runs until it ends, is signalled or the sandbox ends. */
+  timeoutSec?: number;
+  session?: string;
+}
+
+/** One piece of a process's output; offset is where it ends in all the process wrote (pass it as from). */
+export interface ProcessEvent {
+  kind: "stdout" | "stderr" | "dropped" | "end";
+  offset: number;
+  /** stdout, stderr: the bytes. */
+  data: Uint8Array;
+  /** dropped: output before offset no longer kept. */
+  droppedBytes?: number;
+  /** end: the process's record. */
+  process?: ProcessInfo;
+}
+
+export interface ForkOptions {
+  /** A project sandbox's fork needs a new project, which gets a copy of the volume. */
+  project?: string;
+  /** The fork's lease in seconds; default the class's. */
+  timeoutSec?: number;
+  /** Default: the original's. */
+  metadata?: Record<string, string>;
+}
+
 /** A refusal of the server: its status and message, unchanged. */
 export class SandboxError extends Error {
   status: number;
@@ -132,6 +186,19 @@ export class Sandbox {
   setMetadata(metadata: Record<string, string>): Promise<void>;
   stats(): Promise<{ id: string; cpuSeconds?: number; memoryBytes?: number; processes?: number; unavailable?: string; disk: { path: string; usedBytes: number; sizeBytes: number }[] }>;
   logs(session: string, opts?: { after?: number; signal?: AbortSignal }): AsyncGenerator<Event>;
+  /** Start a background process; resolves at once (it runs on, its output kept: the last 1 MiB). */
+  startProcess(cmd: string | string[], opts?: ProcessOptions): Promise<ProcessInfo>;
+  processes(): Promise<ProcessInfo[]>;
+  process(pid: number): Promise<ProcessInfo>;
+  /** Its output after from (0: all that is kept) to its end; a broken stream is resumed after the last event. */
+  processOutput(pid: number, opts?: { from?: number; signal?: AbortSignal }): AsyncGenerator<ProcessEvent>;
+  /** Write to its stdin (eof then closes it); the bytes written. */
+  sendStdin(pid: number, data: string | Uint8Array, opts?: { eof?: boolean }): Promise<number>;
+  /** Signal it and its group (default TERM). */
+  signal(pid: number, signal?: string | number): Promise<ProcessInfo>;
+  resizeProcess(pid: number, cols: number, rows: number): Promise<ProcessInfo>;
+  /** A new sandbox going on from this one's memory and files (its processes too) while this one runs on. */
+  fork(opts?: ForkOptions): Promise<Sandbox>;
   kill(opts?: { purge?: boolean }): Promise<void>;
 }
 

@@ -157,6 +157,60 @@ class Files {
   }
 }
 
+// How often in a row a process's output stream may break with nothing new
+// before processOutput gives up.
+const STREAM_TRIES = 5;
+
+const b64bytes = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+
+/** Parses a process's output stream line by line into events; ``last`` is the offset after the last one. */
+class OutputStream {
+  constructor(start) {
+    this.last = start;
+    this.ended = false;
+    this.reset();
+  }
+
+  reset() {
+    this.id = this.event = undefined;
+    this.data = [];
+  }
+
+  /** One line (without its end); an event, or undefined. */
+  feed(line) {
+    if (line !== "") {
+      const i = line.indexOf(":");
+      const field = i < 0 ? line : line.slice(0, i);
+      let value = i < 0 ? "" : line.slice(i + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "id") this.id = value;
+      else if (field === "event") this.event = value;
+      else if (field === "data") this.data.push(value);
+      return undefined;
+    }
+    const { id, event: kind } = this;
+    const data = this.data.join("\n");
+    this.reset();
+    if (!kind) return undefined; // a comment (: ping) or the retry hint
+    if (kind === "error") throw new StreamBroken(JSON.parse(data).error ?? data);
+    if (!["stdout", "stderr", "dropped", "end"].includes(kind)) return undefined;
+    const d = JSON.parse(data);
+    const ev = { kind, offset: Number(id), data: new Uint8Array() };
+    if (kind === "stdout" || kind === "stderr") {
+      ev.data = d[kind + "Base64"] !== undefined ? b64bytes(d[kind + "Base64"]) : new TextEncoder().encode(d[kind] ?? "");
+    } else if (kind === "dropped") {
+      ev.droppedBytes = d.droppedBytes;
+    } else {
+      ev.process = d;
+      this.ended = true;
+    }
+    this.last = ev.offset;
+    return ev;
+  }
+}
+
+class StreamBroken extends Error {}
+
 /** A terminal: ``send`` types, ``onData`` gets the screen's bytes, ``exited`` resolves with the end's reason. */
 export class Pty {
   constructor(ws) {
@@ -315,6 +369,102 @@ export class Sandbox {
         if (line.startsWith("data: ")) yield JSON.parse(line.slice(6));
       }
     }
+  }
+
+  /** Start a shell line (or an argv array) in the background; resolves at once with its record. */
+  async startProcess(cmd, { stdin, cwd, envs, tty, cols, rows, timeoutSec, session } = {}) {
+    const body = Array.isArray(cmd) ? { argv: cmd } : { command: cmd };
+    if (stdin !== undefined) body.stdin = stdin;
+    if (cwd) body.dir = cwd;
+    if (envs) body.env = envs;
+    if (tty) body.tty = true;
+    if (cols) body.cols = cols;
+    if (rows) body.rows = rows;
+    if (timeoutSec) body.timeoutSec = timeoutSec;
+    if (session) body.session = session;
+    return this.http.json("POST", `/v1/sandbox/${this.id}/processes`, { json: body });
+  }
+
+  /** Its background processes, running and finished, oldest first. */
+  async processes() {
+    return (await this.http.json("GET", `/v1/sandbox/${this.id}/processes`)).processes;
+  }
+
+  async process(pid) {
+    return this.http.json("GET", `/v1/sandbox/${this.id}/processes/${pid}`);
+  }
+
+  /**
+   * Follow a process's output after the offset ``from`` (0: all that is still kept) until it ends (the
+   * last event is "end"). A stream that breaks is resumed after the last event, so each byte comes once.
+   */
+  async *processOutput(pid, { from = 0, signal } = {}) {
+    let last = from;
+    let failed = 0;
+    for (;;) {
+      const stream = new OutputStream(last);
+      let err;
+      const res = await this.http.request("GET", `/v1/sandbox/${this.id}/processes/${pid}/output`, {
+        query: last ? { from: String(last) } : undefined, headers: { accept: "text/event-stream" }, signal,
+      });
+      try {
+        const decoder = new TextDecoder();
+        let buf = "";
+        for await (const chunk of res.body) {
+          buf += decoder.decode(chunk, { stream: true });
+          let i;
+          while ((i = buf.indexOf("\n")) >= 0) {
+            const ev = stream.feed(buf.slice(0, i).replace(/\r$/, ""));
+            buf = buf.slice(i + 1);
+            if (ev) {
+              yield ev;
+              if (stream.ended) return;
+            }
+          }
+        }
+      } catch (e) {
+        if (signal?.aborted || e instanceof SyntaxError) throw e; // given up, or not a stream of ours
+        err = e; // the connection broke (fetch's TypeError) or the server said why it ended: resume
+      }
+      if (stream.last > last) {
+        last = stream.last;
+        failed = 0;
+      } else if (++failed >= STREAM_TRIES) {
+        throw new SandboxError(502, `the output stream of process ${pid} broke ${failed} times in a row: ${err?.message ?? "it ended early"}`);
+      }
+      await new Promise((r) => setTimeout(r, 100 * 2 ** failed));
+    }
+  }
+
+  /** Write text or bytes to a process's stdin (``eof`` then closes it; a tty process gets ^D); how many bytes. */
+  async sendStdin(pid, data, { eof = false } = {}) {
+    const body = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    const r = await this.http.json("POST", `/v1/sandbox/${this.id}/processes/${pid}/stdin`, {
+      query: eof ? { eof: "1" } : undefined, body, headers: { "content-type": "application/octet-stream" },
+    });
+    return r.written;
+  }
+
+  /** Send a signal (TERM, INT, KILL, HUP, USR1, ... or a number) to a process and its group. */
+  async signal(pid, signal = "TERM") {
+    return this.http.json("POST", `/v1/sandbox/${this.id}/processes/${pid}/signal`, { json: { signal: String(signal) } });
+  }
+
+  /** Set a tty process's terminal size. */
+  async resizeProcess(pid, cols, rows) {
+    return this.http.json("POST", `/v1/sandbox/${this.id}/processes/${pid}/resize`, { json: { cols, rows } });
+  }
+
+  /**
+   * A new sandbox that goes on from this one's memory and files at this instant (its processes too) while
+   * this one runs on. A project sandbox's fork needs a new ``project``, which gets a copy of the volume.
+   */
+  async fork({ project, timeoutSec, metadata } = {}) {
+    const body = {};
+    if (project) body.project = project;
+    if (timeoutSec) body.ttlSec = timeoutSec;
+    if (metadata) body.metadata = metadata;
+    return new Sandbox(await this.http.json("POST", `/v1/sandbox/${this.id}/fork`, { json: body }), this.http);
   }
 
   /** End the sandbox (``purge`` drops its project volume too). */

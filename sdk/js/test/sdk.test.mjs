@@ -81,3 +81,101 @@ test("the interpreter", async () => {
   const r = await runCode("py", "import sys\nprint(6*7)\nsys.exit(2)");
   assert.deepEqual([r.exitCode, r.stdout], [2, "42\n"]);
 });
+
+// cutFetch breaks the first output stream after its first event, as a
+// dropped connection does, and records the offset each output request
+// asked from; restore() puts fetch back.
+function cutFetch() {
+  const real = globalThis.fetch;
+  const starts = [];
+  globalThis.fetch = async (url, opts) => {
+    const res = await real(url, opts);
+    const u = new URL(url);
+    if (!u.pathname.endsWith("/output") || res.headers.get("content-type") !== "text/event-stream") return res;
+    starts.push(u.searchParams.get("from") ?? "");
+    if (starts.length > 1) return res;
+    const reader = res.body.getReader();
+    let blanks = 2;
+    let prev = 0;
+    const body = new ReadableStream({
+      async pull(ctl) {
+        const { value, done } = await reader.read();
+        if (done) return ctl.close();
+        for (let i = 0; i < value.length; i++) {
+          if (value[i] === 10 && prev === 10 && --blanks === 0) {
+            ctl.enqueue(value.slice(0, i + 1));
+            await reader.cancel();
+            return ctl.error(new TypeError("terminated"));
+          }
+          prev = value[i];
+        }
+        ctl.enqueue(value);
+      },
+    });
+    return new Response(body, { status: res.status, headers: res.headers });
+  };
+  return { starts, restore: () => (globalThis.fetch = real) };
+}
+
+async function collect(gen) {
+  const events = [];
+  for await (const ev of gen) events.push(ev);
+  const text = new TextDecoder().decode(Buffer.concat(events.map((e) => e.data)));
+  return { events, text, end: events.at(-1) };
+}
+
+test("background processes and fork", async () => {
+  const sbx = await Sandbox.create();
+  try {
+    const p = await sbx.startProcess("for i in 1 2 3; do echo line $i; sleep 0.5; done; echo gone >&2; exit 3");
+    assert.ok(p.pid > 0);
+    assert.equal(p.status, "running");
+
+    // Followed across a dropped connection: resumed after the last event, each byte once.
+    const cut = cutFetch();
+    let got;
+    try {
+      got = await collect(sbx.processOutput(p.pid));
+    } finally {
+      cut.restore();
+    }
+    assert.equal(got.text, "line 1\nline 2\nline 3\ngone\n");
+    assert.equal(got.end.kind, "end");
+    assert.equal(got.end.process.exitCode, 3);
+    assert.deepEqual(cut.starts, ["", "7"]);
+    assert.equal((await collect(sbx.processOutput(p.pid, { from: 14 }))).text, "line 3\ngone\n");
+
+    const cat = await sbx.startProcess(["cat"], { stdin: "a\n" });
+    assert.equal(await sbx.sendStdin(cat.pid, new Uint8Array([98, 0, 255, 10]), { eof: true }), 4);
+    const bytes = Buffer.concat((await collect(sbx.processOutput(cat.pid))).events.map((e) => e.data));
+    assert.deepEqual([...bytes], [97, 10, 98, 0, 255, 10]);
+
+    const tty = await sbx.startProcess("trap 'stty size; exit 0' USR1; while :; do sleep 0.1; done", { tty: true, cols: 80, rows: 24 });
+    assert.equal((await sbx.resizeProcess(tty.pid, 120, 40)).tty, true);
+    await sbx.signal(tty.pid, "USR1");
+    assert.match((await collect(sbx.processOutput(tty.pid))).text, /40 120/);
+
+    const sleeper = await sbx.startProcess(["sh", "-c", "echo $X; exec sleep 600"], { envs: { X: "from-env" } });
+    const fork = await sbx.fork({ timeoutSec: 300, metadata: { side: "fork" } });
+    try {
+      assert.notEqual(fork.id, sbx.id);
+      assert.deepEqual(fork.info.metadata, { side: "fork" });
+      assert.equal((await fork.process(sleeper.pid)).status, "running");
+    } finally {
+      await fork.kill();
+    }
+    await assert.rejects(sbx.fork({ project: "p" }), (e) => e instanceof SandboxError && e.status === 400 && /no project/.test(e.message));
+
+    await sbx.signal(sleeper.pid);
+    const ended = await collect(sbx.processOutput(sleeper.pid));
+    assert.equal(ended.text, "from-env\n");
+    assert.equal(ended.end.process.signal, "SIGTERM");
+    assert.equal(ended.end.process.exitCode, 143);
+    await assert.rejects(sbx.signal(sleeper.pid, "BOGUS"), (e) => e instanceof SandboxError && e.status === 400);
+    assert.deepEqual((await sbx.processes()).map((q) => q.pid), [p.pid, cat.pid, tty.pid, sleeper.pid]);
+    await assert.rejects(sbx.process(99999), (e) => e instanceof SandboxError && e.status === 404);
+    await assert.rejects(collect(sbx.processOutput(99999)), (e) => e instanceof SandboxError && e.status === 404);
+  } finally {
+    await sbx.kill();
+  }
+});
