@@ -153,9 +153,18 @@ func TestProcesses(t *testing.T) {
 
 	// A tty: resized, it sees the size; then a signal ends it.
 	tty, err := c.StartProcess(ctx, sb.ID, client.ProcessRequest{TTY: true, Cols: 80, Rows: 24,
-		Command: "trap 'stty size; exit 0' USR1; while :; do sleep 0.1; done"})
+		Command: "trap 'stty size; exit 0' USR1; echo ready; while :; do sleep 0.1; done"})
 	if err != nil || !tty.TTY {
 		t.Fatalf("tty: %+v %v", tty, err)
+	}
+	ready := errors.New("ready")
+	if err := c.ProcessOutput(ctx, sb.ID, tty.Pid, 0, func(ev client.ProcessEvent) error {
+		if bytes.Contains(ev.Data, []byte("ready")) {
+			return ready // the trap is set
+		}
+		return nil
+	}); err != ready {
+		t.Fatalf("the tty process never got ready: %v", err)
 	}
 	if _, err := c.ResizeProcess(ctx, sb.ID, tty.Pid, 120, 40); err != nil {
 		t.Errorf("resize: %v", err)

@@ -150,10 +150,12 @@ test("background processes and fork", async () => {
     const bytes = Buffer.concat((await collect(sbx.processOutput(cat.pid))).events.map((e) => e.data));
     assert.deepEqual([...bytes], [97, 10, 98, 0, 255, 10]);
 
-    const tty = await sbx.startProcess("trap 'stty size; exit 0' USR1; while :; do sleep 0.1; done", { tty: true, cols: 80, rows: 24 });
+    const tty = await sbx.startProcess("trap 'stty size; exit 0' USR1; echo ready; while :; do sleep 0.1; done", { tty: true, cols: 80, rows: 24 });
+    const ttyOut = sbx.processOutput(tty.pid);
+    for (let seen = ""; !seen.includes("ready"); ) seen += new TextDecoder().decode((await ttyOut.next()).value.data); // the trap is set
     assert.equal((await sbx.resizeProcess(tty.pid, 120, 40)).tty, true);
     await sbx.signal(tty.pid, "USR1");
-    assert.match((await collect(sbx.processOutput(tty.pid))).text, /40 120/);
+    assert.match((await collect(ttyOut)).text, /40 120/);
 
     const sleeper = await sbx.startProcess(["sh", "-c", "echo $X; exec sleep 600"], { envs: { X: "from-env" } });
     const fork = await sbx.fork({ timeoutSec: 300, metadata: { side: "fork" } });
@@ -166,9 +168,11 @@ test("background processes and fork", async () => {
     }
     await assert.rejects(sbx.fork({ project: "p" }), (e) => e instanceof SandboxError && e.status === 400 && /no project/.test(e.message));
 
+    // Followed live: the first line, then the signal, then the end.
+    const live = sbx.processOutput(sleeper.pid);
+    assert.equal(new TextDecoder().decode((await live.next()).value.data), "from-env\n");
     await sbx.signal(sleeper.pid);
-    const ended = await collect(sbx.processOutput(sleeper.pid));
-    assert.equal(ended.text, "from-env\n");
+    const ended = await collect(live);
     assert.equal(ended.end.process.signal, "SIGTERM");
     assert.equal(ended.end.process.exitCode, 143);
     await assert.rejects(sbx.signal(sleeper.pid, "BOGUS"), (e) => e instanceof SandboxError && e.status === 400);

@@ -174,16 +174,22 @@ def test_processes():
         assert sbx.send_stdin(cat.pid, b"b\x00\xff\n", eof=True) == 4
         assert b"".join(e.data for e in sbx.process_output(cat.pid)) == b"a\nb\x00\xff\n"
 
-        tty = sbx.start_process("trap 'stty size; exit 0' USR1; while :; do sleep 0.1; done", tty=True, cols=80, rows=24)
+        tty = sbx.start_process("trap 'stty size; exit 0' USR1; echo ready; while :; do sleep 0.1; done", tty=True, cols=80, rows=24)
+        live = sbx.process_output(tty.pid)
+        seen = b""
+        while b"ready" not in seen:  # the trap is set
+            seen += next(live).data
         assert sbx.resize_process(tty.pid, 120, 40).tty
         sbx.signal(tty.pid, "USR1")
-        assert b"40 120" in b"".join(e.data for e in sbx.process_output(tty.pid))
+        assert b"40 120" in b"".join(e.data for e in live)
 
+        # Followed live: the first line, then the signal, then the end.
         sleeper = sbx.start_process(["sh", "-c", "echo $X; exec sleep 600"], envs={"X": "from-env"})
+        live = sbx.process_output(sleeper.pid)
+        assert next(live).data == b"from-env\n"
         sbx.signal(sleeper.pid)
-        events = list(sbx.process_output(sleeper.pid))
-        assert events[0].data == b"from-env\n"
-        assert events[-1].process.signal == "SIGTERM" and events[-1].process.exit_code == 143
+        end = list(live)[-1].process
+        assert end.signal == "SIGTERM" and end.exit_code == 143
         with pytest.raises(SandboxError) as e:
             sbx.signal(sleeper.pid, "BOGUS")
         assert e.value.status == 400
