@@ -132,12 +132,12 @@ type Runtime interface {
 	// brings it back under a new name. ErrUnsupported when the backend
 	// cannot checkpoint.
 	Checkpoint(ctx context.Context, ref Ref, key string) error
-	// Fork saves the memory of the running object ref under key, as
-	// Checkpoint does, but leaves it running; with to set (a project
-	// volume that does not exist yet) it also copies ref's volume into to,
-	// at the same instant as the memory. Create with Spec.Restore=key
-	// then starts the copy. ErrUnsupported when the backend cannot.
-	Fork(ctx context.Context, ref Ref, key string, to *Volume) error
+	// Fork creates the object spec describes from the memory of the
+	// running object ref at this instant — and, when spec's volume is a
+	// project volume (which must not exist yet), from a copy of ref's
+	// volume of the same instant — while ref runs on. ErrUnsupported when
+	// the backend cannot.
+	Fork(ctx context.Context, ref Ref, spec Spec) (Object, error)
 	// DropCheckpoint deletes a checkpoint. Missing is not an error.
 	DropCheckpoint(ctx context.Context, key string) error
 	// KillAll kills every process in the sandbox but its init, even when

@@ -64,22 +64,8 @@ func (s *Service) Fork(ctx context.Context, id string, req ForkRequest) (*sandbo
 	return sb, nil
 }
 
-// forkStart starts sb's container from from's memory: a checkpoint of the
-// running from (and a copy of its volume for a project), restored under
-// sb's name; the checkpoint is dropped once restored.
+// forkStart starts sb's container from from's memory (and, for a
+// project, a copy of its volume) at this instant.
 func (s *Service) forkStart(ctx context.Context, from, sb *sandbox.Sandbox) (runtime.Object, error) {
-	spec := s.spec(sb, "fork-"+sb.ID)
-	var to *runtime.Volume
-	if !spec.Volume.Scratch {
-		to = &spec.Volume
-	}
-	if err := s.d.Runtime.Fork(ctx, runtime.Ref{Name: from.Name, UID: from.UID}, spec.Restore, to); err != nil {
-		return runtime.Object{}, err
-	}
-	defer func() {
-		if err := s.d.Runtime.DropCheckpoint(context.WithoutCancel(ctx), spec.Restore); err != nil {
-			s.log.Warn("dropping a fork's checkpoint", "sandbox", sb.ID, "err", err)
-		}
-	}()
-	return s.d.Runtime.Create(ctx, spec)
+	return s.d.Runtime.Fork(ctx, runtime.Ref{Name: from.Name, UID: from.UID}, s.spec(sb, ""))
 }

@@ -213,22 +213,24 @@ func (r *Runtime) Checkpoint(ctx context.Context, ref runtime.Ref, key string) e
 	return nil
 }
 
-// Fork records a checkpoint of a running object and leaves it running.
-func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, key string, to *runtime.Volume) error {
+// Fork creates spec's object as a copy of the running object ref.
+func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, spec runtime.Spec) (runtime.Object, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.call("fork %s", ref.Name)
-	switch {
+	var err error
+	switch o, ok := r.objs[ref.Name]; {
 	case r.NoCheckpoint:
-		return runtime.ErrUnsupported
+		err = runtime.ErrUnsupported
 	case r.CheckpointErr != nil:
-		return r.CheckpointErr
+		err = r.CheckpointErr
+	case !ok || o.UID != ref.UID:
+		err = runtime.ErrNotFound
 	}
-	if o, ok := r.objs[ref.Name]; !ok || o.UID != ref.UID {
-		return runtime.ErrNotFound
+	r.mu.Unlock()
+	if err != nil {
+		return runtime.Object{}, err
 	}
-	r.checkpoints[key] = true
-	return nil
+	return r.Create(ctx, spec)
 }
 
 // DropCheckpoint deletes a checkpoint; missing is not an error.

@@ -218,24 +218,9 @@ func newUID() string {
 // Create writes the bundle, then creates and starts the container. On any
 // failure it tears down what it made and reports every failure.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object, error) {
-	if !namePattern.MatchString(spec.Name) {
-		return runtime.Object{}, fmt.Errorf("gvisor: invalid name %q", spec.Name)
-	}
-	if spec.Labels[runtime.LabelSandbox] == "" {
-		return runtime.Object{}, errors.New("gvisor: spec lacks the sandbox label")
-	}
-	rootfs, err := r.cfg.ImageRootfs(spec.Image)
+	bundle, rootfs, m, err := r.newBundle(spec)
 	if err != nil {
 		return runtime.Object{}, err
-	}
-	bundle := filepath.Join(r.bundles, spec.Name)
-	if err := os.Mkdir(bundle, 0o700); err != nil {
-		return runtime.Object{}, fmt.Errorf("gvisor: bundle: %w", err) // names are never reused
-	}
-	m := &meta{
-		Name: spec.Name, UID: newUID(), Labels: spec.Labels, Created: time.Now().UTC(),
-		Flags: r.globalFlags(spec.RootfsMiB), Volume: spec.Volume, Workdir: spec.Workdir,
-		Pids: spec.Pids, FileBytes: spec.FileMiB << 20,
 	}
 	obj, err := r.create(ctx, bundle, rootfs, m, spec)
 	if err != nil {
@@ -245,59 +230,98 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	return obj, nil
 }
 
+// newBundle checks spec and makes its bundle directory and metadata.
+func (r *Runtime) newBundle(spec runtime.Spec) (bundle, rootfs string, m *meta, err error) {
+	if !namePattern.MatchString(spec.Name) {
+		return "", "", nil, fmt.Errorf("gvisor: invalid name %q", spec.Name)
+	}
+	if spec.Labels[runtime.LabelSandbox] == "" {
+		return "", "", nil, errors.New("gvisor: spec lacks the sandbox label")
+	}
+	if rootfs, err = r.cfg.ImageRootfs(spec.Image); err != nil {
+		return "", "", nil, err
+	}
+	bundle = filepath.Join(r.bundles, spec.Name)
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return "", "", nil, fmt.Errorf("gvisor: bundle: %w", err) // names are never reused
+	}
+	m = &meta{
+		Name: spec.Name, UID: newUID(), Labels: spec.Labels, Created: time.Now().UTC(),
+		Flags: r.globalFlags(spec.RootfsMiB), Volume: spec.Volume, Workdir: spec.Workdir,
+		Pids: spec.Pids, FileBytes: spec.FileMiB << 20,
+	}
+	return bundle, rootfs, m, nil
+}
+
 func (r *Runtime) create(ctx context.Context, bundle, rootfs string, m *meta, spec runtime.Spec) (runtime.Object, error) {
-	if err := writeJSON(filepath.Join(bundle, "meta.json"), m); err != nil {
+	if err := r.prepare(ctx, bundle, rootfs, m, spec); err != nil {
 		return runtime.Object{}, err
 	}
-	hostDir, err := r.ensureVolume(ctx, spec.Volume)
+	if spec.Restore == "" {
+		if err := r.step(ctx, bundle, m, "run", "--detach", "--bundle", bundle, m.Name); err != nil {
+			return runtime.Object{}, err
+		}
+		return m.object(), nil
+	}
+	dir, err := r.checkpointPath(spec.Restore)
 	if err != nil {
 		return runtime.Object{}, err
 	}
-	if err := writeJSON(filepath.Join(bundle, "config.json"), r.ociSpec(rootfs, hostDir, m, spec)); err != nil {
+	if err := r.step(ctx, bundle, m, "create", "--bundle", bundle, m.Name); err != nil {
 		return runtime.Object{}, err
+	}
+	if err := r.step(ctx, bundle, m, "restore", "--detach", "--image-path", dir, "--bundle", bundle, m.Name); err != nil {
+		return runtime.Object{}, err
+	}
+	return m.object(), nil
+}
+
+func (m *meta) object() runtime.Object {
+	return runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created, Running: true}
+}
+
+// prepare writes the bundle (metadata first, so a crash from here on
+// leaves what finds the container) and readies its volume.
+func (r *Runtime) prepare(ctx context.Context, bundle, rootfs string, m *meta, spec runtime.Spec) error {
+	if err := writeJSON(filepath.Join(bundle, "meta.json"), m); err != nil {
+		return err
+	}
+	hostDir, err := r.ensureVolume(ctx, spec.Volume)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(bundle, "config.json"), r.ociSpec(rootfs, hostDir, m, spec)); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	r.meta[m.Name] = m
 	r.mu.Unlock()
-	if err := r.start(ctx, bundle, m, spec.Restore); err != nil {
-		return runtime.Object{}, err
-	}
-	return runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created, Running: true}, nil
+	return nil
 }
 
-// start creates and starts the container with one `runsc run --detach`, or
-// creates it and restores a checkpoint into it.
-// Its stdio goes to files, never pipes: the sandbox inherits them and a pipe
-// it holds would hang Wait forever. stdout and stderr are separate files.
-func (r *Runtime) start(ctx context.Context, bundle string, m *meta, restore string) error {
-	stdout, err := os.Create(filepath.Join(bundle, "runsc.out"))
+// step runs one runsc command of a container's start (run, or create then
+// restore). Its stdio goes to files, never pipes: the sandbox inherits
+// them and a pipe it holds would hang Wait forever. stdout and stderr are
+// separate files.
+func (r *Runtime) step(ctx context.Context, bundle string, m *meta, args ...string) error {
+	open := func(name string) (*os.File, error) {
+		return os.OpenFile(filepath.Join(bundle, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	}
+	stdout, err := open("runsc.out")
 	if err != nil {
 		return err
 	}
 	defer stdout.Close()
-	stderr, err := os.Create(filepath.Join(bundle, "runsc.err"))
+	stderr, err := open("runsc.err")
 	if err != nil {
 		return err
 	}
 	defer stderr.Close()
-	steps := [][]string{{"run", "--detach", "--bundle", bundle, m.Name}}
-	if restore != "" {
-		dir, err := r.checkpointPath(restore)
-		if err != nil {
-			return err
-		}
-		steps = [][]string{
-			{"create", "--bundle", bundle, m.Name},
-			{"restore", "--detach", "--image-path", dir, "--bundle", bundle, m.Name},
-		}
-	}
-	for _, step := range steps {
-		cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(append([]string{}, m.Flags...), step...)...)
-		cmd.Stdout, cmd.Stderr = stdout, stderr
-		if err := cmd.Run(); err != nil {
-			msg, _ := os.ReadFile(stderr.Name())
-			return fmt.Errorf("runsc %s: %w: %s", step[0], err, lastLines(string(msg), 5))
-		}
+	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(append([]string{}, m.Flags...), args...)...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		msg, _ := os.ReadFile(stderr.Name())
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLines(string(msg), 5))
 	}
 	return nil
 }
@@ -337,70 +361,103 @@ func (r *Runtime) Checkpoint(ctx context.Context, ref runtime.Ref, key string) e
 	return r.teardown(ctx, m)
 }
 
-// Fork saves the container's memory under key and, with to, copies its
-// project volume into the new volume to, while the container is paused:
-// `runsc checkpoint --leave-running` flushes what the sandbox holds of its
-// files to the volume first, so memory and files are of one instant. The
-// container runs on afterwards, whatever happened.
-func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, key string, to *runtime.Volume) error {
-	m, err := r.loadMeta(ref.Name)
+// Fork creates the container spec names from the memory of the running
+// container ref at this instant. The new container is created (`runsc
+// create`) while ref's memory is saved (`runsc checkpoint
+// --leave-running`), then restored from it. A project volume is copied
+// while ref is paused: the checkpoint flushes what the sandbox holds of
+// its files to the volume first, so memory and files are of one instant.
+// ref runs on afterwards, whatever happened.
+func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, spec runtime.Spec) (runtime.Object, error) {
+	src, err := r.loadMeta(ref.Name)
 	if err != nil {
-		return err
+		return runtime.Object{}, err
 	}
-	if m.UID != ref.UID {
-		return runtime.ErrConflict
+	if src.UID != ref.UID {
+		return runtime.Object{}, runtime.ErrConflict
 	}
-	dir, err := r.checkpointPath(key)
+	if src.Volume.Scratch != spec.Volume.Scratch {
+		return runtime.Object{}, errors.New("gvisor: a fork's volume is of its original's kind")
+	}
+	var srcDir, dstDir string
+	if !spec.Volume.Scratch {
+		if srcDir, err = r.volumePath(src.Volume.Name); err != nil {
+			return runtime.Object{}, err
+		}
+		if dstDir, err = r.volumePath(spec.Volume.Name); err != nil {
+			return runtime.Object{}, err
+		}
+		if _, err := os.Stat(dstDir + ".img"); err == nil {
+			return runtime.Object{}, fmt.Errorf("gvisor: fork: volume %s exists", spec.Volume.Name)
+		}
+	}
+	dir, err := r.checkpointPath(forkPrefix + spec.Name)
 	if err != nil {
-		return err
+		return runtime.Object{}, err
 	}
-	var src, dst string
-	if to != nil {
-		if to.Scratch || m.Volume.Scratch {
-			return errors.New("gvisor: fork copies a project volume into a project volume")
-		}
-		if src, err = r.volumePath(m.Volume.Name); err != nil {
-			return err
-		}
-		if dst, err = r.volumePath(to.Name); err != nil {
-			return err
-		}
-		if _, err := os.Stat(dst + ".img"); err == nil {
-			return fmt.Errorf("gvisor: fork: volume %s exists", to.Name)
-		}
-	}
-	os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("gvisor: %w", err)
+		return runtime.Object{}, fmt.Errorf("gvisor: %w", err)
 	}
-	if _, err := r.runsc(ctx, m.Flags, "pause", m.Name); err != nil {
-		os.RemoveAll(dir)
-		return err
-	}
-	err = r.snapshot(ctx, m, dir, src, dst)
-	if _, rerr := r.runsc(context.WithoutCancel(ctx), m.Flags, "resume", m.Name); rerr != nil {
-		err = errors.Join(err, rerr)
-	}
+	defer os.RemoveAll(dir)
+	bundle, rootfs, m, err := r.newBundle(spec)
 	if err != nil {
-		os.RemoveAll(dir)
-		if dst != "" {
-			os.Remove(dst + ".img")
+		return runtime.Object{}, err
+	}
+	snap := make(chan error, 1)
+	go func() { snap <- r.snapshot(ctx, src, dir, srcDir, dstDir) }()
+	if dstDir != "" {
+		// The copy must exist before the new container mounts it.
+		err = <-snap
+		snap = nil
+	}
+	if err == nil {
+		if err = r.prepare(ctx, bundle, rootfs, m, spec); err == nil {
+			err = r.step(ctx, bundle, m, "create", "--bundle", bundle, m.Name)
 		}
 	}
-	return err
+	if snap != nil {
+		err = errors.Join(err, <-snap)
+	}
+	if err == nil {
+		err = r.step(ctx, bundle, m, "restore", "--detach", "--image-path", dir, "--bundle", bundle, m.Name)
+	}
+	if err != nil {
+		cleanup := r.teardown(context.WithoutCancel(ctx), m)
+		if dstDir != "" && cleanup == nil {
+			cleanup = r.DeleteVolume(context.WithoutCancel(ctx), spec.Volume.Name)
+		}
+		return runtime.Object{}, errors.Join(err, cleanup)
+	}
+	return m.object(), nil
 }
 
-// snapshot takes a paused container's memory, then its volume's copy.
-func (r *Runtime) snapshot(ctx context.Context, m *meta, dir, src, dst string) error {
-	if _, err := r.runsc(ctx, m.Flags, "checkpoint", "--leave-running", "--image-path", dir, m.Name); err != nil {
+// forkPrefix names the checkpoints of forks in flight; one found at a
+// start is a crashed fork's.
+const forkPrefix = "fork-"
+
+// snapshot saves src's memory into dir and, with srcDir, copies its volume
+// to dstDir's image while src is paused (a scratch workdir lives in
+// memory: the checkpoint has it, and the checkpoint alone stops the world
+// for as long as it needs).
+func (r *Runtime) snapshot(ctx context.Context, src *meta, dir, srcDir, dstDir string) (err error) {
+	if srcDir == "" {
+		_, err := r.runsc(ctx, src.Flags, "checkpoint", "--leave-running", "--image-path", dir, src.Name)
 		return err
 	}
-	if src == "" {
-		return nil // a scratch workdir lives in memory: it is in the checkpoint
+	if _, err := r.runsc(ctx, src.Flags, "pause", src.Name); err != nil {
+		return err
+	}
+	defer func() {
+		if _, rerr := r.runsc(context.WithoutCancel(ctx), src.Flags, "resume", src.Name); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	if _, err := r.runsc(ctx, src.Flags, "checkpoint", "--leave-running", "--image-path", dir, src.Name); err != nil {
+		return err
 	}
 	// The volume's ext4 is mounted here: flushed, it is what a crash at
 	// this instant would leave, which a mount of the copy recovers.
-	f, err := os.Open(src)
+	f, err := os.Open(srcDir)
 	if err != nil {
 		return fmt.Errorf("gvisor: fork: %w", err)
 	}
@@ -409,11 +466,12 @@ func (r *Runtime) snapshot(ctx context.Context, m *meta, dir, src, dst string) e
 	if err != nil {
 		return fmt.Errorf("gvisor: fork: syncfs: %w", err)
 	}
-	if err := os.MkdirAll(dst, 0o700); err != nil {
+	if err := os.MkdirAll(dstDir, 0o700); err != nil {
 		return fmt.Errorf("gvisor: fork: %w", err)
 	}
 	// cp keeps the image sparse: a 10 GiB volume holding 5 MiB copies 5 MiB.
-	if out, err := exec.CommandContext(ctx, "cp", "--sparse=always", src+".img", dst+".img").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "cp", "--sparse=always", srcDir+".img", dstDir+".img").CombinedOutput(); err != nil {
+		os.Remove(dstDir + ".img")
 		return fmt.Errorf("gvisor: fork: copying the volume: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
@@ -858,6 +916,10 @@ func (r *Runtime) Settle(ctx context.Context) error {
 			return err
 		}
 		if busy == 0 {
+			stale, _ := filepath.Glob(filepath.Join(r.checks, forkPrefix+"*"))
+			for _, d := range stale {
+				os.RemoveAll(d)
+			}
 			return r.resumePaused(ctx)
 		}
 		select {

@@ -423,8 +423,8 @@ func (r *Runtime) Checkpoint(context.Context, runtime.Ref, string) error {
 
 // Fork cannot be done without a checkpoint: a pod's memory cannot be
 // copied.
-func (r *Runtime) Fork(context.Context, runtime.Ref, string, *runtime.Volume) error {
-	return runtime.ErrUnsupported
+func (r *Runtime) Fork(context.Context, runtime.Ref, runtime.Spec) (runtime.Object, error) {
+	return runtime.Object{}, runtime.ErrUnsupported
 }
 
 // DropCheckpoint has nothing to drop.
