@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -185,5 +186,42 @@ func TestLiveGaugeAfterRestart(t *testing.T) {
 	m := string(e.must(http.StatusOK, "GET", "/metrics", "system", nil).Body)
 	if !strings.Contains(m, `sandbox_live{class="exec"} 2`) {
 		t.Errorf("after a restart with one exec sandbox in each of two orgs:\n%s", m)
+	}
+}
+
+// TestRestartResumesAForkInterrupted: a server that died in the instant a
+// fork held the original paused (runsc pause, checkpoint half written)
+// leaves it running again at its next start, and the crashed fork's
+// checkpoint is gone.
+func TestRestartResumesAForkInterrupted(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	e.sh("acme", id, "echo kept > f")
+	objs, err := e.srv.Runtime.List(t.Context(), nil)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("containers: %v %v", objs, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(e.data, "runtime", "bundles", objs[0].Name, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct{ Flags []string }
+	json.Unmarshal(raw, &m)
+	out, err := exec.Command(gvisor.DefaultRunsc(), append(m.Flags, "pause", objs[0].Name)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("runsc pause: %v %s", err, out)
+	}
+	stale := filepath.Join(e.data, "runtime", "checkpoints", "fork-sbx-crashed")
+	os.MkdirAll(stale, 0o700)
+	os.WriteFile(filepath.Join(stale, "pages.img"), []byte("half"), 0o600)
+	e.restart(t)
+	if got := e.sh("acme", id, "cat f"); got != "kept\n" {
+		t.Errorf("after the restart: %q", got)
+	}
+	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "running" {
+		t.Errorf("the paused sandbox after a restart: %v", sb)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the crashed fork's checkpoint is still there: %v", err)
 	}
 }
