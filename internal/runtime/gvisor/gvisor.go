@@ -230,6 +230,24 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	return obj, nil
 }
 
+// hasShell refuses a rootfs without /bin/sh: every door runs programs
+// through it, and init (the runner, mounted from the host) would start
+// even in an empty rootfs, making a sandbox that answers every command
+// with an error. The lookup is confined to the rootfs (os.Root), so an
+// absolute symlink cannot find the host's shell.
+func hasShell(rootfs string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return fmt.Errorf("gvisor: image rootfs: %w", err)
+	}
+	defer root.Close()
+	st, err := root.Stat("bin/sh")
+	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("gvisor: the image has no /bin/sh (%v)", err)
+	}
+	return nil
+}
+
 // newBundle checks spec and makes its bundle directory and metadata.
 func (r *Runtime) newBundle(spec runtime.Spec) (bundle, rootfs string, m *meta, err error) {
 	if !namePattern.MatchString(spec.Name) {
@@ -239,6 +257,9 @@ func (r *Runtime) newBundle(spec runtime.Spec) (bundle, rootfs string, m *meta, 
 		return "", "", nil, errors.New("gvisor: spec lacks the sandbox label")
 	}
 	if rootfs, err = r.cfg.ImageRootfs(spec.Image); err != nil {
+		return "", "", nil, err
+	}
+	if err := hasShell(rootfs); err != nil {
 		return "", "", nil, err
 	}
 	bundle = filepath.Join(r.bundles, spec.Name)
