@@ -43,9 +43,11 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 packages=(mmdebstrap ca-certificates iproute2 git e2fsprogs util-linux procps)
 # The tests drive the terminal and screen pages in a real headless browser,
 # `sandbox shell` in a real pseudo-terminal (tmux), and the SDKs' own suites
-# (Python from Debian's packages, no index; Node for the TypeScript SDK).
+# (Python from Debian's packages, no index; Node for the TypeScript SDK);
+# images are pulled from a real registry (the CNCF distribution registry)
+# and built from a static busybox.
 if [ "${SANDBOX_TEST_DEPS:-}" = 1 ]; then
-	packages+=(chromium tmux python3-httpx python3-websockets python3-pytest python3-venv nodejs)
+	packages+=(chromium tmux python3-httpx python3-websockets python3-pytest python3-venv nodejs docker-registry busybox-static)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -73,7 +73,7 @@ fi
 
 # Every real-runtime suite this script set up must run: a suite that would
 # skip for a missing part fails instead (internal/testenv).
-require=gvisor,browser
+require=gvisor,browser,registry
 [ -n "$kubeconfig" ] && require=$require,kube
 export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_REQUIRE=$require
 

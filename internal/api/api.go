@@ -128,6 +128,8 @@ type Deps struct {
 	Sessions Sessions
 	// Processes are the background process routes; nil serves none.
 	Processes Processes
+	// Images are the image routes; nil serves none.
+	Images Images
 	// MCP serves the typed ops as MCP tools at /mcp; it authenticates on
 	// its own. Nil means no /mcp.
 	MCP http.Handler
@@ -265,6 +267,9 @@ func (s *Server) routes() {
 		s.consoles(p)
 	}
 	s.interpreter()
+	if s.Images != nil {
+		s.imageRoutes()
+	}
 	s.handle("GET /v1/volumes", s.volumes, doc{Summary: "The org's project volumes with size and last use", Answer: typ[volumesBody]()})
 	s.handle("DELETE /v1/volumes/{project}", s.deleteVolume, doc{Summary: "Delete a project volume (refused while a live sandbox holds it)", Answer: typ[service.VolumeResult](), Errors: []int{404, 409, 502}})
 	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota), doc{Summary: "An org's quota override and effective quotas (operator org)", Answer: typ[orgQuotaBody](), Errors: onOrg})

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/runtime/kube"
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // Backends.
@@ -33,6 +34,51 @@ type backend struct {
 	// runner is the runner's path inside a sandbox; "" runs interpreter
 	// programs through the shell script.
 	runner string
+	// library keeps pulled images; nil where the backend runs none.
+	library *library
+}
+
+// library is the pulled images of an images directory (internal/image),
+// as the service reaches them.
+type library struct{ dir string }
+
+func (l *library) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits) (*image.Pulled, error) {
+	img, err := image.Remote(ctx, ref, auth)
+	if err != nil {
+		return nil, err
+	}
+	return image.Unpack(ctx, l.dir, img, ref, lim, nil)
+}
+
+func (l *library) Rootfs(digest string) (string, error) { return image.PulledRootfs(l.dir, digest) }
+
+// lib is the service's view of b.library: a nil interface when there is
+// none (never a typed nil).
+func (b backend) lib() service.Library {
+	if b.library == nil {
+		return nil
+	}
+	return b.library
+}
+
+// rootfs is the rootfs of a class image or of a pulled one (by digest).
+func (l *library) rootfs(name string) (string, error) {
+	if image.IsDigest(name) {
+		return image.PulledRootfs(l.dir, name)
+	}
+	return image.Rootfs(l.dir, name)
+}
+
+// env is what a pulled image's config asks for; a class image asks none.
+func (l *library) env(name string) []string {
+	if !image.IsDigest(name) {
+		return nil
+	}
+	p, err := image.InspectPulled(l.dir, name)
+	if err != nil {
+		return nil
+	}
+	return p.Env
 }
 
 // localImage is the image check of the gvisor backend: built in
@@ -40,6 +86,10 @@ type backend struct {
 // once naming what is missing (never a hung sandbox).
 func localImage(dir string) func(string) error {
 	return func(name string) error {
+		if image.IsDigest(name) {
+			_, err := image.PulledRootfs(dir, name)
+			return err
+		}
 		_, err := image.Rootfs(dir, name)
 		if r, rerr := image.RecipeFor(name); err != nil && rerr == nil && !r.Buildable {
 			return sandbox.Errorf(sandbox.KindInvalid, "class %s cannot run on this server: %s", name, r.Missing)
@@ -52,16 +102,19 @@ func localImage(dir string) func(string) error {
 func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, error) {
 	switch cfg.Backend {
 	case "", BackendGVisor:
+		lib := &library{dir: cfg.Images}
+		image.SweepStaging(cfg.Images)
 		rt, err := gvisor.New(gvisor.Config{
 			Options:     cfg.GVisor,
 			StateDir:    filepath.Join(cfg.Data, "runtime"),
-			ImageRootfs: func(name string) (string, error) { return image.Rootfs(cfg.Images, name) },
+			ImageRootfs: lib.rootfs,
+			ImageEnv:    lib.env,
 			Runner:      cfg.Runner,
 		})
 		if err != nil {
 			return backend{}, err
 		}
-		b := backend{rt: rt, settle: rt.Settle, imageReady: localImage(cfg.Images)}
+		b := backend{rt: rt, settle: rt.Settle, imageReady: localImage(cfg.Images), library: lib}
 		if cfg.Runner != "" {
 			b.runner = runtime.RunnerPath
 		}

@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
-		Quotas: st, Host: host.New(cfg.Data), Runner: b.runner,
+		Quotas: st, Host: host.New(cfg.Data), Runner: b.runner, Library: b.lib(),
 	})
 	if err := reconcile(ctx, st, b, svc, sessions, log); err != nil {
 		st.Close()
@@ -184,7 +184,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	it := interp.New(svc, b.runner, log)
 	typed := ops.New(svc, svc, it)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Processes: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
+		Leases: svc, Work: svc, Processes: svc, Images: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
 		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version), Keys: st, Version: Version,
 	}, log, cfg.API)
 	return &Server{

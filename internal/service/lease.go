@@ -76,8 +76,10 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	if image == "" {
 		image = class.Image
 	}
-	if image != class.Image {
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "image %q is not allowed for class %s (allowed: %s)", image, class.Name, class.Image)
+	if image != class.Image && !(from != nil && image == from.Image) {
+		if image, err = s.resolveImage(ctx, class, image); err != nil {
+			return nil, err
+		}
 	}
 	if s.d.ImageReady != nil {
 		if err := s.d.ImageReady(image); err != nil {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,6 +86,9 @@ type Config struct {
 	// keeps none; `sandbox serve` defaults to DefaultReserve*.
 	ReserveMemoryMiB int64
 	ReserveDiskMiB   int64
+	// ImageAllow are the reference prefixes (a registry, or a registry and
+	// repository path) tenants may pull images from; empty allows none.
+	ImageAllow []string
 }
 
 // Defaults of the zero Config fields.
@@ -125,6 +129,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StartTimeout, "start-timeout", d.StartTimeout, "how long a sandbox may take to start or wake before the lease fails (503)")
 	fs.Int64Var(&c.ReserveMemoryMiB, "reserve-memory-mib", DefaultReserveMemoryMiB, "host memory (MiB) a start must leave available beyond the class's limit, else 503; 0 keeps none")
 	fs.Int64Var(&c.ReserveDiskMiB, "reserve-disk-mib", DefaultReserveDiskMiB, "free space (MiB) on the data disk below which starts are refused (503); 0 keeps none")
+	fs.Func("image-allow", "a registry or repository prefix tenants may pull images from (POST /v1/images), e.g. registry.example.com/team; repeatable; none by default", func(v string) error {
+		if v == "" || strings.ContainsAny(v, " \t") {
+			return errors.New("an image prefix such as registry.example.com/team")
+		}
+		c.ImageAllow = append(c.ImageAllow, v)
+		return nil
+	})
 	c.Quota.RegisterFlags(fs)
 }
 
@@ -170,6 +181,9 @@ type Deps struct {
 	// Host tells the machine's headroom for admission; nil admits every
 	// start.
 	Host Host
+	// Library unpacks and finds pulled images; nil keeps none but the
+	// classes'.
+	Library Library
 	// Runner is the in-sandbox path of cmd/sandbox-runner, whose init
 	// keeps the background processes; empty means the backend has none
 	// and processes are refused (501).

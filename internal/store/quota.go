@@ -74,6 +74,12 @@ func use(ctx context.Context, q queryer, org string) (quota.Use, error) {
 		return u, fmt.Errorf("store: use: projects: %w", err)
 	}
 	u.DiskMiB += disk.Int64
+	// The org's images, each digest once, rounded up to whole MiB.
+	var images sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT SUM(b) FROM (SELECT MAX(size_bytes) AS b FROM images WHERE org = ? GROUP BY digest)`, org).Scan(&images); err != nil {
+		return u, fmt.Errorf("store: use: images: %w", err)
+	}
+	u.DiskMiB += (images.Int64 + 1<<20 - 1) >> 20
 	return u, nil
 }
 

@@ -38,7 +38,7 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	if err != nil {
 		return err
 	}
-	env := append(r.baseEnv(), req.Env...)
+	env := r.env(m, req.Env...)
 	if req.TTY && !hasEnv(env, "TERM") {
 		env = append(env, "TERM=xterm-256color")
 	}

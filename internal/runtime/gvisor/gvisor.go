@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +98,9 @@ type Config struct {
 	ImageRootfs func(name string) (string, error)
 	// UID and GID the sandboxed programs run as; zero means 1000.
 	UID, GID int
+	// ImageEnv is the environment an image asks for (its config's Env),
+	// given to every program of a sandbox on it; nil means none.
+	ImageEnv func(image string) []string
 	// Runner is the host path of cmd/sandbox-runner, bind-mounted read-only
 	// at runtime.RunnerPath in every sandbox; empty mounts nothing.
 	Runner string
@@ -128,6 +132,7 @@ type meta struct {
 	Workdir   string            `json:"workdir"`
 	Pids      int64             `json:"pids"`
 	FileBytes int64             `json:"fileBytes"`
+	Env       []string          `json:"env,omitempty"` // the image's
 }
 
 // New checks the configuration and prepares the state directories.
@@ -270,6 +275,9 @@ func (r *Runtime) newBundle(spec runtime.Spec) (bundle, rootfs string, m *meta, 
 		Name: spec.Name, UID: newUID(), Labels: spec.Labels, Created: time.Now().UTC(),
 		Flags: r.globalFlags(spec.RootfsMiB), Volume: spec.Volume, Workdir: spec.Workdir,
 		Pids: spec.Pids, FileBytes: spec.FileMiB << 20,
+	}
+	if r.cfg.ImageEnv != nil {
+		m.Env = r.cfg.ImageEnv(spec.Image)
 	}
 	return bundle, rootfs, m, nil
 }
@@ -616,6 +624,30 @@ func writeJSON(path string, v any) error {
 
 // baseEnv is the environment of every program in a sandbox. It carries no
 // value from the server's own environment.
+// env is the environment of m's programs: the base, then its image's,
+// then more, a later value of a name replacing an earlier one.
+func (r *Runtime) env(m *meta, more ...string) []string {
+	return mergeEnv(mergeEnv(r.baseEnv(), m.Env...), more...)
+}
+
+// mergeEnv sets each KEY=VALUE of more in env, replacing the key's value
+// (a program's getenv finds the first of two).
+func mergeEnv(env []string, more ...string) []string {
+	out := slices.Clone(env)
+	for _, kv := range more {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		if i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") }); i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 func (r *Runtime) baseEnv() []string {
 	return []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -708,7 +740,7 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 	}
 	return map[string]any{
 		"ociVersion": "1.0.2",
-		"process":    r.process(m, r.initArgs(), r.baseEnv(), spec.Workdir),
+		"process":    r.process(m, r.initArgs(), r.env(m), spec.Workdir),
 		// The image is shared by every sandbox of its class; writes land in
 		// the per-sandbox in-memory overlay (--overlay2=root:memory).
 		"root":     map[string]any{"path": rootfs, "readonly": false},

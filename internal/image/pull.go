@@ -1,0 +1,344 @@
+package image
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Pulled images — from a registry or an archive, the tenant's toolchain
+// instead of a class image — live under DIR/oci/HEX, HEX being the
+// manifest digest's: rootfs/ and pulled.json, written last (a directory
+// without it is half-pulled and never used). One digest is unpacked once,
+// whatever names point at it.
+
+const ociDir = "oci"
+
+// Pulled is pulled.json: where an image came from and what its config
+// asks of the sandbox that runs it.
+type Pulled struct {
+	Digest     string    `json:"digest"` // sha256:HEX of the manifest
+	Source     string    `json:"source"` // the reference or file it came from
+	SizeBytes  int64     `json:"sizeBytes"`
+	Files      int64     `json:"files"`
+	Dropped    int64     `json:"dropped"` // devices and FIFOs not unpacked
+	Layers     int       `json:"layers"`
+	PulledAt   time.Time `json:"pulledAt"`
+	Env        []string  `json:"env,omitempty"`
+	WorkingDir string    `json:"workingDir,omitempty"`
+	User       string    `json:"user,omitempty"`
+	Entrypoint []string  `json:"entrypoint,omitempty"`
+	Cmd        []string  `json:"cmd,omitempty"`
+}
+
+var digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+
+// IsDigest says whether s names a pulled image by digest.
+func IsDigest(s string) bool { return digestPattern.MatchString(s) }
+
+func pulledDir(dir, digest string) (string, error) {
+	if !IsDigest(digest) {
+		return "", fmt.Errorf("image: %q is not a sha256 digest", digest)
+	}
+	return filepath.Join(dir, ociDir, strings.TrimPrefix(digest, "sha256:")), nil
+}
+
+// InspectPulled reads the record of a complete pulled image.
+func InspectPulled(dir, digest string) (*Pulled, error) {
+	d, err := pulledDir(dir, digest)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(d, "pulled.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, &notBuiltError{msg: fmt.Sprintf("image %s is not on this server (pull it again)", digest)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	var p Pulled
+	if err := json.Unmarshal(b, &p); err != nil || p.Digest != digest {
+		return nil, fmt.Errorf("image: the record of %s is damaged", digest)
+	}
+	return &p, nil
+}
+
+// PulledRootfs is the rootfs of a complete pulled image.
+func PulledRootfs(dir, digest string) (string, error) {
+	if _, err := InspectPulled(dir, digest); err != nil {
+		return "", err
+	}
+	d, _ := pulledDir(dir, digest)
+	return filepath.Join(d, rootfsDir), nil
+}
+
+// Auth is a registry's basic credentials.
+type Auth struct{ Username, Password string }
+
+// Remote reads the image ref (a tag or a digest) from its registry, for
+// linux/amd64. A registry on loopback is spoken to over plain HTTP.
+func Remote(ctx context.Context, ref string, auth *Auth) (v1.Image, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, fmt.Errorf("image: %q is not an image reference: %w", ref, err)
+	}
+	a := authn.Anonymous
+	if auth != nil {
+		a = authn.FromConfig(authn.AuthConfig{Username: auth.Username, Password: auth.Password})
+	}
+	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(a), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"}))
+	if err != nil {
+		return nil, fmt.Errorf("image: pulling %s: %w", ref, err)
+	}
+	return img, nil
+}
+
+// FromFile opens an image archive: an OCI layout (a directory, or a tar of
+// one) or a `docker save` tarball. The returned func releases what was
+// unpacked to read it.
+func FromFile(path string) (v1.Image, func(), error) {
+	none := func() {}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, none, fmt.Errorf("image: %w", err)
+	}
+	if st.IsDir() {
+		img, err := fromLayout(path)
+		return img, none, err
+	}
+	if isOCIArchive(path) {
+		tmp, err := os.MkdirTemp("", "sandbox-oci-")
+		if err != nil {
+			return nil, none, err
+		}
+		done := func() { os.RemoveAll(tmp) }
+		root, err := os.OpenRoot(tmp)
+		if err == nil {
+			var f *os.File
+			if f, err = os.Open(path); err == nil {
+				err = ApplyLayer(root, f, Limits{}, &Unpacked{})
+				f.Close()
+			}
+			root.Close()
+		}
+		if err != nil {
+			done()
+			return nil, none, fmt.Errorf("image: reading the OCI archive: %w", err)
+		}
+		img, err := fromLayout(tmp)
+		if err != nil {
+			done()
+			return nil, none, err
+		}
+		return img, done, nil
+	}
+	img, err := tarball.ImageFromPath(path, nil)
+	if err != nil {
+		return nil, none, fmt.Errorf("image: %s is neither an OCI layout nor a docker save archive: %w", path, err)
+	}
+	return img, none, nil
+}
+
+func isOCIArchive(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for range 64 {
+		h, err := tr.Next()
+		if err != nil {
+			return false
+		}
+		if strings.TrimPrefix(h.Name, "./") == "oci-layout" {
+			return true
+		}
+	}
+	return false
+}
+
+func fromLayout(dir string) (v1.Image, error) {
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image: %s is not an OCI layout: %w", dir, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	for _, d := range m.Manifests {
+		if d.Platform != nil && (d.Platform.OS != "linux" || d.Platform.Architecture != "amd64") {
+			continue
+		}
+		if d.MediaType.IsIndex() {
+			continue
+		}
+		return idx.Image(d.Digest)
+	}
+	return nil, fmt.Errorf("image: the OCI layout %s has no linux/amd64 image", dir)
+}
+
+// Progress is told after each layer: how many are done of how many, and
+// the bytes unpacked so far.
+type Progress func(done, layers int, bytes int64)
+
+// Unpack makes img a pulled image under dir: its layers applied in order
+// (ApplyLayer) to a staging directory that is renamed into place once
+// complete, then its record. An image already there by digest costs
+// nothing. lim bounds what it may unpack to.
+func Unpack(ctx context.Context, dir string, img v1.Image, source string, lim Limits, progress Progress) (*Pulled, error) {
+	dg, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	digest := dg.String()
+	if p, err := InspectPulled(dir, digest); err == nil {
+		return p, nil
+	}
+	final, err := pulledDir(dir, digest)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image: its config: %w", err)
+	}
+	if cfg.OS != "" && cfg.OS != "linux" || cfg.Architecture != "" && cfg.Architecture != "amd64" {
+		return nil, fmt.Errorf("image: %s is for %s/%s; this server runs linux/amd64", source, cfg.OS, cfg.Architecture)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	base := filepath.Join(dir, ociDir)
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	staging := filepath.Join(base, ".pull-"+hex.EncodeToString(b))
+	if err := os.MkdirAll(filepath.Join(staging, rootfsDir), 0o755); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer os.RemoveAll(staging)
+	root, err := os.OpenRoot(filepath.Join(staging, rootfsDir))
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer root.Close()
+	var u Unpacked
+	for i, l := range layers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		rc, err := l.Uncompressed()
+		if err != nil {
+			return nil, fmt.Errorf("image: layer %d: %w", i+1, err)
+		}
+		err = ApplyLayer(root, ctxReader{ctx, rc}, lim, &u)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("image: layer %d of %s: %w", i+1, source, err)
+		}
+		if progress != nil {
+			progress(i+1, len(layers), u.Bytes)
+		}
+	}
+	p := &Pulled{Digest: digest, Source: source, SizeBytes: u.Bytes, Files: u.Entries, Dropped: u.Dropped, Layers: len(layers),
+		PulledAt: time.Now().UTC(), Env: cfg.Config.Env, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User,
+		Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd}
+	raw, _ := json.MarshalIndent(p, "", "  ")
+	if err := os.WriteFile(filepath.Join(staging, "pulled.json"), raw, 0o644); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	os.Chmod(staging, 0o755)
+	if err := os.Rename(staging, final); err != nil {
+		if q, ierr := InspectPulled(dir, digest); ierr == nil {
+			return q, nil // a racing pull of the same digest finished first
+		}
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	return p, nil
+}
+
+// RemovePulled deletes a pulled image's files.
+func RemovePulled(dir, digest string) error {
+	d, err := pulledDir(dir, digest)
+	if err != nil {
+		return err
+	}
+	// The record goes first: from then on the image is half-there, never
+	// used, and a crash in the middle leaves nothing that looks complete.
+	os.Remove(filepath.Join(d, "pulled.json"))
+	return os.RemoveAll(d)
+}
+
+// SweepStaging removes what crashed pulls left (.pull-* directories).
+func SweepStaging(dir string) {
+	stale, _ := filepath.Glob(filepath.Join(dir, ociDir, ".pull-*"))
+	for _, s := range stale {
+		os.RemoveAll(s)
+	}
+}
+
+// ctxReader stops a layer's read when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// classNeeds are the programs a class runs in its image, beyond /bin/sh
+// which every class runs programs through.
+var classNeeds = map[string][]string{
+	"desktop": {"Xvfb", "x11vnc", "pgrep"},
+	"android": {"emulator"},
+}
+
+// Missing lists what rootfs lacks of what class runs; empty means it can.
+// Lookups stay inside the rootfs.
+func Missing(rootfs, class string) []string {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return []string{"a root filesystem"}
+	}
+	defer root.Close()
+	exe := func(p string) bool {
+		st, err := root.Stat(p)
+		return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+	}
+	var out []string
+	if !exe("bin/sh") {
+		out = append(out, "/bin/sh")
+	}
+	for _, prog := range classNeeds[class] {
+		if !exe("usr/bin/"+prog) && !exe("bin/"+prog) && !exe("usr/local/bin/"+prog) {
+			out = append(out, prog)
+		}
+	}
+	return out
+}

@@ -1,0 +1,292 @@
+package server_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/sandboxd/sandbox/internal/quota"
+	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/testenv"
+)
+
+// tarEntry is one entry of a test layer.
+type tarEntry struct {
+	name, link string
+	typ        byte
+	mode       int64
+	body       []byte
+	size       int64 // a header claiming more than body (a truncated layer)
+}
+
+func tarLayer(t testing.TB, entries ...tarEntry) v1.Layer {
+	t.Helper()
+	var b bytes.Buffer
+	w := tar.NewWriter(&b)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)), Uid: 1000, Gid: 1000}
+		if h.Mode == 0 {
+			h.Mode = 0o755
+		}
+		if e.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if e.size > 0 {
+			h.Size = e.size
+		}
+		if err := w.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		w.Write(e.body)
+	}
+	if entries[len(entries)-1].size == 0 {
+		w.Close()
+	} else {
+		w.Flush() // the truncated layer ends here, mid-entry
+	}
+	raw := b.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// busyboxLayer is a tiny userland: the host's static busybox as /bin/sh
+// and a few applets.
+func busyboxLayer(t testing.TB) v1.Layer {
+	t.Helper()
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		testenv.Missing(t, testenv.RegistryPart, "/bin/busybox (Debian's busybox-static; scripts/deps.sh installs it for the tests)")
+	}
+	es := []tarEntry{{name: "bin/", typ: tar.TypeDir}, {name: "bin/busybox", typ: tar.TypeReg, body: bb}, {name: "tmp/", typ: tar.TypeDir, mode: 0o1777}}
+	for _, applet := range []string{"sh", "ls", "cat", "echo", "id", "env", "stat", "sleep"} {
+		es = append(es, tarEntry{name: "bin/" + applet, typ: tar.TypeSymlink, link: "busybox"})
+	}
+	return tarLayer(t, es...)
+}
+
+// push writes an image of layers (and env) to the registry as repo:tag.
+func push(t testing.TB, reg *testenv.Registry, repo string, env []string, layers ...v1.Layer) string {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := img.ConfigFile()
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture, cfg.Config.Env = "linux", "amd64", env
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.Host + "/" + repo
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := authn.Anonymous
+	if reg.User != "" {
+		auth = authn.FromConfig(authn.AuthConfig{Username: reg.User, Password: reg.Password})
+	}
+	if err := remote.Write(r, img, remote.WithAuth(auth)); err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+	return ref
+}
+
+// imagesWithClasses is an images directory of its own (pulled images land
+// there) holding the built class images by symlink.
+func imagesWithClasses(t testing.TB) string {
+	dir := t.TempDir()
+	for _, c := range []string{"exec", "dev"} {
+		if err := os.Symlink(filepath.Join(testenv.Images(), c), filepath.Join(dir, c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// treeOf lists a rootfs: path → type and mode.
+func treeOf(t *testing.T, root string) map[string]string {
+	out := map[string]string{}
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == root {
+			return nil
+		}
+		st, _ := os.Lstat(p)
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = st.Mode().String()
+		return nil
+	})
+	return out
+}
+
+// TestImagesOnRunsc: images pulled from a real registry on loopback are
+// unpacked exactly as their layers say, hostile ones are refused or
+// defanged with nothing escaping, and a lease runs on a pulled image with
+// its environment.
+func TestImagesOnRunsc(t *testing.T) {
+	reg := testenv.NeedRegistry(t, false)
+	images := imagesWithClasses(t)
+	cfg := server.Config{Images: images}
+	cfg.Service.ImageAllow = []string{reg.Host}
+	e := newEnvConfig(t, cfg)
+
+	tool := push(t, reg, "team/tool:1", []string{"GREETING=hello from the image", "PATH=/bin"},
+		busyboxLayer(t),
+		tarLayer(t,
+			tarEntry{name: "app/", typ: tar.TypeDir},
+			tarEntry{name: "app/hello.sh", typ: tar.TypeReg, body: []byte("echo \"$GREETING\"; id -u\n")},
+			tarEntry{name: "app/old", typ: tar.TypeReg, body: []byte("old")},
+			tarEntry{name: "app/setuid", typ: tar.TypeReg, mode: 0o4755, body: []byte("x")},
+			tarEntry{name: "dev/", typ: tar.TypeDir},
+			tarEntry{name: "dev/evil", typ: tar.TypeChar},
+			tarEntry{name: "etc/", typ: tar.TypeDir},
+			tarEntry{name: "etc/shadow-link", typ: tar.TypeSymlink, link: "/etc/shadow"}),
+		tarLayer(t,
+			tarEntry{name: "app/.wh.old", typ: tar.TypeReg},
+			tarEntry{name: "etc/shadow-link", typ: tar.TypeReg, body: []byte("replaced, not written through")}))
+	shadow, _ := os.ReadFile("/etc/shadow")
+
+	r := e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool", "ref": tool})
+	digest, _ := r.JSON(t)["digest"].(string)
+	if !strings.HasPrefix(digest, "sha256:") || r.JSON(t)["scope"] != "org" {
+		t.Fatalf("pull answer: %s", r.Body)
+	}
+	// The rootfs is exactly what the layers say, defanged.
+	root := filepath.Join(images, "oci", strings.TrimPrefix(digest, "sha256:"), "rootfs")
+	tree := treeOf(t, root)
+	want := []string{"app", "app/hello.sh", "app/setuid", "bin", "bin/busybox", "dev", "etc", "etc/shadow-link", "tmp"}
+	for _, a := range []string{"sh", "ls", "cat", "echo", "id", "env", "stat", "sleep"} {
+		want = append(want, "bin/"+a)
+	}
+	var got []string
+	for p := range tree {
+		got = append(got, p)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("rootfs:\n got %v\nwant %v", got, want)
+	}
+	if m := tree["app/setuid"]; m != "-rwxr-xr-x" {
+		t.Errorf("the setuid file is %s", m)
+	}
+	if m := tree["tmp"]; m != "dtrwxrwxrwx" {
+		t.Errorf("/tmp is %s", m)
+	}
+	if m := tree["etc/shadow-link"]; !strings.HasPrefix(m, "-") {
+		t.Errorf("etc/shadow-link is %s", m)
+	}
+	if now, _ := os.ReadFile("/etc/shadow"); !bytes.Equal(now, shadow) {
+		t.Fatal("the host's /etc/shadow changed")
+	}
+
+	// Leased and run, with the image's environment.
+	id := e.lease("acme", map[string]any{"image": "tool"})
+	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["image"] != digest {
+		t.Errorf("the row's image: %v, want the digest %s", sb["image"], digest)
+	}
+	if a := e.exec("acme", id, map[string]any{"command": "sh /app/hello.sh"}); a.ExitCode != 0 || a.Stdout != "hello from the image\n1000\n" {
+		t.Errorf("the image's program: %+v", a)
+	}
+	// The same digest under another name costs nothing; a name of the
+	// other org is not this org's.
+	again := e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool-again", "ref": tool}).JSON(t)
+	if again["digest"] != digest {
+		t.Errorf("the second pull: %v", again)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(images, "oci", "*")); len(dirs) != 1 {
+		t.Errorf("unpacked images: %v", dirs)
+	}
+	e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "globex", map[string]any{"image": "tool"})
+	if list := e.must(http.StatusOK, "GET", "/v1/images", "globex", nil).JSON(t)["images"].([]any); len(list) != 0 {
+		t.Errorf("globex sees %v", list)
+	}
+	// In use: not deleted; after the end it is.
+	e.must(http.StatusConflict, "DELETE", "/v1/images/tool", "acme", nil)
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	e.must(http.StatusOK, "DELETE", "/v1/images/tool", "acme", nil)
+	e.must(http.StatusNotFound, "DELETE", "/v1/images/tool", "acme", nil)
+
+	// Refused: a registry the operator does not allow, an image without a
+	// shell for the class, layers that leave the rootfs.
+	e.must(http.StatusForbidden, "POST", "/v1/images", "acme", map[string]string{"name": "x", "ref": "127.0.0.2:1/x:1"})
+	noshell := push(t, reg, "team/noshell:1", nil, tarLayer(t, tarEntry{name: "data", typ: tar.TypeReg, body: []byte("d")}))
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "noshell", "ref": noshell})
+	if msg := e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "acme", map[string]any{"image": "noshell"}).JSON(t)["error"].(string); !strings.Contains(msg, "/bin/sh") {
+		t.Errorf("lease of an image without a shell: %s", msg)
+	}
+	hostile := map[string][]tarEntry{
+		"dotdot":      {{name: "../../escaped", typ: tar.TypeReg, body: []byte("x")}},
+		"symlink-out": {{name: "out", typ: tar.TypeSymlink, link: "/"}, {name: "out/tmp/escaped", typ: tar.TypeReg, body: []byte("x")}},
+		"hardlink":    {{name: "h", typ: tar.TypeLink, link: "../../../etc/shadow"}},
+	}
+	for tag, es := range hostile {
+		ref := push(t, reg, "team/hostile:"+tag, nil, busyboxLayer(t), tarLayer(t, es...))
+		if r := e.do("POST", "/v1/images", "acme", map[string]string{"name": "h-" + tag, "ref": ref}); r.Status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s", tag, r.Status, r.Body)
+		}
+	}
+	if _, err := os.Stat("/tmp/escaped"); err == nil {
+		t.Error("a layer wrote /tmp/escaped")
+	}
+	if staging, _ := filepath.Glob(filepath.Join(images, "oci", ".pull-*")); len(staging) != 0 {
+		t.Errorf("half-pulled images left: %v", staging)
+	}
+
+	// Over the disk quota: a 10 GiB file (its header says so) is refused
+	// before it is written.
+	small := int64(64)
+	if err := e.srv.Store.SetOrgQuota(t.Context(), "acme", quota.Policy{DiskMiB: &small}); err != nil {
+		t.Fatal(err)
+	}
+	big := push(t, reg, "team/big:1", nil, tarLayer(t, tarEntry{name: "big", typ: tar.TypeReg, body: make([]byte, 1<<20), size: 10 << 30}))
+	if r := e.do("POST", "/v1/images", "acme", map[string]string{"name": "big", "ref": big}); r.Status != http.StatusForbidden || !strings.Contains(string(r.Body), "quota") {
+		t.Errorf("a 10 GiB image under a 64 MiB quota: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestImagePullWithAuth: a registry with basic auth; the credentials work
+// for the pull and are kept nowhere.
+func TestImagePullWithAuth(t *testing.T) {
+	reg := testenv.NeedRegistry(t, true)
+	images := imagesWithClasses(t)
+	cfg := server.Config{Images: images}
+	cfg.Service.ImageAllow = []string{reg.Host + "/team"}
+	e := newEnvConfig(t, cfg)
+	ref := push(t, reg, "team/private:1", nil, busyboxLayer(t))
+	e.must(http.StatusBadRequest, "POST", "/v1/images", "acme", map[string]string{"name": "p", "ref": ref})
+	e.must(http.StatusBadRequest, "POST", "/v1/images", "acme", service.ImageRequest{Name: "p", Ref: ref, Username: reg.User, Password: "wrong"})
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", service.ImageRequest{Name: "p", Ref: ref, Username: reg.User, Password: reg.Password})
+	// Nothing of the password is on disk.
+	filepath.WalkDir(e.data, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(reg.Password)) {
+				t.Errorf("%s holds the registry password", p)
+			}
+		}
+		return nil
+	})
+	id := e.lease("acme", map[string]any{"image": "p"})
+	if out := e.sh("acme", id, "ls /bin/busybox"); out != "/bin/busybox\n" {
+		t.Errorf("in the private image: %q", out)
+	}
+}

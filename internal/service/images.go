@@ -1,0 +1,221 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+// Images: a tenant may lease {"image": NAME} where NAME is one of its
+// org's images or the operator's. An image is unpacked once per digest
+// (internal/image); a name points at a digest, and a sandbox's row records
+// the digest, so a name pointed elsewhere never changes a sandbox under
+// it.
+
+// ImageStore is the part of the store the images need.
+type ImageStore interface {
+	PutImage(ctx context.Context, im store.Image) error
+	Images(ctx context.Context) ([]store.Image, error)
+	ResolveImage(ctx context.Context, name string) (*store.Image, error)
+	DeleteImage(ctx context.Context, name string, server bool) (*store.Image, error)
+}
+
+// Library unpacks and finds images on this server.
+type Library interface {
+	// Pull unpacks ref from its registry within lim.
+	Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits) (*image.Pulled, error)
+	// Rootfs is a pulled image's rootfs, or an error when it is not here.
+	Rootfs(digest string) (string, error)
+}
+
+// ImageRequest is the body of POST /v1/images: pull ref into the org's
+// images under name.
+type ImageRequest struct {
+	Name     string `json:"name" jsonschema:"the image's name in your org (letters, digits, '.', '_', '-'; up to 64)"`
+	Ref      string `json:"ref" jsonschema:"an OCI or Docker image reference, by tag or digest, from a registry the operator allows"`
+	Username string `json:"username,omitempty" jsonschema:"registry username, for this pull only (never stored, never in a sandbox)"`
+	Password string `json:"password,omitempty" jsonschema:"registry password or token, for this pull only"`
+}
+
+// ImageInfo is an image as the API shows it.
+type ImageInfo struct {
+	Name      string `json:"name"`
+	Digest    string `json:"digest"`
+	Source    string `json:"source"`
+	SizeBytes int64  `json:"sizeBytes"`
+	// Scope is org (the caller's org's own) or server (the operator's,
+	// offered to every org).
+	Scope     string `json:"scope"`
+	CreatedAt int64  `json:"createdAt"` // Unix seconds
+}
+
+func infoOf(im store.Image) ImageInfo {
+	scope := "org"
+	if im.Server {
+		scope = "server"
+	}
+	return ImageInfo{Name: im.Name, Digest: im.Digest, Source: im.Source, SizeBytes: im.SizeBytes, Scope: scope, CreatedAt: im.CreatedAt.Unix()}
+}
+
+var imageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// CheckImageName refuses a name that is not an image name.
+func CheckImageName(name string) error {
+	if !imageName.MatchString(name) {
+		return sandbox.Errorf(sandbox.KindInvalid, "image name %q: use letters, digits, '.', '_' and '-', up to 64, starting with a letter or digit", name)
+	}
+	if _, err := sandbox.LookupClass(name); err == nil || name == "exec" {
+		return sandbox.Errorf(sandbox.KindInvalid, "image name %q is a class image's", name)
+	}
+	return nil
+}
+
+func (s *Service) images() (ImageStore, Library, error) {
+	is, ok := s.d.Store.(ImageStore)
+	if !ok || s.d.Library == nil {
+		return nil, nil, sandbox.Errorf(sandbox.KindUnsupported, "this server keeps no images but its classes'")
+	}
+	return is, s.d.Library, nil
+}
+
+// allowed says whether the operator lets tenants pull ref: it must start
+// with one of the --image-allow prefixes, at a path boundary.
+func (s *Service) allowed(ref string) bool {
+	for _, p := range s.cfg.ImageAllow {
+		p = strings.TrimSuffix(p, "/")
+		if ref == p || strings.HasPrefix(ref, p+"/") || strings.HasPrefix(ref, p+":") || strings.HasPrefix(ref, p+"@") {
+			return true
+		}
+	}
+	return false
+}
+
+// PullImage pulls ref for the caller's org under name, within what is
+// left of its disk quota.
+func (s *Service) PullImage(ctx context.Context, req ImageRequest) (*ImageInfo, error) {
+	is, lib, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckImageName(req.Name); err != nil {
+		return nil, err
+	}
+	if req.Ref == "" || len(req.Ref) > 512 || strings.ContainsAny(req.Ref, " \n\t\x00") {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "ref must be an image reference such as registry.example/team/tool:1.2")
+	}
+	if !s.allowed(req.Ref) {
+		if len(s.cfg.ImageAllow) == 0 {
+			return nil, sandbox.Errorf(sandbox.KindForbidden, "this server lets no tenant pull images (the operator allows registries with --image-allow)")
+		}
+		return nil, sandbox.Errorf(sandbox.KindForbidden, "%s is not from a registry this server allows (%s)", req.Ref, strings.Join(s.cfg.ImageAllow, ", "))
+	}
+	org, pol, err := s.callerPolicy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	use, _, err := s.d.Store.Use(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	lim := image.Limits{}
+	if pol.DiskMiB != nil {
+		room := *pol.DiskMiB - use.DiskMiB
+		if room <= 0 {
+			return nil, sandbox.Errorf(sandbox.KindQuota, "the org's disk quota (%d MiB) is used up: no room for an image", *pol.DiskMiB)
+		}
+		lim.Bytes = room << 20
+	}
+	var auth *image.Auth
+	if req.Username != "" || req.Password != "" {
+		auth = &image.Auth{Username: req.Username, Password: req.Password}
+	}
+	start := time.Now()
+	p, err := lib.Pull(ctx, req.Ref, auth, lim)
+	if err != nil {
+		return nil, imageError(err)
+	}
+	im := store.Image{Name: req.Name, Digest: p.Digest, Source: req.Ref, SizeBytes: p.SizeBytes, CreatedAt: s.now()}
+	if err := is.PutImage(ctx, im); err != nil {
+		return nil, err
+	}
+	s.log.Info("image pulled", "org", org, "name", req.Name, "ref", req.Ref, "digest", p.Digest, "bytes", p.SizeBytes, "took", time.Since(start))
+	info := infoOf(im)
+	return &info, nil
+}
+
+// imageError says why an image could not be had, for the caller.
+func imageError(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, image.ErrTooLarge.Error()):
+		return sandbox.Wrap(sandbox.KindQuota, err, "the image is larger than what is left of the org's disk quota")
+	case strings.Contains(msg, "UNAUTHORIZED"), strings.Contains(msg, "401"):
+		return sandbox.Wrap(sandbox.KindInvalid, err, "the registry refused the credentials (or asked for some)")
+	case strings.Contains(msg, "MANIFEST_UNKNOWN"), strings.Contains(msg, "NAME_UNKNOWN"), strings.Contains(msg, "404"):
+		return sandbox.Wrap(sandbox.KindNotFound, err, "the registry has no such image")
+	case strings.Contains(msg, "layer "):
+		return sandbox.Wrap(sandbox.KindInvalid, err, "the image was refused: "+msg[strings.Index(msg, "layer "):])
+	}
+	return sandbox.Wrap(sandbox.KindBadGateway, err, "the image could not be pulled")
+}
+
+// Images lists the images the caller's org may lease: its own, then the
+// server's.
+func (s *Service) Images(ctx context.Context) ([]ImageInfo, error) {
+	is, _, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	list, err := is.Images(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ImageInfo, 0, len(list))
+	for _, im := range list {
+		out = append(out, infoOf(im))
+	}
+	return out, nil
+}
+
+// DeleteImage drops one of the org's images (its files go at the next
+// collection no name or sandbox holds them), refused while a live sandbox
+// runs it.
+func (s *Service) DeleteImage(ctx context.Context, name string) (*ImageInfo, error) {
+	is, _, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	im, err := is.DeleteImage(ctx, name, false)
+	if err != nil {
+		return nil, err
+	}
+	info := infoOf(*im)
+	return &info, nil
+}
+
+// resolveImage turns a lease's image name into the digest a row records,
+// refusing one the class cannot run and saying what it lacks.
+func (s *Service) resolveImage(ctx context.Context, class sandbox.Class, name string) (string, error) {
+	is, lib, err := s.images()
+	if err != nil {
+		return "", sandbox.Errorf(sandbox.KindInvalid, "image %q is not allowed for class %s (allowed: %s)", name, class.Name, class.Image)
+	}
+	im, err := is.ResolveImage(ctx, name)
+	if err != nil {
+		return "", sandbox.Errorf(sandbox.KindInvalid, "no image %q in your org or on this server (GET /v1/images lists them)", name)
+	}
+	rootfs, err := lib.Rootfs(im.Digest)
+	if err != nil {
+		return "", sandbox.Wrap(sandbox.KindUnavailable, err, fmt.Sprintf("image %q is not on this server's disk any more: pull it again", name))
+	}
+	if missing := image.Missing(rootfs, class.Name); len(missing) > 0 {
+		return "", sandbox.Errorf(sandbox.KindInvalid, "image %q cannot run a %s sandbox: it lacks %s", name, class.Name, strings.Join(missing, ", "))
+	}
+	return im.Digest, nil
+}

@@ -1,0 +1,85 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// Registry is a real CNCF distribution registry (Debian's docker-registry)
+// on loopback, started for one test.
+type Registry struct {
+	Host     string // 127.0.0.1:PORT
+	User     string // with basic auth: the one account; else empty
+	Password string
+}
+
+// RegistryPart is the SANDBOX_TEST_REQUIRE name of the registry.
+const RegistryPart = "registry"
+
+// NeedRegistry starts a registry on a free loopback port, with basic auth
+// (user "tester" and a fresh password) when auth is set, and stops it at
+// the test's end; it skips (fails in CI) where the package is missing.
+func NeedRegistry(t testing.TB, auth bool) *Registry {
+	t.Helper()
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		Missing(t, RegistryPart, "docker-registry (Debian's package; scripts/deps.sh installs it for the tests)")
+	}
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	r := &Registry{Host: addr}
+	authCfg := ""
+	if auth {
+		r.User, r.Password = "tester", fmt.Sprintf("pw-%d", time.Now().UnixNano())
+		hash, err := bcrypt.GenerateFromPassword([]byte(r.Password), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(r.User+":"+string(hash)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		authCfg = fmt.Sprintf("auth:\n  htpasswd:\n    realm: test\n    path: %s\n", filepath.Join(dir, "htpasswd"))
+	}
+	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s",
+		filepath.Join(dir, "data"), addr, authCfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))
+	logf, _ := os.Create(filepath.Join(dir, "registry.log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+	})
+	for i := 0; ; i++ {
+		res, err := http.Get("http://" + addr + "/v2/")
+		if err == nil {
+			res.Body.Close()
+			break
+		}
+		if i > 100 {
+			b, _ := os.ReadFile(filepath.Join(dir, "registry.log"))
+			t.Fatalf("the registry did not answer: %v: %s", err, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return r
+}
