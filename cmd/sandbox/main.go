@@ -27,8 +27,16 @@ Usage:
         list an org's keys (never a secret), or revoke one at once
   sandbox image build exec|dev|desktop|android [--images DIR]
         build a class image from Debian packages (idempotent)
-  sandbox image list [--images DIR]
-        show which class images are built
+  sandbox image pull NAME REF [--org ORG] [--username U --password-stdin] [--data DIR]
+        pull an OCI/Docker image and name it for every org (or --org's); prints its digest
+  sandbox image import NAME FILE [--org ORG] [--data DIR]
+        the same from an OCI layout (dir or tar) or a 'docker save' archive
+  sandbox image list [--org ORG] [--data DIR] [--images DIR]
+        the class images (built or not) and the named ones: the server's, --org's
+  sandbox image rm NAME [--org ORG] [--data DIR]
+        drop a name (its files go at the next gc)
+  sandbox image gc [--older-than DUR] [--data DIR]
+        delete the unpacked images nothing names or runs; print what was freed
   sandbox credits add --data DIR --org ORG --cents N
         prepay an org's leases (only matters when SANDBOX_FEE_CENTS* set a fee)
   sandbox quota get|set|clear --data DIR --org ORG [--projects N] [--live dev=2] ...
@@ -72,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "keys":
 		return keys(ctx, args[1:], stdout, stderr)
 	case "image":
-		return imageCmd(ctx, args[1:], stdout, stderr)
+		return imageCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "credits":
 		return credits(ctx, args[1:], stdout, stderr)
 	case "quota":

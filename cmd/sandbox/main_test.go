@@ -43,6 +43,15 @@ func TestUsageErrors(t *testing.T) {
 		{"image", "build"},
 		{"image", "build", "android", "--images", t.TempDir()},
 		{"image", "frobnicate"},
+		{"image", "pull", "onlyname", "--data", t.TempDir()},
+		{"image", "pull", "exec", "example.com/x:1", "--data", t.TempDir()}, // a class image's name
+		{"image", "pull", "../x", "example.com/x:1", "--data", t.TempDir()},
+		{"image", "pull", "x", "example.com/x:1", "--username", "u", "--data", t.TempDir()}, // a password only on stdin
+		{"image", "pull", "x", "example.com/x:1", "--password-stdin", "--data", t.TempDir()},
+		{"image", "import", "x", "--data", t.TempDir()},
+		{"image", "rm", "--data", t.TempDir()},
+		{"image", "gc", "--org", "acme", "--data", t.TempDir()},
+		{"image", "gc", "--older-than", "-1h", "--data", t.TempDir()},
 	} {
 		var out, errb bytes.Buffer
 		if err := run(context.Background(), args, &out, &errb); err == nil {
