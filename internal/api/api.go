@@ -263,6 +263,9 @@ func (s *Server) routes() {
 		if s.Processes != nil {
 			s.processRoutes(p)
 		}
+		if s.Images != nil {
+			s.snapshotRoutes(p)
+		}
 		s.typedOps(p)
 		s.consoles(p)
 	}

@@ -4,12 +4,14 @@ import (
 	"archive/tar"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -341,4 +343,81 @@ func Missing(rootfs, class string) []string {
 		}
 	}
 	return out
+}
+
+// Derive makes a new image from the rootfs base (a class image's or a
+// pulled one's) and the layer tars, applied in order: what a snapshot of
+// a sandbox is. Its digest is a hash of the base's name and the layers'
+// bytes, so the same changes on the same base make one image. The copy of
+// the base shares its files' storage (hardlinks): ApplyLayer replaces a
+// file, never writes into one, so the base is never changed.
+func Derive(ctx context.Context, dir, base, baseRootfs string, env []string, layers []string, source string, lim Limits) (*Pulled, error) {
+	h := sha256.New()
+	io.WriteString(h, "sandbox-derived\x00"+base+"\x00")
+	for _, l := range layers {
+		f, err := os.Open(l)
+		if err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		h.Write([]byte{0})
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if p, err := InspectPulled(dir, digest); err == nil {
+		return p, nil
+	}
+	final, _ := pulledDir(dir, digest)
+	ociBase := filepath.Join(dir, ociDir)
+	if err := os.MkdirAll(ociBase, 0o755); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	staging := filepath.Join(ociBase, ".pull-"+hex.EncodeToString(b))
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer os.RemoveAll(staging)
+	rootfs := filepath.Join(staging, rootfsDir)
+	if out, err := exec.CommandContext(ctx, "cp", "-a", "--link", baseRootfs, rootfs).CombinedOutput(); err != nil {
+		os.RemoveAll(rootfs)
+		// Another filesystem: a plain copy.
+		if out2, err2 := exec.CommandContext(ctx, "cp", "-a", baseRootfs, rootfs).CombinedOutput(); err2 != nil {
+			return nil, fmt.Errorf("image: copying the base: %v: %s %s", err2, out, out2)
+		}
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer root.Close()
+	var u Unpacked
+	for i, l := range layers {
+		f, err := os.Open(l)
+		if err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		err = ApplyLayer(root, ctxReader{ctx, f}, lim, &u)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("image: layer %d of %s: %w", i+1, source, err)
+		}
+	}
+	p := &Pulled{Digest: digest, Source: source, SizeBytes: u.Bytes, Files: u.Entries, Dropped: u.Dropped, Layers: len(layers),
+		PulledAt: time.Now().UTC(), Env: env}
+	raw, _ := json.MarshalIndent(p, "", "  ")
+	if err := os.WriteFile(filepath.Join(staging, "pulled.json"), raw, 0o644); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	if err := os.Rename(staging, final); err != nil {
+		if q, ierr := InspectPulled(dir, digest); ierr == nil {
+			return q, nil
+		}
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	return p, nil
 }

@@ -55,6 +55,9 @@ type Request struct {
 	Args       []string    `json:"args,omitempty" jsonschema:"arguments given to the program (not to its compiler)"`
 	Files      []InputFile `json:"files,omitempty" jsonschema:"files written into the working directory before the run"`
 	TimeoutSec int         `json:"timeoutSec,omitempty" jsonschema:"seconds before the run is killed (exit code 124); 0 means the server's default"`
+	// Image starts a new session on one of the org's images (a template
+	// saved from a sandbox with its dependencies installed, say).
+	Image string `json:"image,omitempty" jsonschema:"for a new session: an image of your org's (GET /v1/images) instead of the exec class's"`
 }
 
 // InputFile is a file placed in the workdir before the run: text in Data,
@@ -121,7 +124,7 @@ func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
 
 	res := &Result{SessionID: req.SessionID}
 	if !it.alive(ctx, req.SessionID) {
-		sb, err := it.sb.Lease(ctx, service.LeaseRequest{Class: sandbox.ClassExec})
+		sb, err := it.sb.Lease(ctx, service.LeaseRequest{Class: sandbox.ClassExec, Image: req.Image})
 		if err != nil {
 			return nil, err
 		}

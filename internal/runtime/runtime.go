@@ -138,6 +138,11 @@ type Runtime interface {
 	// volume of the same instant — while ref runs on. ErrUnsupported when
 	// the backend cannot.
 	Fork(ctx context.Context, ref Ref, spec Spec) (Object, error)
+	// RootfsChanges writes what the sandbox changed in its root filesystem
+	// (the upper layer of its overlay, not its workdir or /tmp) to w as a
+	// tar, deletions as OCI whiteouts. ErrUnsupported when the backend
+	// cannot tell.
+	RootfsChanges(ctx context.Context, name string, w io.Writer) error
 	// DropCheckpoint deletes a checkpoint. Missing is not an error.
 	DropCheckpoint(ctx context.Context, key string) error
 	// KillAll kills every process in the sandbox but its init, even when

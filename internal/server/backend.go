@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"log/slog"
 	"path/filepath"
 
@@ -51,6 +53,46 @@ func (l *library) Pull(ctx context.Context, ref string, auth *image.Auth, lim im
 }
 
 func (l *library) Rootfs(digest string) (string, error) { return image.PulledRootfs(l.dir, digest) }
+
+// Seeded says whether a pulled image carries a saved workdir.
+func (l *library) Seeded(name string) bool {
+	root, err := l.rootfs(name)
+	if err != nil {
+		return false
+	}
+	st, err := os.Lstat(filepath.Join(root, service.SeedDir))
+	return err == nil && st.IsDir()
+}
+
+// Derive writes each layer to a file beside the images (never to a
+// tmpfs /tmp: a snapshot may be large), then derives the image from base.
+func (l *library) Derive(ctx context.Context, base, source string, lim image.Limits, layers ...func(io.Writer) error) (*image.Pulled, error) {
+	baseRootfs, err := l.rootfs(base)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(l.dir), ".snapshot-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var files []string
+	for i, write := range layers {
+		f, err := os.Create(filepath.Join(tmp, fmt.Sprintf("layer-%d.tar", i)))
+		if err != nil {
+			return nil, err
+		}
+		err = write(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f.Name())
+	}
+	return image.Derive(ctx, l.dir, base, baseRootfs, l.env(base), files, source, lim)
+}
 
 // lib is the service's view of b.library: a nil interface when there is
 // none (never a typed nil).

@@ -290,3 +290,36 @@ func TestImagePullWithAuth(t *testing.T) {
 		t.Errorf("in the private image: %q", out)
 	}
 }
+
+// TestSnapshotOnRunsc: "install once, start from there" — a sandbox's
+// installs (files under site-packages, a deletion) and its workdir saved
+// as an image of the org, leased again, and used by an interpreter
+// session.
+func TestSnapshotOnRunsc(t *testing.T) {
+	images := imagesWithClasses(t)
+	e := newEnvConfig(t, server.Config{Images: images})
+	id := e.lease("acme", nil)
+	site := "$(python3 -c 'import site; print(site.getusersitepackages())')"
+	e.sh("acme", id, "mkdir -p "+site+"/fakepkg && echo 'VALUE = 42' > "+site+"/fakepkg/__init__.py && mkdir -p ~/.cache && echo gone > ~/.cache/x && echo data > notes.txt")
+	e.sh("acme", id, "rm ~/.cache/x")
+	r := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "withpkg", "workdir": true}).JSON(t)
+	if r["scope"] != "org" || !strings.HasPrefix(r["digest"].(string), "sha256:") {
+		t.Fatalf("snapshot: %v", r)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+
+	again := e.lease("acme", map[string]any{"image": "withpkg"})
+	if out := e.sh("acme", again, "python3 -c 'import fakepkg; print(fakepkg.VALUE)'; cat notes.txt; ls ~/.cache"); out != "42\ndata\n" {
+		t.Errorf("a lease of the template: %q", out)
+	}
+	// An interpreter session on it.
+	if a := e.code("acme", map[string]any{"language": "py", "image": "withpkg", "code": "import fakepkg\nprint(fakepkg.VALUE + 1)"}); a.Stdout != "43\n" {
+		t.Errorf("a session on the template: %+v", a)
+	}
+	// Another org has no such image; the org's list has it.
+	e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "globex", map[string]any{"image": "withpkg"})
+	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+again+"/snapshot", "globex", map[string]any{"name": "stolen"})
+	if list := e.must(http.StatusOK, "GET", "/v1/images", "acme", nil).JSON(t)["images"].([]any); len(list) != 1 {
+		t.Errorf("images: %v", list)
+	}
+}

@@ -1,13 +1,18 @@
 package service
 
 import (
+	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"path"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
 )
@@ -32,6 +37,11 @@ type Library interface {
 	Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits) (*image.Pulled, error)
 	// Rootfs is a pulled image's rootfs, or an error when it is not here.
 	Rootfs(digest string) (string, error)
+	// Seeded says whether an image carries a workdir (under SeedDir).
+	Seeded(image string) bool
+	// Derive makes an image of base (a class image or a digest) with the
+	// layers each func writes as a tar applied on top, within lim.
+	Derive(ctx context.Context, base, source string, lim image.Limits, layers ...func(io.Writer) error) (*image.Pulled, error)
 }
 
 // ImageRequest is the body of POST /v1/images: pull ref into the org's
@@ -115,21 +125,9 @@ func (s *Service) PullImage(ctx context.Context, req ImageRequest) (*ImageInfo, 
 		}
 		return nil, sandbox.Errorf(sandbox.KindForbidden, "%s is not from a registry this server allows (%s)", req.Ref, strings.Join(s.cfg.ImageAllow, ", "))
 	}
-	org, pol, err := s.callerPolicy(ctx)
+	org, lim, err := s.imageRoom(ctx)
 	if err != nil {
 		return nil, err
-	}
-	use, _, err := s.d.Store.Use(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	lim := image.Limits{}
-	if pol.DiskMiB != nil {
-		room := *pol.DiskMiB - use.DiskMiB
-		if room <= 0 {
-			return nil, sandbox.Errorf(sandbox.KindQuota, "the org's disk quota (%d MiB) is used up: no room for an image", *pol.DiskMiB)
-		}
-		lim.Bytes = room << 20
 	}
 	var auth *image.Auth
 	if req.Username != "" || req.Password != "" {
@@ -147,6 +145,133 @@ func (s *Service) PullImage(ctx context.Context, req ImageRequest) (*ImageInfo, 
 	s.log.Info("image pulled", "org", org, "name", req.Name, "ref", req.Ref, "digest", p.Digest, "bytes", p.SizeBytes, "took", time.Since(start))
 	info := infoOf(im)
 	return &info, nil
+}
+
+// imageRoom is what is left of the caller's org's disk quota, as the
+// limits of an unpack.
+func (s *Service) imageRoom(ctx context.Context) (string, image.Limits, error) {
+	org, pol, err := s.callerPolicy(ctx)
+	if err != nil {
+		return "", image.Limits{}, err
+	}
+	use, _, err := s.d.Store.Use(ctx, "")
+	if err != nil {
+		return "", image.Limits{}, err
+	}
+	lim := image.Limits{}
+	if pol.DiskMiB != nil {
+		room := *pol.DiskMiB - use.DiskMiB
+		if room <= 0 {
+			return "", lim, sandbox.Errorf(sandbox.KindQuota, "the org's disk quota (%d MiB) is used up: no room for an image", *pol.DiskMiB)
+		}
+		lim.Bytes = room << 20
+	}
+	return org, lim, nil
+}
+
+// SnapshotRequest is the body of POST /v1/sandbox/{id}/snapshot.
+type SnapshotRequest struct {
+	Name    string `json:"name" jsonschema:"the new image's name in your org"`
+	Workdir bool   `json:"workdir,omitempty" jsonschema:"include the workdir's files too (a project's volume is otherwise not part of an image)"`
+}
+
+// Snapshot saves sandbox id's filesystem — what it changed in its root
+// (packages installed, files under site-packages) and, with Workdir, its
+// workdir — as an image of the org on the sandbox's own image: later
+// leases and interpreter sessions start from there. Memory is not part of
+// an image (that is sleep and fork).
+func (s *Service) Snapshot(ctx context.Context, id string, req SnapshotRequest) (*ImageInfo, error) {
+	is, lib, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckImageName(req.Name); err != nil {
+		return nil, err
+	}
+	org, lim, err := s.imageRoom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sb, work, done, err := s.use(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	start := time.Now()
+	layers := []func(io.Writer) error{func(w io.Writer) error { return s.d.Runtime.RootfsChanges(work, sb.Name, w) }}
+	if req.Workdir {
+		layers = append(layers, func(w io.Writer) error { return s.workdirLayer(ctx, sb, w) })
+	}
+	p, err := lib.Derive(work, sb.Image, "snapshot of "+sb.ID, lim, layers...)
+	switch {
+	case errors.Is(err, runtime.ErrUnsupported):
+		return nil, sandbox.Errorf(sandbox.KindUnsupported, "this server's backend cannot read a sandbox's filesystem changes")
+	case err != nil:
+		return nil, imageError(err)
+	}
+	im := store.Image{Name: req.Name, Digest: p.Digest, Source: "snapshot of " + sb.ID, SizeBytes: p.SizeBytes, CreatedAt: s.now()}
+	if err := is.PutImage(ctx, im); err != nil {
+		return nil, err
+	}
+	s.log.Info("sandbox snapshot", "org", org, "sandbox", sb.ID, "image", req.Name, "digest", p.Digest, "bytes", p.SizeBytes, "took", time.Since(start))
+	info := infoOf(im)
+	return &info, nil
+}
+
+// SeedDir is where an image keeps the workdir a snapshot saved: the
+// workdir itself is a mount (a fresh tmpfs, a project's volume) that would
+// hide it, so a lease copies it in (seed) once the sandbox runs.
+const SeedDir = ".sandbox-seed"
+
+// workdirLayer writes sb's workdir as a layer: the archive of it, each
+// entry under SeedDir.
+func (s *Service) workdirLayer(ctx context.Context, sb *sandbox.Sandbox, w io.Writer) error {
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(s.Archive(ctx, sb.ID, "", false, func(string) io.Writer { return pw }))
+	}()
+	defer pr.Close()
+	prefix := SeedDir
+	tr, tw := tar.NewReader(pr), tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			io.Copy(io.Discard, pr) // the archive's padding: its writer must not fail
+			return tw.Close()
+		}
+		if err != nil {
+			return err
+		}
+		h.Name = path.Join(prefix, h.Name)
+		if h.Typeflag == tar.TypeDir {
+			h.Name += "/"
+		}
+		if h.Typeflag == tar.TypeLink {
+			h.Linkname = path.Join(prefix, h.Linkname)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// seed copies an image's saved workdir into a new sandbox's workdir.
+func (s *Service) seed(ctx context.Context, sb *sandbox.Sandbox) error {
+	if s.d.Library == nil || !image.IsDigest(sb.Image) || !s.d.Library.Seeded(sb.Image) {
+		return nil
+	}
+	errBuf := NewOutput(4 << 10)
+	// Each entry, not the directory: the workdir's own mount point is not
+	// the sandbox user's to stamp.
+	err := s.d.Runtime.Exec(ctx, sb.Name, runtime.ExecRequest{Argv: []string{"find", "/" + SeedDir, "-mindepth", "1", "-maxdepth", "1", "-exec", "cp", "-a", "{}", sb.Workdir + "/", ";"},
+		Dir: "/", Stderr: errBuf})
+	if err != nil {
+		return fmt.Errorf("seeding the workdir: %w: %s", err, errBuf.String())
+	}
+	return nil
 }
 
 // imageError says why an image could not be had, for the caller.

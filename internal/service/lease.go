@@ -224,6 +224,11 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		return nil, err
 	}
 	charged = false
+	if from == nil && (sb.Project == "" || newProject) { // never over a project's files
+		if err := s.seed(recordCtx, sb); err != nil {
+			log.Warn("the image's workdir was not copied in", "err", err)
+		}
+	}
 	if err := s.d.Store.AddUsage(recordCtx, sb.Class, 1, 0); err != nil {
 		log.Error("recording usage", "err", err)
 	}

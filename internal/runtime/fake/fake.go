@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"sort"
 	"sync"
@@ -231,6 +232,11 @@ func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, spec runtime.Spec) 
 		return runtime.Object{}, err
 	}
 	return r.Create(ctx, spec)
+}
+
+// RootfsChanges has none to tell.
+func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) error {
+	return runtime.ErrUnsupported
 }
 
 // DropCheckpoint deletes a checkpoint; missing is not an error.

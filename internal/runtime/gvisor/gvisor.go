@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,6 +265,11 @@ func (r *Runtime) newBundle(spec runtime.Spec) (bundle, rootfs string, m *meta, 
 	if rootfs, err = r.cfg.ImageRootfs(spec.Image); err != nil {
 		return "", "", nil, err
 	}
+	// runsc cannot start on a rootfs reached through a symlink (an
+	// operator's images directory may well be one).
+	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
+		return "", "", nil, fmt.Errorf("gvisor: image rootfs: %w", err)
+	}
 	if err := hasShell(rootfs); err != nil {
 		return "", "", nil, err
 	}
@@ -502,6 +508,28 @@ func (r *Runtime) snapshot(ctx context.Context, src *meta, dir, srcDir, dstDir s
 	if out, err := exec.CommandContext(ctx, "cp", "--sparse=always", srcDir+".img", dstDir+".img").CombinedOutput(); err != nil {
 		os.Remove(dstDir + ".img")
 		return fmt.Errorf("gvisor: fork: copying the volume: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// RootfsChanges is `runsc tar rootfs-upper`: the in-memory overlay's
+// upper layer, with whiteouts for what was deleted.
+func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) error {
+	m, err := r.loadMeta(name)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Join(r.bundles, name), "upper-*.tar")
+	if err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if _, err := r.runsc(ctx, m.Flags, "tar", "rootfs-upper", "--file", tmp.Name(), m.Name); err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, tmp); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
 	}
 	return nil
 }

@@ -427,6 +427,12 @@ func (r *Runtime) Fork(context.Context, runtime.Ref, runtime.Spec) (runtime.Obje
 	return runtime.Object{}, runtime.ErrUnsupported
 }
 
+// RootfsChanges cannot be read from a pod: its container's writable layer
+// is the node's, not the API's.
+func (r *Runtime) RootfsChanges(context.Context, string, io.Writer) error {
+	return runtime.ErrUnsupported
+}
+
 // DropCheckpoint has nothing to drop.
 func (r *Runtime) DropCheckpoint(context.Context, string) error { return nil }
 
