@@ -277,3 +277,27 @@ func TestProcessKeepsSandboxAwake(t *testing.T) {
 		t.Errorf("idle with its process ended, the sandbox still runs: %v", sb)
 	}
 }
+
+// TestProcessTTYOnRunsc: a tty process sees its terminal's size, and a
+// resize reaches it.
+func TestProcessTTYOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	p := e.startProcess("acme", id, map[string]any{"command": "stty size; read x; stty size", "tty": true, "cols": 100, "rows": 30})
+	path := fmt.Sprintf("/v1/sandbox/%s/processes/%d", id, p.Pid)
+	e.must(http.StatusOK, "POST", path+"/resize", "acme", map[string]int{"cols": 120, "rows": 40})
+	e.must(http.StatusOK, "POST", path+"/stdin", "acme", "go\r")
+	e.waitProcess("acme", id, p.Pid)
+	var out strings.Builder
+	for ev := range e.events(t.Context(), "acme", id, p.Pid, "") {
+		if ev.Event == "stdout" {
+			out.WriteString(stdoutOf(t, ev))
+		}
+	}
+	if s := out.String(); !strings.Contains(s, "30 100") || !strings.Contains(s, "40 120") {
+		t.Errorf("tty output: %q", s)
+	}
+	e.must(http.StatusBadRequest, "POST", path+"/resize", "acme", map[string]int{"cols": 0, "rows": 40})
+	plain := e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "60"}})
+	e.must(http.StatusConflict, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/resize", id, plain.Pid), "acme", map[string]int{"cols": 80, "rows": 24})
+}
