@@ -24,7 +24,10 @@ type Server struct {
 	Data string            // its data directory
 	Bin  string            // the sandbox binary
 	Keys map[string]string // org → API key
-	cmd  *exec.Cmd
+	// Images is its images directory: the shared test images (Images()),
+	// or with ServeWith one of its own.
+	Images string
+	cmd    *exec.Cmd
 	// runsc is the runsc binary (gvisor.DefaultRunsc, passed in: this
 	// package imports no backend).
 	runsc string
@@ -62,15 +65,55 @@ func Serve(t testing.TB, runsc string, orgs []string, images ...string) *Server 
 	return ServeBin(t, runsc, Binaries(t), orgs)
 }
 
+// Options are what a test sets of the server ServeWith starts.
+type Options struct {
+	// Images are the class images it needs beyond exec.
+	Images []string
+	// ImageAllow are the registries (or repository prefixes) its tenants
+	// may pull images from (serve --image-allow); none by default.
+	ImageAllow []string
+}
+
+// ServeWith is Serve with options, on an images directory of its own
+// that holds the built class images by symlink: what its tenants pull or
+// snapshot lands there (and goes with the test), never among the shared
+// test images.
+func ServeWith(t testing.TB, runsc string, orgs []string, o Options) *Server {
+	t.Helper()
+	NeedGVisor(t, runsc, append([]string{"exec"}, o.Images...)...)
+	images := t.TempDir()
+	classes, err := os.ReadDir(Images())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		if c.IsDir() && c.Name() != "oci" && !strings.HasPrefix(c.Name(), ".") {
+			if err := os.Symlink(filepath.Join(Images(), c.Name()), filepath.Join(images, c.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var args []string
+	for _, a := range o.ImageAllow {
+		args = append(args, "--image-allow", a)
+	}
+	return serve(t, runsc, Binaries(t), orgs, images, args)
+}
+
 // ServeBin is Serve with a given sandbox binary (an older build, for a
 // before-and-after) and more flags for serve.
 func ServeBin(t testing.TB, runsc, bin string, orgs []string, args ...string) *Server {
+	t.Helper()
+	return serve(t, runsc, bin, orgs, Images(), args)
+}
+
+func serve(t testing.TB, runsc, bin string, orgs []string, images string, args []string) *Server {
 	t.Helper()
 	data, err := os.MkdirTemp("", "sbs-") // short: runsc's socket paths have a limit
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Data: data, Bin: bin, Keys: map[string]string{}, runsc: runsc}
+	s := &Server{Data: data, Bin: bin, Keys: map[string]string{}, Images: images, runsc: runsc}
 	for _, org := range orgs {
 		out, err := exec.Command(bin, "keys", "create", "--data", data, "--org", org).Output()
 		if err != nil {
@@ -78,7 +121,7 @@ func ServeBin(t testing.TB, runsc, bin string, orgs []string, args ...string) *S
 		}
 		s.Keys[org] = strings.TrimSpace(string(out))
 	}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--images", Images(), "--runsc", runsc, "--reap-every", "1h"}, args...)...)
+	s.cmd = exec.Command(bin, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--images", images, "--runsc", runsc, "--reap-every", "1h"}, args...)...)
 	out, _ := s.cmd.StdoutPipe()
 	s.cmd.Stderr = os.Stderr
 	if !testing.Verbose() {
