@@ -36,8 +36,11 @@ const ociDir = "oci"
 // Pulled is pulled.json: where an image came from and what its config
 // asks of the sandbox that runs it.
 type Pulled struct {
-	Digest     string    `json:"digest"` // sha256:HEX of the manifest
-	Source     string    `json:"source"` // the reference or file it came from
+	Digest string `json:"digest"` // sha256:HEX of the manifest
+	Source string `json:"source"` // the reference or file it came from
+	// Pinned is the reference by digest a cluster pulls it by, for an
+	// image recorded (Record) rather than unpacked.
+	Pinned     string    `json:"pinned,omitempty"`
 	SizeBytes  int64     `json:"sizeBytes"`
 	Files      int64     `json:"files"`
 	Dropped    int64     `json:"dropped"` // devices and FIFOs not unpacked
@@ -276,6 +279,56 @@ func Unpack(ctx context.Context, dir string, img v1.Image, source string, lim Li
 		if q, ierr := InspectPulled(dir, digest); ierr == nil {
 			return q, nil // a racing pull of the same digest finished first
 		}
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	return p, nil
+}
+
+// Record notes img (read from ref) for a backend that runs images as
+// they are in their registry — a cluster's nodes pull them — so nothing is
+// unpacked: only pulled.json, with the reference pinned by digest. The
+// size is the layers' as the registry stores them.
+func Record(ctx context.Context, dir string, img v1.Image, ref string) (*Pulled, error) {
+	dg, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	digest := dg.String()
+	if p, err := InspectPulled(dir, digest); err == nil {
+		return p, nil
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image: its config: %w", err)
+	}
+	if cfg.OS != "" && cfg.OS != "linux" || cfg.Architecture != "" && cfg.Architecture != "amd64" {
+		return nil, fmt.Errorf("image: %s is for %s/%s; this server runs linux/amd64", ref, cfg.OS, cfg.Architecture)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	var size int64
+	for _, l := range m.Layers {
+		size += l.Size
+	}
+	p := &Pulled{Digest: digest, Source: ref, Pinned: r.Context().Digest(digest).String(), SizeBytes: size, Layers: len(m.Layers),
+		PulledAt: time.Now().UTC(), Env: cfg.Config.Env, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User,
+		Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd}
+	d, _ := pulledDir(dir, digest)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	raw, _ := json.MarshalIndent(p, "", "  ")
+	tmp := filepath.Join(d, "pulled.json.tmp")
+	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d, "pulled.json")); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	return p, nil

@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -158,4 +160,22 @@ type Stats struct {
 	CPUSeconds  float64 // CPU time since the start
 	MemoryBytes int64   // memory in use
 	Processes   int     // processes inside, init included
+}
+
+// MergeEnv sets each KEY=VALUE of more in env, replacing the key's value
+// (a program's getenv finds the first of two), in a new slice.
+func MergeEnv(env []string, more ...string) []string {
+	out := slices.Clone(env)
+	for _, kv := range more {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		if i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") }); i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/sandboxd/sandbox/internal/image"
@@ -37,7 +37,62 @@ type backend struct {
 	// programs through the shell script.
 	runner string
 	// library keeps pulled images; nil where the backend runs none.
-	library *library
+	library service.Library
+}
+
+// registry is the library of a backend whose nodes pull images from their
+// registries (Kubernetes): a pull is checked and recorded, pinned by
+// digest, never unpacked here.
+type registry struct{ dir string }
+
+func (l *registry) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits) (*image.Pulled, error) {
+	if auth != nil {
+		// The nodes would need the credentials too (an imagePullSecret):
+		// not kept yet, so not taken.
+		return nil, sandbox.Errorf(sandbox.KindUnsupported, "private registries are not supported on the kube backend yet: the nodes would need an imagePullSecret, which this server does not keep")
+	}
+	img, err := image.Remote(ctx, ref, nil)
+	if err != nil {
+		return nil, err
+	}
+	return image.Record(ctx, l.dir, img, ref)
+}
+
+// Rootfs has nothing to inspect: the image is unpacked on a node.
+func (l *registry) Rootfs(digest string) (string, error) {
+	if _, err := image.InspectPulled(l.dir, digest); err != nil {
+		return "", err
+	}
+	return "", nil
+}
+
+func (l *registry) Seeded(string) bool { return false }
+
+func (l *registry) Derive(context.Context, string, string, image.Limits, ...func(io.Writer) error) (*image.Pulled, error) {
+	return nil, runtime.ErrUnsupported
+}
+
+// env is what a recorded image's config asks for.
+func (l *registry) env(name string) []string {
+	if !image.IsDigest(name) {
+		return nil
+	}
+	p, err := image.InspectPulled(l.dir, name)
+	if err != nil {
+		return nil
+	}
+	return p.Env
+}
+
+// podImage is the container image of a spec's image: a class's local
+// image, or a pulled one by its pinned reference.
+func (l *registry) podImage(name string) string {
+	if image.IsDigest(name) {
+		if p, err := image.InspectPulled(l.dir, name); err == nil && p.Pinned != "" {
+			return p.Pinned
+		}
+	}
+	return "sandbox/" + name + ":local"
 }
 
 // library is the pulled images of an images directory (internal/image),
@@ -92,15 +147,6 @@ func (l *library) Derive(ctx context.Context, base, source string, lim image.Lim
 		files = append(files, f.Name())
 	}
 	return image.Derive(ctx, l.dir, base, baseRootfs, l.env(base), files, source, lim)
-}
-
-// lib is the service's view of b.library: a nil interface when there is
-// none (never a typed nil).
-func (b backend) lib() service.Library {
-	if b.library == nil {
-		return nil
-	}
-	return b.library
 }
 
 // rootfs is the rootfs of a class image or of a pulled one (by digest).
@@ -162,11 +208,12 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		}
 		return b, nil
 	case BackendKube:
-		rt, err := kube.Open(ctx, cfg.Kube, log)
+		lib := &registry{dir: cfg.Images}
+		rt, err := kube.Open(ctx, cfg.Kube, lib.podImage, lib.env, log)
 		if err != nil {
 			return backend{}, err
 		}
-		return backend{rt: rt}, nil
+		return backend{rt: rt, library: lib}, nil
 	}
 	return backend{}, fmt.Errorf("unknown backend %q: gvisor or kube", cfg.Backend)
 }

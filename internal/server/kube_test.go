@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +52,12 @@ func kubeClient(t testing.TB) kubernetes.Interface {
 // the pods' service account) that is deleted afterwards.
 func newKubeEnv(t testing.TB) (*env, kubernetes.Interface, string) {
 	t.Helper()
+	return newKubeEnvConfig(t, server.Config{})
+}
+
+// newKubeEnvConfig is newKubeEnv with parts of the configuration set.
+func newKubeEnvConfig(t testing.TB, cfg server.Config) (*env, kubernetes.Interface, string) {
+	t.Helper()
 	c := kubeClient(t)
 	ctx := context.Background()
 	ns := "sbt-" + strings.ToLower(sandbox.NewID()[3:15])
@@ -62,9 +70,8 @@ func newKubeEnv(t testing.TB) (*env, kubernetes.Interface, string) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvConfig(t, server.Config{Backend: server.BackendKube, Kube: kube.Options{
-		Kubeconfig: os.Getenv("SANDBOX_TEST_KUBECONFIG"), Namespace: ns, RuntimeClass: "gvisor",
-	}})
+	cfg.Backend, cfg.Kube = server.BackendKube, kube.Options{Kubeconfig: os.Getenv("SANDBOX_TEST_KUBECONFIG"), Namespace: ns, RuntimeClass: "gvisor"}
+	e := newEnvConfig(t, cfg)
 	t.Cleanup(func() { // after e.close (cleanups run last-in first-out)
 		c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
@@ -379,4 +386,36 @@ func TestKubeRefusesAMissingRuntimeClass(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `RuntimeClass "no-such-class" does not exist`) {
 		t.Errorf("a server on a missing RuntimeClass: %v", err)
 	}
+}
+
+// TestKubeImage: a pulled image on the cluster — recorded by digest, not
+// unpacked here; the pod runs it by its pinned reference, pulled by the
+// node from the registry; snapshot and private registries are refused
+// clearly.
+func TestKubeImage(t *testing.T) {
+	reg := testenv.NeedRegistry(t, false)
+	cfg := server.Config{Images: imagesWithClasses(t)}
+	cfg.Service.ImageAllow = []string{reg.Host}
+	e, c, ns := newKubeEnvConfig(t, cfg)
+	ref := push(t, reg, "team/kubetool:1", []string{"GREETING=from the image", "PATH=/bin"}, busyboxLayer(t),
+		tarLayer(t, tarEntry{name: "app/", typ: tar.TypeDir}, tarEntry{name: "app/hello.sh", typ: tar.TypeReg, body: []byte("echo \"$GREETING\"\n")}))
+	r := e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool", "ref": ref}).JSON(t)
+	digest := r["digest"].(string)
+	if rootfs, _ := filepath.Glob(filepath.Join(cfg.Images, "oci", "*", "rootfs")); len(rootfs) != 0 {
+		t.Errorf("unpacked on the kube backend: %v", rootfs)
+	}
+	id := e.lease("acme", map[string]any{"image": "tool"})
+	pods, err := c.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox + "=" + id})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods: %v %v", pods, err)
+	}
+	if img := pods.Items[0].Spec.Containers[0].Image; img != reg.Host+"/team/kubetool@"+digest {
+		t.Errorf("the pod's image: %s", img)
+	}
+	if out := e.sh("acme", id, "sh /app/hello.sh; id -u"); out != "from the image\n1000\n" {
+		t.Errorf("in the pod: %q", out)
+	}
+	e.must(http.StatusNotImplemented, "POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "snap"})
+	e.must(http.StatusNotImplemented, "POST", "/v1/images", "acme", map[string]string{"name": "p", "ref": ref, "username": "u", "password": "p"})
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 }

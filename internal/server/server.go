@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
-		Quotas: st, Host: host.New(cfg.Data), Runner: b.runner, Library: b.lib(),
+		Quotas: st, Host: host.New(cfg.Data), Runner: b.runner, Library: b.library,
 	})
 	if err := reconcile(ctx, st, b, svc, sessions, log); err != nil {
 		st.Close()

@@ -35,7 +35,8 @@ type ImageStore interface {
 type Library interface {
 	// Pull unpacks ref from its registry within lim.
 	Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits) (*image.Pulled, error)
-	// Rootfs is a pulled image's rootfs, or an error when it is not here.
+	// Rootfs is a pulled image's rootfs, or an error when it is not here;
+	// "" where the backend's nodes unpack it (nothing to inspect).
 	Rootfs(digest string) (string, error)
 	// Seeded says whether an image carries a workdir (under SeedDir).
 	Seeded(image string) bool
@@ -276,6 +277,10 @@ func (s *Service) seed(ctx context.Context, sb *sandbox.Sandbox) error {
 
 // imageError says why an image could not be had, for the caller.
 func imageError(err error) error {
+	var se *sandbox.Error
+	if errors.As(err, &se) {
+		return err // the library said it for the caller
+	}
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, image.ErrTooLarge.Error()):
@@ -339,7 +344,7 @@ func (s *Service) resolveImage(ctx context.Context, class sandbox.Class, name st
 	if err != nil {
 		return "", sandbox.Wrap(sandbox.KindUnavailable, err, fmt.Sprintf("image %q is not on this server's disk any more: pull it again", name))
 	}
-	if missing := image.Missing(rootfs, class.Name); len(missing) > 0 {
+	if missing := image.Missing(rootfs, class.Name); rootfs != "" && len(missing) > 0 {
 		return "", sandbox.Errorf(sandbox.KindInvalid, "image %q cannot run a %s sandbox: it lacks %s", name, class.Name, strings.Join(missing, ", "))
 	}
 	return im.Digest, nil

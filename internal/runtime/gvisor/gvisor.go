@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -655,25 +654,7 @@ func writeJSON(path string, v any) error {
 // env is the environment of m's programs: the base, then its image's,
 // then more, a later value of a name replacing an earlier one.
 func (r *Runtime) env(m *meta, more ...string) []string {
-	return mergeEnv(mergeEnv(r.baseEnv(), m.Env...), more...)
-}
-
-// mergeEnv sets each KEY=VALUE of more in env, replacing the key's value
-// (a program's getenv finds the first of two).
-func mergeEnv(env []string, more ...string) []string {
-	out := slices.Clone(env)
-	for _, kv := range more {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			continue
-		}
-		if i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") }); i >= 0 {
-			out[i] = kv
-		} else {
-			out = append(out, kv)
-		}
-	}
-	return out
+	return runtime.MergeEnv(runtime.MergeEnv(r.baseEnv(), m.Env...), more...)
 }
 
 func (r *Runtime) baseEnv() []string {

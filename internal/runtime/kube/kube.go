@@ -51,6 +51,9 @@ type Config struct {
 	// Image maps a class image name to the container image; nil means
 	// "sandbox/NAME:local".
 	Image func(name string) string
+	// ImageEnv is the environment an image asks for (its config's Env),
+	// given to every program of a pod on it; nil means none.
+	ImageEnv func(image string) []string
 	// StorageClass of project PVCs; empty means the cluster's default.
 	StorageClass string
 	// StartTimeout bounds a pod's way to Running; zero means 2 minutes.
@@ -61,6 +64,9 @@ type Config struct {
 type Runtime struct {
 	cfg Config
 	ns  string
+
+	mu  sync.Mutex
+	env map[string][]string // each pod's environment, as its spec says
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -91,7 +97,9 @@ const container = "sandbox"
 // UID and GID every sandbox process runs as.
 const uid, gid = 1000, 1000
 
-// initScript is PID 1: it reaps orphans and never exits on a signal.
+// initScript is PID 1: it reaps orphans (sh's wait reaps any child) and
+// never exits on a signal. It is sh's, not bash's: a pulled image may have
+// no bash.
 const initScript = `trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
 
 func mib(n int64) resource.Quantity { return *resource.NewQuantity(n<<20, resource.BinarySI) }
@@ -174,9 +182,9 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 				Name:            container,
 				Image:           r.cfg.Image(spec.Image),
 				ImagePullPolicy: pullPolicy(r.cfg.Image(spec.Image)),
-				Command:         []string{"/bin/bash", "-c", initScript},
+				Command:         []string{"/bin/sh", "-c", initScript},
 				WorkingDir:      spec.Workdir,
-				Env:             []corev1.EnvVar{{Name: "HOME", Value: "/home/user"}, {Name: "USER", Value: "user"}, {Name: "LANG", Value: "C.UTF-8"}},
+				Env:             envVars(r.podEnv(spec)),
 				Resources:       corev1.ResourceRequirements{Requests: requests, Limits: limits},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot: &yes, RunAsUser: &u, RunAsGroup: &g,
@@ -447,6 +455,65 @@ func (r *Runtime) KillAll(ctx context.Context, name string) error {
 	return err
 }
 
+// podEnv is the environment of spec's programs: the base, then the
+// image's.
+func (r *Runtime) podEnv(spec runtime.Spec) []string {
+	if r.cfg.ImageEnv == nil {
+		return baseEnv
+	}
+	return runtime.MergeEnv(baseEnv, r.cfg.ImageEnv(spec.Image)...)
+}
+
+func envVars(env []string) []corev1.EnvVar {
+	out := make([]corev1.EnvVar, 0, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		out = append(out, corev1.EnvVar{Name: k, Value: v})
+	}
+	return out
+}
+
+// execEnv is the environment an exec in pod name starts from: its pod's,
+// read from the pod's spec once per server process (a pod's spec never
+// changes).
+func (r *Runtime) execEnv(ctx context.Context, name string) ([]string, error) {
+	r.mu.Lock()
+	env, ok := r.env[name]
+	r.mu.Unlock()
+	if ok {
+		return env, nil
+	}
+	p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("kube: reading pod %s: %w", name, err)
+	}
+	env = []string{}
+	for _, c := range p.Spec.Containers {
+		if c.Name == container {
+			for _, e := range c.Env {
+				env = append(env, e.Name+"="+e.Value)
+			}
+		}
+	}
+	env = runtime.MergeEnv(baseEnv, env...)
+	r.mu.Lock()
+	if r.env == nil {
+		r.env = map[string][]string{}
+	}
+	if len(r.env) > 10000 {
+		clear(r.env) // bounded: a cache, refilled on use
+	}
+	r.env[name] = env
+	r.mu.Unlock()
+	return env, nil
+}
+
+// execWrapper starts an exec: into its directory ($1, when not empty),
+// then env(1) with a clean environment — sh's cd and whatever env is on
+// the image's PATH, so a pulled image's busybox serves as well as
+// coreutils.
+const execWrapper = `[ -z "$1" ] || cd "$1" || exit 126; shift; exec env -i "$@"`
+
 // baseEnv is the environment of every exec.
 var baseEnv = []string{
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -466,16 +533,17 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		return &runtime.ExitError{Code: 127} // env(1) would read it as an assignment or an option
 	}
 	token := rand.Text()
-	env := append(append([]string{}, baseEnv...), req.Env...)
+	podEnv, err := r.execEnv(ctx, name)
+	if err != nil {
+		return err
+	}
+	env := runtime.MergeEnv(podEnv, req.Env...)
 	if req.TTY && !hasEnv(env, "TERM") {
 		env = append(env, "TERM=xterm-256color")
 	}
 	env = append(env, "SANDBOX_EXEC="+token)
-	argv := []string{"/usr/bin/env", "-i"}
-	if req.Dir != "" {
-		argv = append(argv, "-C", req.Dir)
-	}
-	argv = append(append(argv, env...), req.Argv...)
+	argv := append([]string{"/bin/sh", "-c", execWrapper, "sh", req.Dir}, env...)
+	argv = append(argv, req.Argv...)
 	stdout, stderr := req.Stdout, req.Stderr
 	if stdout == nil {
 		stdout = io.Discard
@@ -483,7 +551,7 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	if stderr == nil && !req.TTY {
 		stderr = io.Discard
 	}
-	err := r.stream(ctx, name, argv, req.TTY, req.Stdin, stdout, stderr, req.Resize)
+	err = r.stream(ctx, name, argv, req.TTY, req.Stdin, stdout, stderr, req.Resize)
 	if ctx.Err() != nil {
 		// The stream is gone; the program may not be. Kill it inside.
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)

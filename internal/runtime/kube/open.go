@@ -67,7 +67,11 @@ func (o Options) Validate() error {
 // sandbox namespace is isolated (its deny-all NetworkPolicy is in place).
 // client-go's own logging (klog, and what it reports as "unhandled") goes
 // to log, the latter at debug level.
-func Open(ctx context.Context, o Options, log *slog.Logger) (*Runtime, error) {
+//
+// image maps the spec's image (a class's name, or a pulled image's digest)
+// to the container image, nil meaning "sandbox/NAME:local" for every name;
+// env is what an image asks for in its programs' environment (nil: none).
+func Open(ctx context.Context, o Options, image func(string) string, env func(string) []string, log *slog.Logger) (*Runtime, error) {
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, msg string, kv ...any) {
 		log.Debug("client-go: "+msg, append([]any{"err", err}, kv...)...)
@@ -110,7 +114,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Runtime, error) {
 	}
 	rt, err := New(Config{
 		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
-		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass,
+		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: image, ImageEnv: env,
 	})
 	if err != nil {
 		return nil, err
