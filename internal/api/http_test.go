@@ -54,7 +54,7 @@ func newAPI(t *testing.T, cfg ...api.Config) *apiEnv {
 	m := metrics.New()
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Metrics: m, Log: log, Quotas: st})
 	it := interp.New(svc, "", log)
-	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, svc, it), Auth: st,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, svc, svc, it), Auth: st,
 		Metrics: m.Handler()}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -459,7 +459,7 @@ func TestFollowerPagesTheBacklog(t *testing.T) {
 	go sessions.Run(ctx)
 	defer func() { cancel(); sessions.Wait() }()
 	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it,
-		Ops: ops.New(svc, svc, it), Auth: st, Sessions: &pages}, log, api.Config{})
+		Ops: ops.New(svc, svc, svc, it), Auth: st, Sessions: &pages}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	defer h.Close()

@@ -31,6 +31,9 @@ func (s *Server) typedOps(p string) {
 	s.handle("POST "+p+"/process_output", op(o.ProcessOutput), opDoc(o.ProcessOutput, "Typed: what a background process wrote after an offset, at once, and the offset to ask from next", onProcess))
 	s.handle("POST "+p+"/process_stdin", op(o.ProcessStdin), opDoc(o.ProcessStdin, "Typed: write text to a background process's stdin (eof closes it)", onProcess))
 	s.handle("POST "+p+"/process_signal", op(o.ProcessSignal), opDoc(o.ProcessSignal, "Typed: send a signal (TERM by default) to a background process and its group", onProcess))
+	s.handle("POST "+p+"/snapshot", op(o.Snapshot), opDoc(o.Snapshot, "Typed: save a sandbox's filesystem (what it changed in its root; with workdir, its workdir) as an image of the org that leases and run_code start from",
+		[]int{400, 403, 404, 409, 501, 502}))
+	s.handle("POST "+p+"/images", op(o.ListImages), opDoc(o.ListImages, "Typed: the images the org may lease, its own then the server's", []int{501}))
 }
 
 // op adapts a typed operation to a handler: one JSON object in, one out.

@@ -38,6 +38,7 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandbox", Version: version}, &mcp.ServerOptions{
 		Instructions: "Lease an isolated sandbox, run commands in it, read and write its files, stop its work and end it. " +
 			"fork copies a running sandbox, memory and all. process_start runs a command in the background (process_output reads its output, process_stdin feeds it, process_signal stops it). " +
+			"snapshot saves a sandbox's files as an image that later leases and run_code sessions start from (images lists them). " +
 			"run_code runs a program in one of " + fmt.Sprint(interp.Names()) + " in a session that keeps its files.",
 		Logger: log,
 	})
@@ -56,6 +57,9 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 		"pass the answer's next as from to read only what came since.", o.ProcessOutput)
 	add(s, "process_stdin", "Write text to a background process's stdin; eof closes it.", o.ProcessStdin)
 	add(s, "process_signal", "Send a signal (TERM by default; INT, KILL, HUP, ...) to a background process and its group.", o.ProcessSignal)
+	add(s, "snapshot", "Save a sandbox's filesystem as an image of your org under name: what it changed in its root (packages installed, files written outside the workdir) "+
+		"and, with workdir, its workdir. A lease or run_code with {\"image\": name} then starts from it. Memory and running processes are not saved (fork copies those).", o.Snapshot)
+	add(s, "images", "List the images your org may lease with {\"image\": name}: its own (scope org: snapshots and pulls), then the server's (scope server).", o.ListImages)
 	add(s, "run_code", "Run a program in one of the interpreter's languages. Pass session_id again to keep the files of earlier runs; "+
 		"an answer with a different session_id means the old session ended.", o.RunCode)
 

@@ -1,12 +1,12 @@
 // Package ops is the typed face of the service for agents: lease, fork,
 // run, read, write, stop and end, the background processes (process_start,
-// process_list, process_output, process_stdin, process_signal) and
-// run_code, each a function from one JSON object to another, with ids and
+// process_list, process_output, process_stdin, process_signal), the
+// images (snapshot, images) and run_code, each a function from one JSON object to another, with ids and
 // paths in the body. The HTTP routes
 // POST /v1/sandbox/{op} and the MCP tools at /mcp both call these, so the
 // two doors cannot drift apart; and these call the same service as the
-// REST routes, through the Sandboxes, Processes and Interpreter interfaces
-// owned here.
+// REST routes, through the Sandboxes, Processes, Images and Interpreter
+// interfaces owned here.
 // Their inputs embed the service's request types, so an option added there
 // reaches both doors with its JSON schema.
 //
@@ -52,13 +52,15 @@ var (
 type Ops struct {
 	svc   Sandboxes
 	procs Processes
+	imgs  Images
 	it    Interpreter
 }
 
-// New returns the typed operations over svc, procs and it; with procs nil
-// the process ops answer that this server runs none.
-func New(svc Sandboxes, procs Processes, it Interpreter) *Ops {
-	return &Ops{svc: svc, procs: procs, it: it}
+// New returns the typed operations over svc, procs, imgs and it; with
+// procs nil the process ops answer that this server runs none, with imgs
+// nil the image ops that it keeps no images.
+func New(svc Sandboxes, procs Processes, imgs Images, it Interpreter) *Ops {
+	return &Ops{svc: svc, procs: procs, imgs: imgs, it: it}
 }
 
 // LeaseIn asks for a sandbox (the lease request itself), or with ID to keep

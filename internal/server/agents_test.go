@@ -82,6 +82,7 @@ func opBodies(id string) map[string]map[string]any {
 		"write": {"id": id, "path": "x", "data": "x"}, "stop": {"id": id}, "end": {"id": id},
 		"process_start": {"id": id, "argv": []string{"true"}}, "process_list": {"id": id}, "process_output": {"id": id, "pid": 1},
 		"process_stdin": {"id": id, "pid": 1, "text": "x"}, "process_signal": {"id": id, "pid": 1}, "fork": {"id": id},
+		"snapshot": {"id": id, "name": "stolen"},
 	}
 }
 
@@ -160,7 +161,8 @@ func TestMCP(t *testing.T) {
 			t.Errorf("tool %s: input schema accepts unknown fields: %s", tool.Name, schema)
 		}
 	}
-	if got := strings.Join(names, ","); !strings.Contains(","+got+",", ",lease,") || !strings.Contains(","+got+",", ",process_output,") || !strings.Contains(","+got+",", ",fork,") || len(names) != 13 {
+	if got := strings.Join(names, ","); !strings.Contains(","+got+",", ",lease,") || !strings.Contains(","+got+",", ",process_output,") || !strings.Contains(","+got+",", ",fork,") ||
+		!strings.Contains(","+got+",", ",snapshot,") || !strings.Contains(","+got+",", ",images,") || len(names) != 15 {
 		t.Fatalf("tools: %s", got)
 	}
 
