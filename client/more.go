@@ -21,6 +21,9 @@ type RunCodeRequest struct {
 	Args       []string    `json:"args,omitempty"`
 	Files      []InputFile `json:"files,omitempty"`
 	TimeoutSec int         `json:"timeoutSec,omitempty"`
+	// Image starts a new session on one of the org's images (Images)
+	// instead of the exec class's.
+	Image string `json:"image,omitempty"`
 }
 
 // InputFile is placed in the workdir before a run: text in Data, or bytes

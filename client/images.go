@@ -1,0 +1,73 @@
+package client
+
+import (
+	"context"
+	"time"
+)
+
+// Image is an image the org may lease (LeaseRequest.Image, or
+// RunCodeRequest.Image for a new interpreter session). Its time is Unix
+// seconds; Created converts it.
+type Image struct {
+	Name      string `json:"name"`
+	Digest    string `json:"digest"`
+	Source    string `json:"source"` // the reference it was pulled from, or "snapshot of sb_…"
+	SizeBytes int64  `json:"sizeBytes"`
+	// Scope is org (the org's own: pulled or snapshot) or server (the
+	// operator's, offered to every org).
+	Scope     string `json:"scope"`
+	CreatedAt int64  `json:"createdAt"`
+}
+
+func (i *Image) Created() time.Time { return time.Unix(i.CreatedAt, 0) }
+
+// PullRequest pulls Ref into the org's images under Name. The registry
+// must be one the operator allows (else 403); the image counts against
+// the org's disk quota (403 quota_exceeded when it does not fit).
+type PullRequest struct {
+	Name string `json:"name"`
+	Ref  string `json:"ref"` // e.g. registry.example/team/tool:1.2, or @sha256:…
+	// Username and Password are the registry's, for this pull only: the
+	// server stores neither.
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+}
+
+// PullImage pulls an image into the org's images and returns it.
+func (c *Client) PullImage(ctx context.Context, req PullRequest) (*Image, error) {
+	var im Image
+	return &im, c.do(ctx, request{method: "POST", path: "/v1/images", in: req, out: &im})
+}
+
+// Images lists the images the org may lease: its own, then the server's.
+func (c *Client) Images(ctx context.Context) ([]Image, error) {
+	var b struct {
+		Images []Image `json:"images"`
+	}
+	return b.Images, c.do(ctx, request{method: "GET", path: "/v1/images", out: &b})
+}
+
+// DeleteImage deletes one of the org's images and returns it; refused
+// (409) while a live sandbox runs it.
+func (c *Client) DeleteImage(ctx context.Context, name string) (*Image, error) {
+	var im Image
+	return &im, c.do(ctx, request{method: "DELETE", path: "/v1/images/" + esc(name), out: &im})
+}
+
+// SnapshotRequest names the image a snapshot makes.
+type SnapshotRequest struct {
+	Name string `json:"name"`
+	// Workdir saves the workdir's files too (the next lease starts with
+	// them); else only what the sandbox changed in its root.
+	Workdir bool `json:"workdir,omitempty"`
+}
+
+// Snapshot saves sandbox id's filesystem — what it changed in its root
+// (packages installed) and with Workdir its workdir — as an image of the
+// org, which later leases and interpreter sessions can start from. Memory
+// is not saved (Fork copies it). A backend that cannot read a sandbox's
+// changes answers 501.
+func (c *Client) Snapshot(ctx context.Context, id string, req SnapshotRequest) (*Image, error) {
+	var im Image
+	return &im, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/snapshot", in: req, out: &im})
+}
