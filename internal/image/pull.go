@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -473,4 +474,73 @@ func Derive(ctx context.Context, dir, base, baseRootfs string, env []string, lay
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	return p, nil
+}
+
+// ErrRootUser is wrapped by ConfigUser for an image that runs as root.
+var ErrRootUser = errors.New("the image runs as root")
+
+// ConfigUser resolves an image config's User ("1000", "1000:100", "app",
+// "app:staff") against the image's own /etc/passwd and /etc/group (read
+// inside the rootfs; "" when the backend has none to read). Empty asks for
+// nothing (nil). Root, by name or number, is ErrRootUser.
+func ConfigUser(rootfs, user string) (uid, gid int, set bool, err error) {
+	if user == "" {
+		return 0, 0, false, nil
+	}
+	name, group, _ := strings.Cut(user, ":")
+	lookup := func(file, key string) (int, int, bool) {
+		if rootfs == "" {
+			return 0, 0, false
+		}
+		root, err := os.OpenRoot(rootfs)
+		if err != nil {
+			return 0, 0, false
+		}
+		defer root.Close()
+		b, err := root.ReadFile(file)
+		if err != nil || len(b) > 4<<20 {
+			return 0, 0, false
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Split(line, ":")
+			if len(f) >= 4 && f[0] == key {
+				id, err1 := strconv.Atoi(f[2])
+				gid, err2 := strconv.Atoi(f[3])
+				if err1 == nil {
+					if err2 != nil {
+						gid = id
+					}
+					return id, gid, true
+				}
+			}
+		}
+		return 0, 0, false
+	}
+	num := func(s string) (int, bool) {
+		n, err := strconv.Atoi(s)
+		return n, err == nil && n >= 0 && n < 1<<31
+	}
+	if n, ok := num(name); ok {
+		uid, gid = n, n
+		if pu, pg, found := lookup("etc/passwd", name); found && pu == n {
+			gid = pg
+		}
+	} else if pu, pg, found := lookup("etc/passwd", name); found {
+		uid, gid = pu, pg
+	} else {
+		return 0, 0, false, fmt.Errorf("image: user %q is not in the image's /etc/passwd", name)
+	}
+	if group != "" {
+		if n, ok := num(group); ok {
+			gid = n
+		} else if g, _, found := lookup("etc/group", group); found {
+			gid = g
+		} else {
+			return 0, 0, false, fmt.Errorf("image: group %q is not in the image's /etc/group", group)
+		}
+	}
+	if uid == 0 {
+		return 0, 0, false, ErrRootUser
+	}
+	return uid, gid, true, nil
 }

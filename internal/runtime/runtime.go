@@ -70,7 +70,13 @@ type Spec struct {
 	// Restore names a checkpoint (see Checkpoint) to restore memory from;
 	// empty starts fresh.
 	Restore string
+	// User runs the sandbox's programs as this user instead of the
+	// backend's (an image's config asked); nil means the backend's.
+	User *User
 }
+
+// User is a numeric user and group.
+type User struct{ UID, GID int }
 
 // Object is a runtime object as the backend sees it.
 type Object struct {

@@ -68,6 +68,16 @@ func (l *registry) Rootfs(digest string) (string, error) {
 
 func (l *registry) Seeded(string) bool { return false }
 
+// User is the image config's, by number only: its /etc/passwd is on a
+// node, not here.
+func (l *registry) User(name string) (*runtime.User, error) {
+	p, err := image.InspectPulled(l.dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return configUser("", p.User)
+}
+
 func (l *registry) Derive(context.Context, string, string, image.Limits, ...func(io.Writer) error) (*image.Pulled, error) {
 	return nil, runtime.ErrUnsupported
 }
@@ -108,6 +118,24 @@ func (l *library) Pull(ctx context.Context, ref string, auth *image.Auth, lim im
 }
 
 func (l *library) Rootfs(digest string) (string, error) { return image.PulledRootfs(l.dir, digest) }
+
+// User is who a pulled image's config asks its programs run as.
+func (l *library) User(name string) (*runtime.User, error) {
+	p, err := image.InspectPulled(l.dir, name)
+	if err != nil {
+		return nil, err
+	}
+	root, _ := image.PulledRootfs(l.dir, name)
+	return configUser(root, p.User)
+}
+
+func configUser(rootfs, user string) (*runtime.User, error) {
+	uid, gid, set, err := image.ConfigUser(rootfs, user)
+	if err != nil || !set {
+		return nil, err
+	}
+	return &runtime.User{UID: uid, GID: gid}, nil
+}
 
 // Seeded says whether a pulled image carries a saved workdir.
 func (l *library) Seeded(name string) bool {

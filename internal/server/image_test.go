@@ -86,13 +86,20 @@ func busyboxLayer(t testing.TB) v1.Layer {
 // push writes an image of layers (and env) to the registry as repo:tag.
 func push(t testing.TB, reg *testenv.Registry, repo string, env []string, layers ...v1.Layer) string {
 	t.Helper()
+	return pushWith(t, reg, repo, func(c *v1.Config) { c.Env = env }, layers...)
+}
+
+// pushWith is push with the image config set by set.
+func pushWith(t testing.TB, reg *testenv.Registry, repo string, set func(*v1.Config), layers ...v1.Layer) string {
+	t.Helper()
 	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg, _ := img.ConfigFile()
 	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture, cfg.Config.Env = "linux", "amd64", env
+	cfg.OS, cfg.Architecture = "linux", "amd64"
+	set(&cfg.Config)
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -321,5 +328,34 @@ func TestSnapshotOnRunsc(t *testing.T) {
 	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+again+"/snapshot", "globex", map[string]any{"name": "stolen"})
 	if list := e.must(http.StatusOK, "GET", "/v1/images", "acme", nil).JSON(t)["images"].([]any); len(list) != 1 {
 		t.Errorf("images: %v", list)
+	}
+}
+
+// TestImageUserOnRunsc: the image config's User is who its programs run
+// as, found in the image's own /etc/passwd; root is refused.
+func TestImageUserOnRunsc(t *testing.T) {
+	reg := testenv.NeedRegistry(t, false)
+	cfg := server.Config{Images: imagesWithClasses(t)}
+	cfg.Service.ImageAllow = []string{reg.Host}
+	e := newEnvConfig(t, cfg)
+	passwd := tarLayer(t, tarEntry{name: "etc/", typ: tar.TypeDir}, tarEntry{name: "etc/passwd", typ: tar.TypeReg, mode: 0o644,
+		body: []byte("root:x:0:0:root:/root:/bin/sh\napp:x:1234:2345:app:/home/app:/bin/sh\n")})
+	for user, want := range map[string]string{"app": "1234 2345\n", "4321:99": "4321 99\n", "": "1000 1000\n"} {
+		ref := pushWith(t, reg, "team/user:"+map[string]string{"app": "app", "4321:99": "num", "": "none"}[user], func(c *v1.Config) { c.User = user }, busyboxLayer(t), passwd)
+		name := "u-" + map[string]string{"app": "app", "4321:99": "num", "": "none"}[user]
+		e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": name, "ref": ref})
+		id := e.lease("acme", map[string]any{"image": name})
+		if out := e.sh("acme", id, "echo $(id -u) $(id -g)"); out != want {
+			t.Errorf("user %q: %q, want %q", user, out, want)
+		}
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	}
+	for _, root := range []string{"root", "0", "0:0"} {
+		ref := pushWith(t, reg, "team/root:1", func(c *v1.Config) { c.User = root }, busyboxLayer(t), passwd)
+		e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "r", "ref": ref})
+		if msg := e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "acme", map[string]any{"image": "r"}).JSON(t)["error"].(string); !strings.Contains(msg, "root") {
+			t.Errorf("user %q: %s", root, msg)
+		}
+		e.must(http.StatusOK, "DELETE", "/v1/images/r", "acme", nil)
 	}
 }

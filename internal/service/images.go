@@ -38,6 +38,9 @@ type Library interface {
 	// Rootfs is a pulled image's rootfs, or an error when it is not here;
 	// "" where the backend's nodes unpack it (nothing to inspect).
 	Rootfs(digest string) (string, error)
+	// User is who an image's config asks its programs run as (nil: the
+	// backend's default), or image.ErrRootUser.
+	User(image string) (*runtime.User, error)
 	// Seeded says whether an image carries a workdir (under SeedDir).
 	Seeded(image string) bool
 	// Derive makes an image of base (a class image or a digest) with the
@@ -259,6 +262,24 @@ func (s *Service) workdirLayer(ctx context.Context, sb *sandbox.Sandbox, w io.Wr
 	}
 }
 
+// imageUser is the user sb's image asks for (nil for class images and
+// images that ask for none); root only where the operator allows it.
+func (s *Service) imageUser(img string) (*runtime.User, error) {
+	if s.d.Library == nil || !image.IsDigest(img) {
+		return nil, nil
+	}
+	u, err := s.d.Library.User(img)
+	switch {
+	case errors.Is(err, image.ErrRootUser) && s.cfg.ImageAllowRoot:
+		return &runtime.User{}, nil
+	case errors.Is(err, image.ErrRootUser):
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "the image runs as root, which this server does not allow (the operator may, with --image-allow-root)")
+	case err != nil:
+		return nil, sandbox.Wrap(sandbox.KindInvalid, err, "the image's user: "+err.Error())
+	}
+	return u, nil
+}
+
 // seed copies an image's saved workdir into a new sandbox's workdir.
 func (s *Service) seed(ctx context.Context, sb *sandbox.Sandbox) error {
 	if s.d.Library == nil || !image.IsDigest(sb.Image) || !s.d.Library.Seeded(sb.Image) {
@@ -346,6 +367,9 @@ func (s *Service) resolveImage(ctx context.Context, class sandbox.Class, name st
 	}
 	if missing := image.Missing(rootfs, class.Name); rootfs != "" && len(missing) > 0 {
 		return "", sandbox.Errorf(sandbox.KindInvalid, "image %q cannot run a %s sandbox: it lacks %s", name, class.Name, strings.Join(missing, ", "))
+	}
+	if _, err := s.imageUser(im.Digest); err != nil {
+		return "", err
 	}
 	return im.Digest, nil
 }

@@ -261,7 +261,19 @@ func (s *Service) spec(sb *sandbox.Sandbox, restore string) runtime.Spec {
 		CPUs:   class.Limits.CPUs, MemoryMiB: class.Limits.MemoryMiB, Pids: class.Limits.Pids,
 		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,
 		Restore: restore,
+		User:    s.specUser(sb),
 	}
+}
+
+// specUser is the user of sb's image for its spec; an image that could no
+// longer say (its files gone) gets the backend's, and its start fails on
+// the missing rootfs instead.
+func (s *Service) specUser(sb *sandbox.Sandbox) *runtime.User {
+	u, err := s.imageUser(sb.Image)
+	if err != nil {
+		return nil
+	}
+	return u
 }
 
 func projectBusy(project, id string) error {

@@ -89,6 +89,9 @@ type Config struct {
 	// ImageAllow are the reference prefixes (a registry, or a registry and
 	// repository path) tenants may pull images from; empty allows none.
 	ImageAllow []string
+	// ImageAllowRoot lets an image whose config says root run as root
+	// (without capabilities, inside the sandbox); refused otherwise.
+	ImageAllowRoot bool
 }
 
 // Defaults of the zero Config fields.
@@ -136,6 +139,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.ImageAllow = append(c.ImageAllow, v)
 		return nil
 	})
+	fs.BoolVar(&c.ImageAllowRoot, "image-allow-root", false, "let an image whose config's User is root run as root inside its sandbox (never with capabilities); refused by default")
 	c.Quota.RegisterFlags(fs)
 }
 

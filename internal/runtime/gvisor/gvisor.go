@@ -132,7 +132,8 @@ type meta struct {
 	Workdir   string            `json:"workdir"`
 	Pids      int64             `json:"pids"`
 	FileBytes int64             `json:"fileBytes"`
-	Env       []string          `json:"env,omitempty"` // the image's
+	Env       []string          `json:"env,omitempty"`  // the image's
+	User      *runtime.User     `json:"user,omitempty"` // the image's, else the backend's
 }
 
 // New checks the configuration and prepares the state directories.
@@ -279,7 +280,7 @@ func (r *Runtime) newBundle(spec runtime.Spec) (bundle, rootfs string, m *meta, 
 	m = &meta{
 		Name: spec.Name, UID: newUID(), Labels: spec.Labels, Created: time.Now().UTC(),
 		Flags: r.globalFlags(spec.RootfsMiB), Volume: spec.Volume, Workdir: spec.Workdir,
-		Pids: spec.Pids, FileBytes: spec.FileMiB << 20,
+		Pids: spec.Pids, FileBytes: spec.FileMiB << 20, User: spec.User,
 	}
 	if r.cfg.ImageEnv != nil {
 		m.Env = r.cfg.ImageEnv(spec.Image)
@@ -651,6 +652,14 @@ func writeJSON(path string, v any) error {
 
 // baseEnv is the environment of every program in a sandbox. It carries no
 // value from the server's own environment.
+// user is who m's programs run as.
+func (r *Runtime) user(m *meta) map[string]int {
+	if m.User != nil {
+		return map[string]int{"uid": m.User.UID, "gid": m.User.GID}
+	}
+	return map[string]int{"uid": r.cfg.UID, "gid": r.cfg.GID}
+}
+
 // env is the environment of m's programs: the base, then its image's,
 // then more, a later value of a name replacing an earlier one.
 func (r *Runtime) env(m *meta, more ...string) []string {
@@ -700,7 +709,7 @@ type consoleSize struct {
 
 func (r *Runtime) process(m *meta, args, env []string, cwd string) process {
 	return process{
-		User:            map[string]int{"uid": r.cfg.UID, "gid": r.cfg.GID},
+		User:            r.user(m),
 		Args:            args,
 		Env:             env,
 		Cwd:             cwd,

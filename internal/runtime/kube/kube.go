@@ -138,8 +138,12 @@ func (r *Runtime) Isolate(ctx context.Context) error {
 
 // pod is the pod of spec.
 func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
-	no, yes := false, true
+	no := false
 	u, g := int64(uid), int64(gid)
+	if spec.User != nil {
+		u, g = int64(spec.User.UID), int64(spec.User.GID)
+	}
+	nonRoot := u != 0 // but for an image the operator let run as root
 	grace := int64(2)
 	// Limits are the class table's. Requests equal them, except CPU: a
 	// sandbox idles most of its life, and a node that reserved every core
@@ -175,7 +179,7 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 			Hostname:                      "sandbox",
 			TerminationGracePeriodSeconds: &grace,
 			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot: &yes, RunAsUser: &u, RunAsGroup: &g, FSGroup: &g,
+				RunAsNonRoot: &nonRoot, RunAsUser: &u, RunAsGroup: &g, FSGroup: &g,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
@@ -187,7 +191,7 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 				Env:             envVars(r.podEnv(spec)),
 				Resources:       corev1.ResourceRequirements{Requests: requests, Limits: limits},
 				SecurityContext: &corev1.SecurityContext{
-					RunAsNonRoot: &yes, RunAsUser: &u, RunAsGroup: &g,
+					RunAsNonRoot: &nonRoot, RunAsUser: &u, RunAsGroup: &g,
 					AllowPrivilegeEscalation: &no,
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
