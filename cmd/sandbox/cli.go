@@ -46,7 +46,13 @@ or the file 'sandbox login' writes):
                                             a new sandbox going on from this one's memory and files (a project sandbox's needs a new P)
   sandbox pause|resume|stop ID              sleep, wake, or stop every command of a sandbox
   sandbox end ID [--purge]                  end a sandbox (--purge drops its project volume)
-  sandbox run-code --language py FILE|-     run a program in the code interpreter
+  sandbox run-code --language py FILE|- [--image NAME]
+                                            run a program in the code interpreter (--image: a new session on that image)
+  sandbox images                            the images the org may lease (--image NAME): its own, then the server's
+  sandbox pull NAME REF [--username U --password-stdin]
+                                            pull REF into the org's images (from a registry the server allows); prints the image
+  sandbox snapshot ID NAME [--workdir]      save a sandbox's files (its root's changes; --workdir: its workdir too) as image NAME
+  sandbox rmi NAME                          delete one of the org's images (refused while a sandbox runs it)
   sandbox completion bash|zsh               a completion script
 Every verb takes -o table|json|yaml (default table) and -h.`
 
@@ -421,9 +427,10 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func runCodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var req client.RunCodeRequest
-	cf, rest, err := verb("run-code", "--language L FILE|-", args, stderr, func(fs *flag.FlagSet) {
+	cf, rest, err := verb("run-code", "--language L [--session S | --image NAME] FILE|-", args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&req.Language, "language", "", "one of py js ts bash r php go rs c cpp java d f90 (default: from the file's extension)")
 		fs.StringVar(&req.SessionID, "session", "", "a session of an earlier run, to keep its files")
+		fs.StringVar(&req.Image, "image", "", "for a new session: one of the org's images ('sandbox images') instead of the exec class's")
 	}, 1, -1)
 	if err != nil {
 		return err

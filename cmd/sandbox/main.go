@@ -125,6 +125,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return killCmd(ctx, args[1:], stdout, stderr)
 	case "run-code":
 		return runCodeCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "images":
+		return imagesCmd(ctx, args[1:], stdout, stderr)
+	case "pull":
+		return pullCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "snapshot":
+		return snapshotCmd(ctx, args[1:], stdout, stderr)
+	case "rmi":
+		return rmiCmd(ctx, args[1:], stdout, stderr)
 	case "completion":
 		return completionCmd(args[1:], stdout)
 	case "help", "-h", "--help":
