@@ -4,12 +4,15 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // Images is what the image routes need.
 type Images interface {
 	PullImage(ctx context.Context, req service.ImageRequest) (*service.ImageInfo, error)
+	PullImageTo(ctx context.Context, req service.ImageRequest, progress image.Progress) (*service.ImageInfo, error)
 	Images(ctx context.Context) ([]service.ImageInfo, error)
 	DeleteImage(ctx context.Context, name string) (*service.ImageInfo, error)
 	Snapshot(ctx context.Context, id string, req service.SnapshotRequest) (*service.ImageInfo, error)
@@ -22,8 +25,9 @@ type imagesBody struct {
 }
 
 func (s *Server) imageRoutes() {
-	s.handle("POST /v1/images", s.pullImage, doc{Summary: "Pull an image into the org's images, from a registry the operator allows (--image-allow); its bytes count against the disk quota. Lease it with {\"image\": name}",
-		Body: typ[service.ImageRequest](), Answer: typ[service.ImageInfo](), Status: 201, Errors: []int{400, 403, 404, 501, 502}})
+	s.handle("POST /v1/images", s.pullImage, doc{Summary: "Pull an image into the org's images, from a registry the operator allows (--image-allow); its bytes count against the disk quota. Lease it with {\"image\": name}. " +
+		`With Accept: application/x-ndjson the answer streams: a line {"layer", "layers", "bytes"} after each layer unpacked, then {"image"} or {"error"}`,
+		Body: typ[service.ImageRequest](), Answer: typ[service.ImageInfo](), AnswerRaw: ndjson, Status: 201, Errors: []int{400, 403, 404, 501, 502}})
 	s.handle("GET /v1/images", s.listImages, doc{Summary: "The images the org may lease: its own, then the server's", Answer: typ[imagesBody](), Errors: []int{501}})
 	s.handle("DELETE /v1/images/{name}", s.deleteImage, doc{Summary: "Delete one of the org's images (refused while a live sandbox runs it)", Answer: typ[service.ImageInfo](), Errors: []int{404, 409, 501}})
 }
@@ -53,11 +57,55 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
+	if wantsStream(r) {
+		return s.pullStream(w, r, req)
+	}
 	im, err := s.Images.PullImage(r.Context(), req)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, im)
+	return nil
+}
+
+type pullProgress struct {
+	Layer  int   `json:"layer"`
+	Layers int   `json:"layers"`
+	Bytes  int64 `json:"bytes"`
+}
+
+type pullEnd struct {
+	Image *service.ImageInfo `json:"image,omitempty"`
+	Error string             `json:"error,omitempty"`
+}
+
+// pullStream answers a pull as NDJSON: progress as each layer is
+// unpacked, then the image. A refusal before the first layer is an
+// ordinary error answer.
+func (s *Server) pullStream(w http.ResponseWriter, r *http.Request, req service.ImageRequest) error {
+	l := &lineWriter{w: w, rc: http.NewResponseController(w)}
+	started := false
+	begin := func() {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", ndjson)
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusCreated)
+		}
+	}
+	im, err := s.Images.PullImageTo(r.Context(), req, func(done, layers int, bytes int64) {
+		begin()
+		l.line(pullProgress{Layer: done, Layers: layers, Bytes: bytes})
+	})
+	if err != nil && !started {
+		return err
+	}
+	begin()
+	if err != nil {
+		l.line(pullEnd{Error: sandbox.Message(err)})
+		return nil
+	}
+	l.line(pullEnd{Image: im})
 	return nil
 }
 

@@ -45,7 +45,7 @@ type backend struct {
 // digest, never unpacked here.
 type registry struct{ dir string }
 
-func (l *registry) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits) (*image.Pulled, error) {
+func (l *registry) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits, _ image.Progress) (*image.Pulled, error) {
 	if auth != nil {
 		// The nodes would need the credentials too (an imagePullSecret):
 		// not kept yet, so not taken.
@@ -109,12 +109,12 @@ func (l *registry) podImage(name string) string {
 // as the service reaches them.
 type library struct{ dir string }
 
-func (l *library) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits) (*image.Pulled, error) {
+func (l *library) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits, progress image.Progress) (*image.Pulled, error) {
 	img, err := image.Remote(ctx, ref, auth)
 	if err != nil {
 		return nil, err
 	}
-	return image.Unpack(ctx, l.dir, img, ref, lim, nil)
+	return image.Unpack(ctx, l.dir, img, ref, lim, progress)
 }
 
 func (l *library) Rootfs(digest string) (string, error) { return image.PulledRootfs(l.dir, digest) }

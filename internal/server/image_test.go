@@ -237,7 +237,19 @@ func TestImagesOnRunsc(t *testing.T) {
 	// shell for the class, layers that leave the rootfs.
 	e.must(http.StatusForbidden, "POST", "/v1/images", "acme", map[string]string{"name": "x", "ref": "127.0.0.2:1/x:1"})
 	noshell := push(t, reg, "team/noshell:1", nil, tarLayer(t, tarEntry{name: "data", typ: tar.TypeReg, body: []byte("d")}))
-	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "noshell", "ref": noshell})
+	// Pulled with progress: a line per layer, then the image.
+	req, _ := http.NewRequest("POST", e.http.URL+"/v1/images", strings.NewReader(`{"name":"noshell","ref":"`+noshell+`"}`))
+	req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+	req.Header.Set("Accept", "application/x-ndjson")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated || !strings.HasPrefix(string(lines), `{"layer":1,"layers":1,"bytes":1}`+"\n") || !strings.Contains(string(lines), `"image":{"name":"noshell"`) {
+		t.Errorf("a streamed pull: %d %s", res.StatusCode, lines)
+	}
 	if msg := e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "acme", map[string]any{"image": "noshell"}).JSON(t)["error"].(string); !strings.Contains(msg, "/bin/sh") {
 		t.Errorf("lease of an image without a shell: %s", msg)
 	}

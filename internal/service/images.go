@@ -33,8 +33,9 @@ type ImageStore interface {
 
 // Library unpacks and finds images on this server.
 type Library interface {
-	// Pull unpacks ref from its registry within lim.
-	Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits) (*image.Pulled, error)
+	// Pull unpacks ref from its registry within lim, telling progress
+	// (may be nil) after each layer.
+	Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits, progress image.Progress) (*image.Pulled, error)
 	// Rootfs is a pulled image's rootfs, or an error when it is not here;
 	// "" where the backend's nodes unpack it (nothing to inspect).
 	Rootfs(digest string) (string, error)
@@ -113,6 +114,11 @@ func (s *Service) allowed(ref string) bool {
 // PullImage pulls ref for the caller's org under name, within what is
 // left of its disk quota.
 func (s *Service) PullImage(ctx context.Context, req ImageRequest) (*ImageInfo, error) {
+	return s.PullImageTo(ctx, req, nil)
+}
+
+// PullImageTo is PullImage telling progress after each layer unpacked.
+func (s *Service) PullImageTo(ctx context.Context, req ImageRequest, progress image.Progress) (*ImageInfo, error) {
 	is, lib, err := s.images()
 	if err != nil {
 		return nil, err
@@ -138,7 +144,7 @@ func (s *Service) PullImage(ctx context.Context, req ImageRequest) (*ImageInfo, 
 		auth = &image.Auth{Username: req.Username, Password: req.Password}
 	}
 	start := time.Now()
-	p, err := lib.Pull(ctx, req.Ref, auth, lim)
+	p, err := lib.Pull(ctx, req.Ref, auth, lim, progress)
 	if err != nil {
 		return nil, imageError(err)
 	}
