@@ -39,14 +39,33 @@ func installPython(t testing.TB) string {
 	return venv
 }
 
+// serve starts the server for an SDK suite, with an images directory of
+// its own and, where the machine has a registry, a tiny image pushed to it
+// that the server allows; the env the suite reads (SANDBOX_URL,
+// SANDBOX_KEY, and SANDBOX_TEST_IMAGE_REF with the registry).
+func serve(t *testing.T) []string {
+	t.Helper()
+	var o testenv.Options
+	reg := testenv.MaybeRegistry(t, false)
+	if reg != nil {
+		o.ImageAllow = []string{reg.Host}
+	}
+	srv := testenv.ServeWith(t, gvisor.DefaultRunsc(), []string{"acme"}, o)
+	env := append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"])
+	if reg != nil {
+		env = append(env, "SANDBOX_TEST_IMAGE_REF="+reg.PushBusybox(t, "sdk/tool:1", map[string]string{"etc/greeting": "hi from the image\n"}))
+	}
+	return env
+}
+
 // TestPython installs sdk/python into a venv with one pip command that
 // needs no package index, then runs its pytest suite on a real server.
 func TestPython(t *testing.T) {
-	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
+	env := serve(t)
 	venv := installPython(t)
 	// The tests import the installed package, not the source tree.
-	cmd := exec.Command(filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests")
-	cmd.Env = append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"], "PYTHONDONTWRITEBYTECODE=1")
+	cmd := exec.Command(filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "python/tests")
+	cmd.Env = append(env, "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest:\n%s", out)
 	if err != nil {
@@ -61,13 +80,13 @@ func TestTypeScript(t *testing.T) {
 	if err != nil {
 		testenv.Missing(t, testenv.GVisor, "node (scripts/deps.sh installs nodejs for the tests)")
 	}
-	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
+	env := serve(t)
 	args := []string{"--test", "js/test/"}
 	if exec.Command(node, "-e", "process.exit(typeof WebSocket === 'undefined' ? 1 : 0)").Run() != nil {
 		args = append([]string{"--experimental-websocket"}, args...)
 	}
 	cmd := exec.Command(node, args...)
-	cmd.Env = append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"], "NODE_NO_WARNINGS=1")
+	cmd.Env = append(env, "NODE_NO_WARNINGS=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
 	if err != nil {

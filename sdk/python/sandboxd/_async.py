@@ -12,8 +12,8 @@ import websockets
 
 from ._transport import async_transport
 from ._errors import SandboxError, refusal, should_retry
-from ._models import (CommandResult, Event, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
-                      exec_body, fork_body, lease_body, parse_sse, process_body)
+from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
+                      exec_body, fork_body, lease_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 from ._sync import STREAM_TRIES, _config
 
 
@@ -205,6 +205,10 @@ class AsyncSandbox:
     async def set_timeout(self, timeout: float) -> None:
         self.info = SandboxInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/renew", json={"ttlSec": int(timeout)}))
 
+    async def snapshot(self, name: str, *, workdir: bool = False) -> ImageInfo:
+        """Save this sandbox's filesystem as the org's image ``name`` (``Sandbox.snapshot``)."""
+        return ImageInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/snapshot", json=snapshot_body(name, workdir)))
+
     async def kill(self, purge: bool = False) -> None:
         await self._http.request("DELETE", f"/v1/sandbox/{self.id}", params={"purge": "1"} if purge else None)
 
@@ -219,15 +223,33 @@ class AsyncSandbox:
         await self._http.client.aclose()
 
 
-async def async_run_code(language: str, code: str, *, session_id: Optional[str] = None, args: Optional[List[str]] = None,
-                         api_url: Optional[str] = None, api_key: Optional[str] = None) -> RunCodeResult:
-    body: Dict[str, Any] = {"language": language, "code": code}
-    if session_id:
-        body["session_id"] = session_id
-    if args:
-        body["args"] = args
+async def _once(api_url: Optional[str], api_key: Optional[str], method: str, path: str, **kw) -> Any:
+    """One call on a client of its own, closed after it."""
     http = _AsyncHTTP(api_url, api_key)
     try:
-        return RunCodeResult.of(await http.json("POST", "/v1/exec", json=body))
+        return await http.json(method, path, **kw)
     finally:
         await http.client.aclose()
+
+
+async def async_run_code(language: str, code: str, *, session_id: Optional[str] = None, args: Optional[List[str]] = None,
+                         timeout: Optional[float] = None, image: Optional[str] = None,
+                         api_url: Optional[str] = None, api_key: Optional[str] = None) -> RunCodeResult:
+    body = run_code_body(language, code, session_id, args, timeout, image)
+    return RunCodeResult.of(await _once(api_url, api_key, "POST", "/v1/exec", json=body))
+
+
+async def async_pull_image(name: str, ref: str, *, username: Optional[str] = None, password: Optional[str] = None,
+                           api_url: Optional[str] = None, api_key: Optional[str] = None) -> ImageInfo:
+    """``pull_image``, awaited."""
+    return ImageInfo.of(await _once(api_url, api_key, "POST", "/v1/images", json=pull_body(name, ref, username, password)))
+
+
+async def async_images(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[ImageInfo]:
+    """``images``, awaited."""
+    return [ImageInfo.of(d) for d in (await _once(api_url, api_key, "GET", "/v1/images"))["images"]]
+
+
+async def async_delete_image(name: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> ImageInfo:
+    """``delete_image``, awaited."""
+    return ImageInfo.of(await _once(api_url, api_key, "DELETE", f"/v1/images/{urllib.parse.quote(name, safe='')}"))

@@ -125,6 +125,50 @@ class ProcessEvent:
     process: Optional[ProcessInfo] = None
 
 
+@dataclass
+class ImageInfo:
+    """An image the org may lease (``Sandbox.create(image=name)``, ``run_code(image=name)``). Its time is
+    Unix seconds; ``scope`` is org (the org's own: pulled or a snapshot) or server (the operator's)."""
+
+    name: str
+    digest: str
+    source: str
+    size_bytes: int
+    scope: str
+    created_at: int
+
+    @classmethod
+    def of(cls, d: Dict[str, Any]) -> "ImageInfo":
+        return cls(d["name"], d["digest"], d["source"], d["sizeBytes"], d["scope"], d["createdAt"])
+
+
+def pull_body(name: str, ref: str, username: Optional[str], password: Optional[str]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"name": name, "ref": ref}
+    if username:
+        body["username"] = username
+    if password:
+        body["password"] = password
+    return body
+
+
+def snapshot_body(name: str, workdir: bool) -> Dict[str, Any]:
+    return {"name": name, "workdir": True} if workdir else {"name": name}
+
+
+def run_code_body(language: str, code: str, session_id: Optional[str], args: Optional[List[str]],
+                  timeout: Optional[float], image: Optional[str]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"language": language, "code": code}
+    if session_id:
+        body["session_id"] = session_id
+    if args:
+        body["args"] = args
+    if timeout:
+        body["timeoutSec"] = int(timeout)
+    if image:
+        body["image"] = image
+    return body
+
+
 def process_body(cmd: Any, stdin: Optional[str], cwd: Optional[str], envs: Optional[Dict[str, str]], tty: bool,
                  cols: Optional[int], rows: Optional[int], timeout: Optional[float], session: Optional[str]) -> Dict[str, Any]:
     body: Dict[str, Any] = {"argv": list(cmd)} if isinstance(cmd, (list, tuple)) else {"command": cmd}

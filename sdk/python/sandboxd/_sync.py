@@ -6,14 +6,15 @@ import asyncio
 import os
 import threading
 import time
+import urllib.parse
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 import httpx
 
 from ._transport import sync_transport
 from ._errors import SandboxError, refusal, should_retry
-from ._models import (CommandResult, Event, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
-                      exec_body, fork_body, lease_body, parse_sse, process_body)
+from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
+                      exec_body, fork_body, lease_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 
 #: How often in a row a process's output stream may break with nothing new
 #: before process_output gives up.
@@ -371,6 +372,12 @@ class Sandbox:
         of the volume; ``timeout`` is its lease in seconds; ``metadata`` defaults to this one's."""
         return Sandbox(SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/fork", json=fork_body(project, timeout, metadata))), self._http)
 
+    def snapshot(self, name: str, *, workdir: bool = False) -> ImageInfo:
+        """Save this sandbox's filesystem as the org's image ``name``: what it changed in its root
+        (packages installed) and, with ``workdir``, its workdir. ``Sandbox.create(image=name)`` and
+        ``run_code(image=name)`` start from it; memory is not saved (``fork`` copies it)."""
+        return ImageInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/snapshot", json=snapshot_body(name, workdir)))
+
     def kill(self, purge: bool = False) -> None:
         """End the sandbox (``purge`` drops its project volume too)."""
         self._http.request("DELETE", f"/v1/sandbox/{self.id}", params={"purge": "1"} if purge else None)
@@ -386,14 +393,27 @@ class Sandbox:
 
 
 def run_code(language: str, code: str, *, session_id: Optional[str] = None, args: Optional[List[str]] = None,
-             timeout: Optional[float] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> RunCodeResult:
+             timeout: Optional[float] = None, image: Optional[str] = None,
+             api_url: Optional[str] = None, api_key: Optional[str] = None) -> RunCodeResult:
     """Run a program in the code interpreter (13 languages); pass the answer's
-    ``session_id`` again to keep its files."""
-    body: Dict[str, Any] = {"language": language, "code": code}
-    if session_id:
-        body["session_id"] = session_id
-    if args:
-        body["args"] = args
-    if timeout:
-        body["timeoutSec"] = int(timeout)
+    ``session_id`` again to keep its files, or ``image`` (one of ``images()``)
+    to start a new session on it."""
+    body = run_code_body(language, code, session_id, args, timeout, image)
     return RunCodeResult.of(_shared(api_url, api_key).json("POST", "/v1/exec", json=body))
+
+
+def pull_image(name: str, ref: str, *, username: Optional[str] = None, password: Optional[str] = None,
+               api_url: Optional[str] = None, api_key: Optional[str] = None) -> ImageInfo:
+    """Pull ``ref`` into the org's images as ``name``, from a registry the server allows (else a 403);
+    its bytes count against the org's disk quota. The registry credentials serve this pull only."""
+    return ImageInfo.of(_shared(api_url, api_key).json("POST", "/v1/images", json=pull_body(name, ref, username, password)))
+
+
+def images(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[ImageInfo]:
+    """The images the org may lease: its own, then the server's."""
+    return [ImageInfo.of(d) for d in _shared(api_url, api_key).json("GET", "/v1/images")["images"]]
+
+
+def delete_image(name: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> ImageInfo:
+    """Delete one of the org's images (a 409 while a live sandbox runs it)."""
+    return ImageInfo.of(_shared(api_url, api_key).json("DELETE", f"/v1/images/{urllib.parse.quote(name, safe='')}"))

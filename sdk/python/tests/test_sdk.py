@@ -2,12 +2,14 @@
 sdk/sdk_test.go, which starts one."""
 
 import asyncio
+import os
 import time
 
 import httpx
 import pytest
 
-from sandboxd import AsyncSandbox, NotFoundError, Sandbox, SandboxError, run_code
+from sandboxd import (AsyncSandbox, NotFoundError, Sandbox, SandboxError, async_delete_image, async_images, async_pull_image,
+                      async_run_code, delete_image, images, pull_image, run_code)
 from sandboxd._sync import _HTTP
 
 
@@ -234,3 +236,71 @@ def test_async_processes():
             assert not (await sbx.process(sleeper.pid)).running
 
     asyncio.run(main())
+
+
+#: An image sdk/sdk_test.go pushed to a registry the server allows (busybox
+#: with /etc/greeting); unset where the machine has no registry.
+IMAGE_REF = os.environ.get("SANDBOX_TEST_IMAGE_REF")
+
+
+def test_snapshot_and_images():
+    with Sandbox.create() as sbx:
+        sbx.commands.run("mkdir -p ~/.config && echo 41 > ~/.config/n && echo kept > notes.txt")
+        im = sbx.snapshot("py-tpl", workdir=True)
+        assert im.name == "py-tpl" and im.scope == "org" and im.digest.startswith("sha256:") and im.source == "snapshot of " + sbx.id
+        assert im.size_bytes > 0 and im.created_at > 0
+        sbx.commands.run("echo more > more.txt")  # another digest: a live sandbox on one holds every name of it
+        code = sbx.snapshot("py-code", workdir=True)
+        assert code.digest != im.digest
+        with pytest.raises(SandboxError) as e:
+            sbx.snapshot("bad name")
+        assert e.value.status == 400
+    assert {(i.name, i.digest) for i in images()} >= {("py-tpl", im.digest), ("py-code", code.digest)}
+    with pytest.raises(NotFoundError):
+        sbx.snapshot("gone")
+
+    r = run_code("py", "import os\nprint(int(open(os.path.expanduser('~/.config/n')).read()) + 1, open('notes.txt').read().strip())",
+                 image="py-code")
+    assert r.stdout == "42 kept\n", r
+    with Sandbox.create(image="py-tpl") as again:
+        assert again.info.image == im.digest
+        assert again.files.read("notes.txt") == b"kept\n"
+        with pytest.raises(SandboxError) as e:
+            delete_image("py-tpl")
+        assert e.value.status == 409
+    assert delete_image("py-tpl").digest == im.digest
+    with pytest.raises(NotFoundError):
+        delete_image("py-tpl")
+
+
+def test_pull_image():
+    with pytest.raises(SandboxError) as e:
+        pull_image("x", "127.0.0.2:1/x:1")
+    assert e.value.status == 403
+    if not IMAGE_REF:
+        pytest.skip("no registry: SANDBOX_TEST_IMAGE_REF is unset")
+    im = pull_image("tool", IMAGE_REF)
+    assert im.name == "tool" and im.scope == "org" and im.source == IMAGE_REF and im.digest.startswith("sha256:")
+    with Sandbox.create(image="tool") as sbx:
+        assert sbx.commands.run("cat /etc/greeting").stdout == "hi from the image\n"
+    assert delete_image("tool").digest == im.digest
+
+
+def test_async_images():
+    async def main():
+        async with await AsyncSandbox.create() as sbx:
+            await sbx.run("echo a > a.txt")
+            im = await sbx.snapshot("py-async", workdir=True)
+            assert im.scope == "org" and im.source == "snapshot of " + sbx.id
+        assert any(i.name == "py-async" and i.digest == im.digest for i in await async_images())
+        r = await async_run_code("py", "print(open('a.txt').read().strip())", image="py-async")
+        assert r.stdout == "a\n"
+        if IMAGE_REF:
+            p = await async_pull_image("tool-async", IMAGE_REF)
+            assert p.name == "tool-async" and p.source == IMAGE_REF
+            assert (await async_delete_image("tool-async")).digest == p.digest
+        with pytest.raises(NotFoundError):
+            await async_delete_image("no-such-image")
+
+    asyncio.run(main())
+
