@@ -41,7 +41,9 @@ type Pulled struct {
 	Source string `json:"source"` // the reference or file it came from
 	// Pinned is the reference by digest a cluster pulls it by, for an
 	// image recorded (Record) rather than unpacked.
-	Pinned     string    `json:"pinned,omitempty"`
+	Pinned string `json:"pinned,omitempty"`
+	// PullSecret is the cluster's imagePullSecret for a private registry.
+	PullSecret string    `json:"pullSecret,omitempty"`
 	SizeBytes  int64     `json:"sizeBytes"`
 	Files      int64     `json:"files"`
 	Dropped    int64     `json:"dropped"` // devices and FIFOs not unpacked
@@ -289,13 +291,13 @@ func Unpack(ctx context.Context, dir string, img v1.Image, source string, lim Li
 // they are in their registry — a cluster's nodes pull them — so nothing is
 // unpacked: only pulled.json, with the reference pinned by digest. The
 // size is the layers' as the registry stores them.
-func Record(ctx context.Context, dir string, img v1.Image, ref string) (*Pulled, error) {
+func Record(ctx context.Context, dir string, img v1.Image, ref, pullSecret string) (*Pulled, error) {
 	dg, err := img.Digest()
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	digest := dg.String()
-	if p, err := InspectPulled(dir, digest); err == nil {
+	if p, err := InspectPulled(dir, digest); err == nil && (pullSecret == "" || p.PullSecret == pullSecret) {
 		return p, nil
 	}
 	r, err := name.ParseReference(ref)
@@ -317,7 +319,7 @@ func Record(ctx context.Context, dir string, img v1.Image, ref string) (*Pulled,
 	for _, l := range m.Layers {
 		size += l.Size
 	}
-	p := &Pulled{Digest: digest, Source: ref, Pinned: r.Context().Digest(digest).String(), SizeBytes: size, Layers: len(m.Layers),
+	p := &Pulled{Digest: digest, Source: ref, Pinned: r.Context().Digest(digest).String(), PullSecret: pullSecret, SizeBytes: size, Layers: len(m.Layers),
 		PulledAt: time.Now().UTC(), Env: cfg.Config.Env, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User,
 		Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd}
 	d, _ := pulledDir(dir, digest)

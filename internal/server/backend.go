@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/google/go-containerregistry/pkg/name"
+
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -43,19 +45,41 @@ type backend struct {
 // registry is the library of a backend whose nodes pull images from their
 // registries (Kubernetes): a pull is checked and recorded, pinned by
 // digest, never unpacked here.
-type registry struct{ dir string }
+type registry struct {
+	dir string
+	rt  *kube.Runtime
+}
 
 func (l *registry) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits, _ image.Progress) (*image.Pulled, error) {
-	if auth != nil {
-		// The nodes would need the credentials too (an imagePullSecret):
-		// not kept yet, so not taken.
-		return nil, sandbox.Errorf(sandbox.KindUnsupported, "private registries are not supported on the kube backend yet: the nodes would need an imagePullSecret, which this server does not keep")
-	}
-	img, err := image.Remote(ctx, ref, nil)
+	img, err := image.Remote(ctx, ref, auth)
 	if err != nil {
 		return nil, err
 	}
-	return image.Record(ctx, l.dir, img, ref)
+	secret := ""
+	if auth != nil {
+		// The node pulls too: the credentials become the namespace's
+		// imagePullSecret, which the image's pods name.
+		r, err := name.ParseReference(ref)
+		if err != nil {
+			return nil, err
+		}
+		if secret, err = l.rt.PullSecret(ctx, r.Context().RegistryStr(), auth.Username, auth.Password); err != nil {
+			return nil, err
+		}
+	}
+	return image.Record(ctx, l.dir, img, ref, secret)
+}
+
+// secret is the imagePullSecret of a recorded image, if it has one.
+func (l *registry) secret(name string) string {
+	if !image.IsDigest(name) {
+		return ""
+	}
+	p, err := image.InspectPulled(l.dir, name)
+	if err != nil {
+		return ""
+	}
+	return p.PullSecret
 }
 
 // Rootfs has nothing to inspect: the image is unpacked on a node.
@@ -237,10 +261,11 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		return b, nil
 	case BackendKube:
 		lib := &registry{dir: cfg.Images}
-		rt, err := kube.Open(ctx, cfg.Kube, lib.podImage, lib.env, log)
+		rt, err := kube.Open(ctx, cfg.Kube, lib.podImage, lib.env, lib.secret, log)
 		if err != nil {
 			return backend{}, err
 		}
+		lib.rt = rt
 		return backend{rt: rt, library: lib}, nil
 	}
 	return backend{}, fmt.Errorf("unknown backend %q: gvisor or kube", cfg.Backend)

@@ -416,6 +416,39 @@ func TestKubeImage(t *testing.T) {
 		t.Errorf("in the pod: %q", out)
 	}
 	e.must(http.StatusNotImplemented, "POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "snap"})
-	e.must(http.StatusNotImplemented, "POST", "/v1/images", "acme", map[string]string{"name": "p", "ref": ref, "username": "u", "password": "p"})
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+}
+
+// TestKubePrivateImage: an image of a registry with basic auth — the
+// credentials become the namespace's imagePullSecret, the pod names it, the
+// node pulls with it; nothing of them is in the pod's environment.
+func TestKubePrivateImage(t *testing.T) {
+	reg := testenv.NeedRegistry(t, true)
+	cfg := server.Config{Images: imagesWithClasses(t)}
+	cfg.Service.ImageAllow = []string{reg.Host}
+	e, c, ns := newKubeEnvConfig(t, cfg)
+	ref := push(t, reg, "team/private:1", []string{"PATH=/bin"}, busyboxLayer(t))
+	e.must(http.StatusBadRequest, "POST", "/v1/images", "acme", map[string]string{"name": "p", "ref": ref})
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "p", "ref": ref, "username": reg.User, "password": reg.Password})
+	id := e.lease("acme", map[string]any{"image": "p"})
+	pods, err := c.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox + "=" + id})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods: %v %v", pods, err)
+	}
+	p := pods.Items[0]
+	if len(p.Spec.ImagePullSecrets) != 1 {
+		t.Fatalf("imagePullSecrets: %v", p.Spec.ImagePullSecrets)
+	}
+	for _, env := range p.Spec.Containers[0].Env {
+		if strings.Contains(env.Value, reg.Password) {
+			t.Errorf("the registry password is in the pod's environment (%s)", env.Name)
+		}
+	}
+	sec, err := c.CoreV1().Secrets(ns).Get(t.Context(), p.Spec.ImagePullSecrets[0].Name, metav1.GetOptions{})
+	if err != nil || sec.Type != corev1.SecretTypeDockerConfigJson {
+		t.Fatalf("the pull secret: %v %v", sec, err)
+	}
+	if out := e.sh("acme", id, "ls /bin/busybox; env | grep -c "+reg.Password+" || true"); out != "/bin/busybox\n0\n" {
+		t.Errorf("in the pod: %q", out)
+	}
 }

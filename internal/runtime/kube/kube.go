@@ -13,6 +13,10 @@ package kube
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +55,9 @@ type Config struct {
 	// Image maps a class image name to the container image; nil means
 	// "sandbox/NAME:local".
 	Image func(name string) string
+	// PullSecret names the imagePullSecret a pod of an image needs (a
+	// private registry's); nil or "" means none.
+	PullSecret func(image string) string
 	// ImageEnv is the environment an image asks for (its config's Env),
 	// given to every program of a pod on it; nil means none.
 	ImageEnv func(image string) []string
@@ -206,7 +213,38 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 	if rc := r.cfg.RuntimeClasses[spec.Runtime]; rc != "" {
 		p.Spec.RuntimeClassName = &rc
 	}
+	if r.cfg.PullSecret != nil {
+		if name := r.cfg.PullSecret(spec.Image); name != "" {
+			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: name}}
+		}
+	}
 	return p
+}
+
+// PullSecret keeps a private registry's credentials as an imagePullSecret
+// of the sandbox namespace — the node's to read when it pulls, never a
+// pod's environment or a sandbox's file — and answers its name: one per
+// (registry, user), its password the newest given.
+func (r *Runtime) PullSecret(ctx context.Context, registry, user, password string) (string, error) {
+	sum := sha256.Sum256([]byte(registry + "\x00" + user))
+	name := "sandbox-pull-" + hex.EncodeToString(sum[:8])
+	cfg, _ := json.Marshal(map[string]any{"auths": map[string]any{registry: map[string]string{
+		"username": user, "password": password, "auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + password)),
+	}}})
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "sandbox"}},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: cfg},
+	}
+	secrets := r.cfg.Client.CoreV1().Secrets(r.ns)
+	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return "", fmt.Errorf("kube: keeping the pull secret of %s: %w", registry, err)
+	}
+	return name, nil
 }
 
 // pullPolicy: locally imported images (":local") are never pulled.

@@ -70,8 +70,9 @@ func (o Options) Validate() error {
 //
 // image maps the spec's image (a class's name, or a pulled image's digest)
 // to the container image, nil meaning "sandbox/NAME:local" for every name;
-// env is what an image asks for in its programs' environment (nil: none).
-func Open(ctx context.Context, o Options, image func(string) string, env func(string) []string, log *slog.Logger) (*Runtime, error) {
+// env is what an image asks for in its programs' environment (nil: none);
+// secret names the imagePullSecret its pods need (nil: none).
+func Open(ctx context.Context, o Options, image func(string) string, env func(string) []string, secret func(string) string, log *slog.Logger) (*Runtime, error) {
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, msg string, kv ...any) {
 		log.Debug("client-go: "+msg, append([]any{"err", err}, kv...)...)
@@ -114,7 +115,7 @@ func Open(ctx context.Context, o Options, image func(string) string, env func(st
 	}
 	rt, err := New(Config{
 		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
-		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: image, ImageEnv: env,
+		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: image, ImageEnv: env, PullSecret: secret,
 	})
 	if err != nil {
 		return nil, err
