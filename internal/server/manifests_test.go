@@ -93,9 +93,17 @@ func TestKubeManifests(t *testing.T) {
 			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
 			for _, r := range rules {
 				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				verbs, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "verbs")
 				for _, name := range res {
 					switch name {
 					case "pods", "pods/exec", "persistentvolumeclaims", "events", "networkpolicies":
+					case "secrets":
+						// Kept (imagePullSecrets), never read back.
+						for _, v := range verbs {
+							if v != "create" && v != "update" {
+								t.Errorf("the server's role may %s secrets", v)
+							}
+						}
 					default:
 						t.Errorf("the server's role grants %q", name)
 					}
