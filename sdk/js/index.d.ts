@@ -111,6 +111,18 @@ export interface ProcessEvent {
   process?: ProcessInfo;
 }
 
+/** An image the org may lease (``Sandbox.create({ image: name })``); its time is Unix seconds. */
+export interface ImageInfo {
+  name: string;
+  digest: string;
+  /** The reference it was pulled from, or "snapshot of sb_…". */
+  source: string;
+  sizeBytes: number;
+  /** org: the org's own (pulled or a snapshot); server: the operator's, offered to every org. */
+  scope: "org" | "server";
+  createdAt: number;
+}
+
 export interface ForkOptions {
   /** A project sandbox's fork needs a new project, which gets a copy of the volume. */
   project?: string;
@@ -199,11 +211,20 @@ export class Sandbox {
   resizeProcess(pid: number, cols: number, rows: number): Promise<ProcessInfo>;
   /** A new sandbox going on from this one's memory and files (its processes too) while this one runs on. */
   fork(opts?: ForkOptions): Promise<Sandbox>;
+  /** Save its filesystem (its root's changes; with workdir, its workdir too) as the org's image name. */
+  snapshot(name: string, opts?: { workdir?: boolean }): Promise<ImageInfo>;
   kill(opts?: { purge?: boolean }): Promise<void>;
 }
 
 export function runCode(
   language: string,
   code: string,
-  opts?: ClientOptions & { sessionId?: string; args?: string[]; timeoutSec?: number },
+  opts?: ClientOptions & { sessionId?: string; args?: string[]; timeoutSec?: number; image?: string },
 ): Promise<RunCodeResult>;
+
+/** Pull ref into the org's images as name, from a registry the server allows; the credentials serve this pull only. */
+export function pullImage(name: string, ref: string, opts?: ClientOptions & { username?: string; password?: string }): Promise<ImageInfo>;
+/** The images the org may lease: its own, then the server's. */
+export function images(opts?: ClientOptions): Promise<ImageInfo[]>;
+/** Delete one of the org's images (a 409 while a live sandbox runs it). */
+export function deleteImage(name: string, opts?: ClientOptions): Promise<ImageInfo>;

@@ -467,6 +467,15 @@ export class Sandbox {
     return new Sandbox(await this.http.json("POST", `/v1/sandbox/${this.id}/fork`, { json: body }), this.http);
   }
 
+  /**
+   * Save this sandbox's filesystem as the org's image ``name``: what it changed in its root (packages
+   * installed) and, with ``workdir``, its workdir. ``Sandbox.create({ image })`` and ``runCode(..., { image })``
+   * start from it; memory is not saved (``fork`` copies it).
+   */
+  async snapshot(name, { workdir = false } = {}) {
+    return this.http.json("POST", `/v1/sandbox/${this.id}/snapshot`, { json: workdir ? { name, workdir } : { name } });
+  }
+
   /** End the sandbox (``purge`` drops its project volume too). */
   async kill({ purge = false } = {}) {
     await (await this.http.request("DELETE", `/v1/sandbox/${this.id}`, { query: purge ? { purge: "1" } : undefined })).body?.cancel();
@@ -482,11 +491,36 @@ export class Sandbox {
   }
 }
 
-/** Run a program in the code interpreter (13 languages); pass ``sessionId`` again to keep its files. */
-export async function runCode(language, code, { sessionId, args, timeoutSec, ...opts } = {}) {
+/**
+ * Run a program in the code interpreter (13 languages); pass ``sessionId`` again to keep its files, or
+ * ``image`` (one of ``images()``) to start a new session on it.
+ */
+export async function runCode(language, code, { sessionId, args, timeoutSec, image, ...opts } = {}) {
   const body = { language, code };
   if (sessionId) body.session_id = sessionId;
   if (args) body.args = args;
   if (timeoutSec) body.timeoutSec = timeoutSec;
+  if (image) body.image = image;
   return new HTTP(opts).json("POST", "/v1/exec", { json: body });
+}
+
+/**
+ * Pull ``ref`` into the org's images as ``name``, from a registry the server allows (else a 403); its bytes
+ * count against the org's disk quota. The registry credentials serve this pull only.
+ */
+export async function pullImage(name, ref, { username, password, ...opts } = {}) {
+  const body = { name, ref };
+  if (username) body.username = username;
+  if (password) body.password = password;
+  return new HTTP(opts).json("POST", "/v1/images", { json: body });
+}
+
+/** The images the org may lease: its own, then the server's. */
+export async function images(opts = {}) {
+  return (await new HTTP(opts).json("GET", "/v1/images")).images;
+}
+
+/** Delete one of the org's images (a 409 while a live sandbox runs it). */
+export async function deleteImage(name, opts = {}) {
+  return new HTTP(opts).json("DELETE", `/v1/images/${encodeURIComponent(name)}`);
 }
