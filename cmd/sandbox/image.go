@@ -37,6 +37,9 @@ const imageUsage = `usage:
   sandbox image import NAME FILE [--org ORG] [--data DIR] [--images DIR]
         the same from FILE: an OCI layout directory, a tar of one, or a
         'docker save' archive
+        For a server on Kubernetes, --push REPO (with pull or import) pushes the
+        image to REPO:NAME, a registry the cluster pulls from, and records it
+        there by digest: the nodes pull it, nothing is unpacked here.
   sandbox image list [--org ORG] [--data DIR] [--images DIR]
         the class images, then the named ones: the server's, and with --org
         that org's
@@ -78,16 +81,19 @@ func imageCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	data := fs.String("data", defaultData, "data directory of the server")
 	images := fs.String("images", "", "images directory of the server (default DATA/images)")
 	org := fs.String("org", "", "the org whose image it is (default: the server's, offered to every org)")
-	var user *string
+	var user, push *string
 	var passStdin *bool
 	var olderThan *time.Duration
 	switch verb {
 	case "pull":
 		user = fs.String("username", "", "registry username, for this pull only (with --password-stdin)")
 		passStdin = fs.Bool("password-stdin", false, "read the registry password or token from one line of stdin")
+		push = fs.String("push", "", "for a server on Kubernetes: push the image to this repository (one the cluster pulls from) and record it there by digest instead of unpacking it here")
+	case "import":
+		push = fs.String("push", "", "for a server on Kubernetes: push the image to this repository (one the cluster pulls from) and record it there by digest instead of unpacking it here")
 	case "gc":
 		olderThan = fs.Duration("older-than", 0, "delete only images pulled longer ago than this (0: any)")
-	case "import", "list", "rm":
+	case "list", "rm":
 	default:
 		fmt.Fprintln(stderr, imageUsage)
 		return fmt.Errorf("unknown image command %q: use build, pull, import, list, rm or gc", verb)
@@ -131,7 +137,7 @@ func imageCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return withStore(ctx, *data, func(st *store.Store) error {
 		switch verb {
 		case "pull", "import":
-			return pullImage(ctx, st, *images, *org, pos[0], pos[1], verb == "import", auth, stdout, stderr)
+			return pullImage(ctx, st, *images, *org, pos[0], pos[1], verb == "import", auth, *push, stdout, stderr)
 		case "list":
 			return listImages(ctx, st, *images, *org, stdout)
 		case "rm":
@@ -182,7 +188,7 @@ func readAuth(user string, passStdin bool, stdin io.Reader) (*image.Auth, error)
 
 // pullImage unpacks src (a reference, or with fromFile an archive) and
 // names it for the org, or for the server when org is empty.
-func pullImage(ctx context.Context, st *store.Store, dir, org, name, src string, fromFile bool, auth *image.Auth, stdout, stderr io.Writer) error {
+func pullImage(ctx context.Context, st *store.Store, dir, org, name, src string, fromFile bool, auth *image.Auth, push string, stdout, stderr io.Writer) error {
 	var img v1.Image
 	source := src
 	if fromFile {
@@ -212,7 +218,19 @@ func pullImage(ctx context.Context, st *store.Store, dir, org, name, src string,
 			fmt.Fprintf(stderr, "%s is unpacked already\n", shortDigest(dg.String()))
 		}
 	}
-	p, err := image.Unpack(ctx, dir, img, source, image.Limits{}, progress)
+	var p *image.Pulled
+	var err error
+	if push != "" {
+		// The cluster's nodes pull it from push; nothing is unpacked here.
+		ref := strings.TrimSuffix(push, "/") + ":" + name
+		fmt.Fprintf(stderr, "pushing to %s\n", ref)
+		if err := image.Push(ctx, img, ref); err != nil {
+			return err
+		}
+		p, err = image.Record(ctx, dir, img, ref, "")
+	} else {
+		p, err = image.Unpack(ctx, dir, img, source, image.Limits{}, progress)
+	}
 	if err != nil {
 		if !fromFile {
 			return registryError(src, auth, err)

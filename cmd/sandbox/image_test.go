@@ -327,3 +327,35 @@ func TestImagePullAuth(t *testing.T) {
 		t.Errorf("a missing repository: %v", err)
 	}
 }
+
+// TestImagePush: import --push puts the image in a registry the cluster
+// pulls from and records it there by digest, unpacking nothing here.
+func TestImagePush(t *testing.T) {
+	reg := testenv.NeedRegistry(t, false)
+	data, images := t.TempDir(), t.TempDir()
+	img, digest := testImage(t, fileLayer(t, "etc/tool", "pushed\n"))
+	file := filepath.Join(t.TempDir(), "img.tar")
+	ref, _ := name.ParseReference("example.invalid/tool:1")
+	if err := tarball.WriteToFile(file, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, err := imageVerb(t, data, images, "", "import", "--push", reg.Host+"/cluster", "tool", file)
+	if err != nil || out != digest+"\n" {
+		t.Fatalf("import --push: %v %q %s", err, out, errs)
+	}
+	p, err := image.InspectPulled(images, digest)
+	if err != nil || p.Pinned != reg.Host+"/cluster@"+digest {
+		t.Fatalf("the record: %+v %v", p, err)
+	}
+	if exists(filepath.Join(images, "oci", strings.TrimPrefix(digest, "sha256:"), "rootfs")) {
+		t.Error("a pushed image was unpacked here")
+	}
+	r, _ := name.ParseReference(reg.Host + "/cluster:tool")
+	got, err := ggremote.Image(r)
+	if err != nil {
+		t.Fatalf("the registry has no pushed image: %v", err)
+	}
+	if d, _ := got.Digest(); d.String() != digest {
+		t.Errorf("pushed %s, want %s", d, digest)
+	}
+}

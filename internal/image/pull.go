@@ -118,6 +118,19 @@ func Remote(ctx context.Context, ref string, auth *Auth) (v1.Image, error) {
 	return img, nil
 }
 
+// Push writes img to the registry as ref (anonymously: a registry the
+// operator's cluster pulls from, on its own network).
+func Push(ctx context.Context, img v1.Image, ref string) error {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return fmt.Errorf("image: %q is not an image reference: %w", ref, err)
+	}
+	if err := remote.Write(r, img, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("image: pushing to %s: %w", ref, err)
+	}
+	return nil
+}
+
 // FromFile opens an image archive: an OCI layout (a directory, or a tar of
 // one) or a `docker save` tarball. The returned func releases what was
 // unpacked to read it.
