@@ -3,6 +3,8 @@ package server_test
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -370,4 +373,64 @@ func TestImageUserOnRunsc(t *testing.T) {
 		}
 		e.must(http.StatusOK, "DELETE", "/v1/images/r", "acme", nil)
 	}
+}
+
+// TestImageRunOnRunsc: a lease with "run" starts the image's own command
+// (Entrypoint + Cmd, in its WorkingDir) as a background process; an image
+// without one is refused before anything is leased.
+func TestImageRunOnRunsc(t *testing.T) {
+	reg := testenv.NeedRegistry(t, false)
+	cfg := server.Config{Images: imagesWithClasses(t)}
+	cfg.Service.ImageAllow = []string{reg.Host}
+	e := newEnvConfig(t, cfg)
+	app := tarLayer(t, tarEntry{name: "srv/", typ: tar.TypeDir}, tarEntry{name: "srv/serve.sh", typ: tar.TypeReg, body: []byte("pwd; echo \"args: $*\"; sleep 600\n")})
+	ref := pushWith(t, reg, "team/server:1", func(c *v1.Config) {
+		c.Env, c.Entrypoint, c.Cmd, c.WorkingDir = []string{"PATH=/bin"}, []string{"/bin/sh", "/srv/serve.sh"}, []string{"--port", "8000"}, "/srv"
+	}, busyboxLayer(t), app)
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "server", "ref": ref})
+	id := e.lease("acme", map[string]any{"image": "server", "run": true})
+	var list struct {
+		Processes []struct {
+			Pid    int
+			Argv   []string
+			Dir    string
+			Status string
+		}
+	}
+	json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/processes", "acme", nil).Body, &list)
+	if len(list.Processes) != 1 || list.Processes[0].Dir != "/srv" || strings.Join(list.Processes[0].Argv, " ") != "/bin/sh /srv/serve.sh --port 8000" {
+		t.Fatalf("processes after a lease with run: %+v", list)
+	}
+	pid := list.Processes[0].Pid
+	for range 50 {
+		if e.process("acme", id, pid).OutputBytes >= 22 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := e.lastOutput("acme", id, pid); n != "/srv\nargs: --port 8000\n" {
+		t.Errorf("the image's command said %q", n)
+	}
+	plain := push(t, reg, "team/plain:1", nil, busyboxLayer(t))
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "plain", "ref": plain})
+	e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "acme", map[string]any{"image": "plain", "run": true})
+	if list := e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil).JSON(t)["sandboxes"].([]any); len(list) != 1 {
+		t.Errorf("a refused run leased something: %v", list)
+	}
+}
+
+// lastOutput is a process's kept output, at once.
+func (e *env) lastOutput(org, id string, pid int) string {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/v1/sandbox/%s/processes/%d/output", e.http.URL, id, pid), nil)
+	req.Header.Set("Authorization", "Bearer "+e.keys[org])
+	req.Header.Set("Accept", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct{ Stdout string }
+	json.NewDecoder(res.Body).Decode(&out)
+	return out.Stdout
 }

@@ -42,6 +42,9 @@ type Library interface {
 	// User is who an image's config asks its programs run as (nil: the
 	// backend's default), or image.ErrRootUser.
 	User(image string) (*runtime.User, error)
+	// Inspect is a pulled image's record (its config's command and
+	// working directory among it).
+	Inspect(image string) (*image.Pulled, error)
 	// Seeded says whether an image carries a workdir (under SeedDir).
 	Seeded(image string) bool
 	// Derive makes an image of base (a class image or a digest) with the
@@ -284,6 +287,52 @@ func (s *Service) imageUser(img string) (*runtime.User, error) {
 		return nil, sandbox.Wrap(sandbox.KindInvalid, err, "the image's user: "+err.Error())
 	}
 	return u, nil
+}
+
+// canRun refuses, before a lease, a "run" the image or the backend
+// cannot honour.
+func (s *Service) canRun(ctx context.Context, name string) error {
+	if _, err := s.processes(); err != nil {
+		return err
+	}
+	is, lib, err := s.images()
+	if err != nil || name == "" {
+		return sandbox.Errorf(sandbox.KindInvalid, "run starts a pulled image's own command: name one with image")
+	}
+	im, err := is.ResolveImage(ctx, name)
+	if err != nil {
+		return sandbox.Errorf(sandbox.KindInvalid, "no image %q in your org or on this server (GET /v1/images lists them)", name)
+	}
+	p, err := lib.Inspect(im.Digest)
+	if err != nil {
+		return sandbox.Wrap(sandbox.KindUnavailable, err, fmt.Sprintf("image %q is not on this server's disk any more: pull it again", name))
+	}
+	if len(p.Entrypoint)+len(p.Cmd) == 0 {
+		return sandbox.Errorf(sandbox.KindInvalid, "image %q names no command (no Entrypoint or Cmd in its config): nothing to run", name)
+	}
+	return nil
+}
+
+// runImage starts sb's image's own command (its config's Entrypoint and
+// Cmd, in its WorkingDir) as a background process: what a lease with
+// "run" asks.
+func (s *Service) runImage(ctx context.Context, sb *sandbox.Sandbox) (*Process, error) {
+	if s.d.Library == nil || !image.IsDigest(sb.Image) {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "run starts a pulled image's own command; a class image has none")
+	}
+	p, err := s.d.Library.Inspect(sb.Image)
+	if err != nil {
+		return nil, sandbox.Wrap(sandbox.KindUnavailable, err, "the image's record is gone: pull it again")
+	}
+	argv := append(append([]string{}, p.Entrypoint...), p.Cmd...)
+	if len(argv) == 0 {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "the image names no command (no Entrypoint or Cmd in its config)")
+	}
+	dir := p.WorkingDir
+	if dir == "" || !strings.HasPrefix(dir, "/") {
+		dir = sb.Workdir
+	}
+	return s.startProcess(ctx, sb.ID, ProcessRequest{Argv: argv}, dir)
 }
 
 // seed copies an image's saved workdir into a new sandbox's workdir.

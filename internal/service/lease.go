@@ -26,6 +26,8 @@ type LeaseRequest struct {
 	// Metadata is the caller's labels, shown on every answer and filtered
 	// by in a list (?metadata.KEY=VALUE).
 	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"labels of the caller's (at most 32 keys, values of at most 512 bytes)"`
+	// Run starts the image's own command once the sandbox runs.
+	Run bool `json:"run,omitempty" jsonschema:"start a pulled image's own command (its Entrypoint and Cmd, in its WorkingDir) as a background process (GET .../processes shows it)"`
 }
 
 // recordTimeout bounds the store writes that record a start's outcome; it
@@ -39,7 +41,20 @@ var recordTimeout = 30 * time.Second
 // behind; then writes the row pending, starts the container, and marks the
 // row running (or error with the reason, 503).
 func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
+	if req.Run {
+		if err := s.canRun(ctx, req.Image); err != nil {
+			return nil, err
+		}
+	}
 	sb, err := s.lease(ctx, req, nil)
+	if err == nil && req.Run {
+		if _, rerr := s.runImage(ctx, sb); rerr != nil {
+			// The lease stands (it is billed and running); the answer says
+			// why its command did not start.
+			s.log.Warn("the image's command did not start", "sandbox", sb.ID, "err", rerr)
+			return sb, sandbox.Wrap(sandbox.KindOf(rerr), rerr, "sandbox "+sb.ID+" is leased, but the image's command did not start: "+sandbox.Message(rerr))
+		}
+	}
 	class := req.Class
 	if _, cerr := sandbox.LookupClass(class); cerr != nil {
 		class = "unknown" // a caller's typo must not mint a metric label

@@ -194,6 +194,13 @@ func (s *Service) askWith(ctx context.Context, exec func(runtime.ExecRequest) (O
 
 // StartProcess starts a background process in sandbox id.
 func (s *Service) StartProcess(ctx context.Context, id string, req ProcessRequest) (*Process, error) {
+	return s.startProcess(ctx, id, req, "")
+}
+
+// startProcess is StartProcess; a non-empty imageDir is the working
+// directory an image's config names, taken as is (it is the image's, not
+// the caller's, and may be outside the workdir).
+func (s *Service) startProcess(ctx context.Context, id string, req ProcessRequest, imageDir string) (*Process, error) {
 	ps, err := s.processes()
 	if err != nil {
 		return nil, err
@@ -232,9 +239,11 @@ func (s *Service) StartProcess(ctx context.Context, id string, req ProcessReques
 		return nil, err
 	}
 	defer done()
-	dir, err := sandbox.ResolvePath(sb.Workdir, req.Dir)
-	if err != nil {
-		return nil, err
+	dir := imageDir
+	if dir == "" {
+		if dir, err = sandbox.ResolvePath(sb.Workdir, req.Dir); err != nil {
+			return nil, err
+		}
 	}
 	a, err := s.ask(ctx, work, sb, procRequest{Op: "start", Argv: argv, Dir: dir, Env: env, TTY: req.TTY, Cols: req.Cols, Rows: req.Rows,
 		TimeoutSec: req.TimeoutSec, Stdin: req.Stdin}, nil)
