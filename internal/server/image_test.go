@@ -267,6 +267,17 @@ func TestImagesOnRunsc(t *testing.T) {
 			t.Errorf("%s: %d %s", tag, r.Status, r.Body)
 		}
 	}
+	// A whiteout of / hides every lower layer, and nothing beyond the
+	// rootfs: what is left is the upper layer alone.
+	wipe := push(t, reg, "team/wipe:1", nil, busyboxLayer(t),
+		tarLayer(t, tarEntry{name: ".wh..wh..opq", typ: tar.TypeReg}, tarEntry{name: "only/", typ: tar.TypeDir}, tarEntry{name: "only/file", typ: tar.TypeReg, body: []byte("o")}))
+	wd := e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "wipe", "ref": wipe}).JSON(t)["digest"].(string)
+	if tree := treeOf(t, filepath.Join(images, "oci", strings.TrimPrefix(wd, "sha256:"), "rootfs")); len(tree) != 2 || tree["only/file"] == "" {
+		t.Errorf("after a whiteout of /: %v", tree)
+	}
+	if _, err := os.Stat(filepath.Join(images, "exec")); err != nil {
+		t.Errorf("beside the rootfs: %v", err)
+	}
 	if _, err := os.Stat("/tmp/escaped"); err == nil {
 		t.Error("a layer wrote /tmp/escaped")
 	}
