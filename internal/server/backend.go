@@ -92,7 +92,9 @@ func (l *registry) Rootfs(digest string) (string, error) {
 
 func (l *registry) Seeded(string) bool { return false }
 
-func (l *registry) Inspect(name string) (*image.Pulled, error) { return image.InspectPulled(l.dir, name) }
+func (l *registry) Inspect(name string) (*image.Pulled, error) {
+	return image.InspectPulled(l.dir, name)
+}
 
 // User is the image config's, by number only: its /etc/passwd is on a
 // node, not here.
@@ -163,7 +165,9 @@ func configUser(rootfs, user string) (*runtime.User, error) {
 	return &runtime.User{UID: uid, GID: gid}, nil
 }
 
-func (l *library) Inspect(name string) (*image.Pulled, error) { return image.InspectPulled(l.dir, name) }
+func (l *library) Inspect(name string) (*image.Pulled, error) {
+	return image.InspectPulled(l.dir, name)
+}
 
 // Seeded says whether a pulled image carries a saved workdir.
 func (l *library) Seeded(name string) bool {
