@@ -181,7 +181,7 @@ func TestLeaseChecks(t *testing.T) {
 		msg  string
 	}{
 		{"unknown class", map[string]any{"class": "gpu"}, 400, "android, desktop, dev, exec"},
-		{"image not allowed", map[string]any{"image": "ubuntu:latest"}, 400, "not allowed"},
+		{"image not allowed", map[string]any{"image": "ubuntu:latest"}, 400, `no image \"ubuntu:latest\" in your org or on this server`},
 		{"image not buildable here", map[string]any{"class": "android", "project": "p"}, 400, "needs /dev/kvm"},
 		{"dev without project", map[string]any{"class": "dev"}, 400, "needs a project"},
 		{"bad project name", map[string]any{"project": "../etc"}, 400, "project"},
