@@ -2,7 +2,7 @@
 // no argument it runs ONE code-interpreter program and reports what it did
 // (below); `sandbox-runner init` is the sandbox's PID 1 and its process
 // daemon (procd.go); `sandbox-runner proc` is the exec channel's way to that
-// daemon.
+// daemon; `sandbox-runner changes` tars what a pod changed (changes.go).
 //
 // The server bind-mounts it read-only into every sandbox and runs it over
 // the exec channel; it is a static binary with no dependency on the image.
@@ -54,6 +54,8 @@ func main() {
 			os.Exit(initMain())
 		case "proc":
 			os.Exit(procMain())
+		case "changes":
+			os.Exit(changesMain(os.Args[2:]))
 		}
 	}
 	os.Exit(run())

@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
@@ -42,6 +43,8 @@ type Pulled struct {
 	// Pinned is the reference by digest a cluster pulls it by, for an
 	// image recorded (Record) rather than unpacked.
 	Pinned string `json:"pinned,omitempty"`
+	// Seeded says the image carries a saved workdir (a snapshot's).
+	Seeded bool `json:"seeded,omitempty"`
 	// PullSecret is the cluster's imagePullSecret for a private registry.
 	PullSecret string    `json:"pullSecret,omitempty"`
 	SizeBytes  int64     `json:"sizeBytes"`
@@ -129,6 +132,69 @@ func Push(ctx context.Context, img v1.Image, ref string) error {
 		return fmt.Errorf("image: pushing to %s: %w", ref, err)
 	}
 	return nil
+}
+
+// Append makes a new image of base (a reference its registry serves) with
+// the layer tars on top — each checked, as a pull's, by ApplyLayer into a
+// scratch directory within lim — pushes it to repo (the cluster pulls it
+// from there) and records it. The second and later layers are a saved
+// workdir (Seeded).
+func Append(ctx context.Context, dir, base string, layers []string, repo, source string, lim Limits) (*Pulled, error) {
+	scratch, err := os.MkdirTemp(filepath.Join(dir), ".check-")
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	root, err := os.OpenRoot(scratch)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer root.Close()
+	var u Unpacked
+	var ls []v1.Layer
+	for i, l := range layers {
+		f, err := os.Open(l)
+		if err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		err = ApplyLayer(root, f, lim, &u)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("image: layer %d of %s: %w", i+1, source, err)
+		}
+		layer, err := tarball.LayerFromFile(l)
+		if err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		ls = append(ls, layer)
+	}
+	img, err := Remote(ctx, base, nil)
+	if err != nil {
+		return nil, err
+	}
+	if img, err = mutate.AppendLayers(img, ls...); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	ref := repo + ":snapshot-" + hex.EncodeToString(b)
+	if err := Push(ctx, img, ref); err != nil {
+		return nil, err
+	}
+	p, err := Record(ctx, dir, img, ref, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(layers) > 1 && !p.Seeded {
+		p.Seeded = true
+		d, _ := pulledDir(dir, p.Digest)
+		raw, _ := json.MarshalIndent(p, "", "  ")
+		if err := os.WriteFile(filepath.Join(d, "pulled.json"), raw, 0o644); err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+	}
+	p.Source, p.SizeBytes = source, u.Bytes
+	return p, nil
 }
 
 // FromFile opens an image archive: an OCI layout (a directory, or a tar of

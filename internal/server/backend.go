@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -46,8 +47,9 @@ type backend struct {
 // registries (Kubernetes): a pull is checked and recorded, pinned by
 // digest, never unpacked here.
 type registry struct {
-	dir string
-	rt  *kube.Runtime
+	dir  string
+	push string // where snapshots go (--image-push); empty refuses them
+	rt   *kube.Runtime
 }
 
 func (l *registry) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits, _ image.Progress) (*image.Pulled, error) {
@@ -90,7 +92,10 @@ func (l *registry) Rootfs(digest string) (string, error) {
 	return "", nil
 }
 
-func (l *registry) Seeded(string) bool { return false }
+func (l *registry) Seeded(name string) bool {
+	p, err := image.InspectPulled(l.dir, name)
+	return err == nil && p.Seeded
+}
 
 func (l *registry) Inspect(name string) (*image.Pulled, error) {
 	return image.InspectPulled(l.dir, name)
@@ -106,8 +111,42 @@ func (l *registry) User(name string) (*runtime.User, error) {
 	return configUser("", p.User)
 }
 
-func (l *registry) Derive(context.Context, string, string, image.Limits, ...func(io.Writer) error) (*image.Pulled, error) {
-	return nil, runtime.ErrUnsupported
+// Derive appends the layers to base's image, read from its registry, and
+// pushes the result to the --image-push repository: the nodes pull it
+// from there.
+func (l *registry) Derive(ctx context.Context, base, source string, lim image.Limits, layers ...func(io.Writer) error) (*image.Pulled, error) {
+	if l.push == "" {
+		return nil, sandbox.Errorf(sandbox.KindUnsupported, "snapshots on the kube backend need a repository the cluster pulls from: the operator passes --image-push")
+	}
+	p, err := image.InspectPulled(l.dir, base)
+	if err != nil || p.Pinned == "" {
+		return nil, sandbox.Errorf(sandbox.KindUnsupported, "a snapshot on the kube backend starts from a pulled image (a class image is on the nodes, in no registry)")
+	}
+	tmp, err := os.MkdirTemp(l.dir, ".snapshot-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var files []string
+	for i, write := range layers {
+		f, err := os.Create(filepath.Join(tmp, fmt.Sprintf("layer-%d.tar", i)))
+		if err != nil {
+			return nil, err
+		}
+		err = write(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f.Name())
+	}
+	d, err := image.Append(ctx, l.dir, p.Pinned, files, strings.TrimSuffix(l.push, "/"), source, lim)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // env is what a recorded image's config asks for.
@@ -268,8 +307,8 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		}
 		return b, nil
 	case BackendKube:
-		lib := &registry{dir: cfg.Images}
-		rt, err := kube.Open(ctx, cfg.Kube, lib.podImage, lib.env, lib.secret, log)
+		lib := &registry{dir: cfg.Images, push: cfg.Kube.PushRepo}
+		rt, err := kube.Open(ctx, cfg.Kube, kube.Hooks{Image: lib.podImage, ImageEnv: lib.env, PullSecret: lib.secret, Runner: cfg.Runner}, log)
 		if err != nil {
 			return backend{}, err
 		}

@@ -70,7 +70,8 @@ func newKubeEnvConfig(t testing.TB, cfg server.Config) (*env, kubernetes.Interfa
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Backend, cfg.Kube = server.BackendKube, kube.Options{Kubeconfig: os.Getenv("SANDBOX_TEST_KUBECONFIG"), Namespace: ns, RuntimeClass: "gvisor"}
+	cfg.Backend = server.BackendKube
+	cfg.Kube.Kubeconfig, cfg.Kube.Namespace, cfg.Kube.RuntimeClass = os.Getenv("SANDBOX_TEST_KUBECONFIG"), ns, "gvisor"
 	e := newEnvConfig(t, cfg)
 	t.Cleanup(func() { // after e.close (cleanups run last-in first-out)
 		c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
@@ -396,6 +397,7 @@ func TestKubeImage(t *testing.T) {
 	reg := testenv.NeedRegistry(t, false)
 	cfg := server.Config{Images: imagesWithClasses(t)}
 	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Kube.PushRepo = reg.Host + "/snapshots"
 	e, c, ns := newKubeEnvConfig(t, cfg)
 	ref := push(t, reg, "team/kubetool:1", []string{"GREETING=from the image", "PATH=/bin"}, busyboxLayer(t),
 		tarLayer(t, tarEntry{name: "app/", typ: tar.TypeDir}, tarEntry{name: "app/hello.sh", typ: tar.TypeReg, body: []byte("echo \"$GREETING\"\n")}))
@@ -415,8 +417,23 @@ func TestKubeImage(t *testing.T) {
 	if out := e.sh("acme", id, "sh /app/hello.sh; id -u"); out != "from the image\n1000\n" {
 		t.Errorf("in the pod: %q", out)
 	}
-	e.must(http.StatusNotImplemented, "POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "snap"})
+	// A snapshot: what the pod changed (read by the runner, copied in over
+	// the exec channel) appended to its image and pushed where the cluster
+	// pulls from; a lease of it has the change, and the image's files.
+	e.sh("acme", id, "echo changed > /app/new.txt && mkdir -p /app/deep/er && echo d > /app/deep/er/f")
+	snap := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "snap"}).JSON(t)
+	if snap["digest"] == digest {
+		t.Fatalf("the snapshot is the image itself: %v", snap)
+	}
+	again := e.lease("acme", map[string]any{"image": "snap"})
+	if out := e.sh("acme", again, "cat /app/new.txt /app/deep/er/f; sh /app/hello.sh"); out != "changed\nd\nfrom the image\n" {
+		t.Errorf("a lease of the snapshot: %q", out)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+again, "acme", nil)
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	// A class image is in no registry: its sandboxes cannot be saved here.
+	cls := e.lease("acme", nil)
+	e.must(http.StatusNotImplemented, "POST", "/v1/sandbox/"+cls+"/snapshot", "acme", map[string]any{"name": "cls"})
 }
 
 // TestKubePrivateImage: an image of a registry with basic auth — the

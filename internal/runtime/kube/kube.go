@@ -11,6 +11,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +60,9 @@ type Config struct {
 	// PullSecret names the imagePullSecret a pod of an image needs (a
 	// private registry's); nil or "" means none.
 	PullSecret func(image string) string
+	// Runner is the host path of cmd/sandbox-runner, copied into a pod to
+	// read what it changed (RootfsChanges); empty means it cannot.
+	Runner string
 	// ImageEnv is the environment an image asks for (its config's Env),
 	// given to every program of a pod on it; nil means none.
 	ImageEnv func(image string) []string
@@ -107,7 +112,13 @@ const uid, gid = 1000, 1000
 // initScript is PID 1: it reaps orphans (sh's wait reaps any child) and
 // never exits on a signal. It is sh's, not bash's: a pulled image may have
 // no bash.
-const initScript = `trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
+//
+// It first stamps the start (/tmp is the pod's own emptyDir): what has a
+// later ctime on the root filesystem is what the sandbox changed.
+const initScript = `: > ` + startStamp + `; trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
+
+// startStamp is the file whose ctime is the pod's start.
+const startStamp = "/tmp/.sandbox-start"
 
 func mib(n int64) resource.Quantity { return *resource.NewQuantity(n<<20, resource.BinarySI) }
 
@@ -477,10 +488,49 @@ func (r *Runtime) Fork(context.Context, runtime.Ref, runtime.Spec) (runtime.Obje
 	return runtime.Object{}, runtime.ErrUnsupported
 }
 
-// RootfsChanges cannot be read from a pod: its container's writable layer
-// is the node's, not the API's.
-func (r *Runtime) RootfsChanges(context.Context, string, io.Writer) error {
-	return runtime.ErrUnsupported
+// RootfsChanges reads what a pod changed in its root filesystem: its
+// container's writable layer is the node's, not the API's, so the runner
+// is copied into the pod's /tmp over the exec channel and walks the root
+// for entries newer than the start stamp (sandbox-runner changes). What
+// was deleted is not seen.
+func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) error {
+	if r.cfg.Runner == "" {
+		return runtime.ErrUnsupported
+	}
+	p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return runtime.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("kube: reading pod %s: %w", name, err)
+	}
+	workdir := "/"
+	for _, c := range p.Spec.Containers {
+		if c.Name == container && c.WorkingDir != "" {
+			workdir = c.WorkingDir
+		}
+	}
+	bin, err := os.Open(r.cfg.Runner)
+	if err != nil {
+		return fmt.Errorf("kube: the runner: %w", err)
+	}
+	defer bin.Close()
+	const copied = "/tmp/.sandbox-changes"
+	var errb bytes.Buffer
+	if err := r.stream(ctx, name, []string{"/bin/sh", "-c", "cat > " + copied + " && chmod 700 " + copied}, false, bin, io.Discard, &errb, nil); err != nil {
+		return fmt.Errorf("kube: copying the runner into %s: %w: %s", name, err, errb.String())
+	}
+	defer r.stream(context.WithoutCancel(ctx), name, []string{"rm", "-f", copied}, false, nil, io.Discard, io.Discard, nil)
+	errb.Reset()
+	err = r.stream(ctx, name, []string{copied, "changes", startStamp, "/proc", "/sys", "/dev", "/tmp", workdir}, false, nil, w, &errb, nil)
+	var exit *runtime.ExitError
+	if errors.As(err, &exit) && exit.Code == 3 {
+		return fmt.Errorf("kube: pod %s predates snapshots (no start stamp): %s", name, errb.String())
+	}
+	if err != nil {
+		return fmt.Errorf("kube: reading the changes of %s: %w: %s", name, err, errb.String())
+	}
+	return nil
 }
 
 // DropCheckpoint has nothing to drop.

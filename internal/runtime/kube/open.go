@@ -37,6 +37,21 @@ type Options struct {
 	ServiceAccount string
 	// StorageClass of project volumes; empty means the cluster's default.
 	StorageClass string
+	// PushRepo is where snapshots are pushed, a repository the cluster
+	// pulls from; empty refuses snapshots.
+	PushRepo string
+}
+
+// Hooks are what the backend is told by the server: how an image (a
+// class's name, or a pulled image's digest) maps to a container image
+// (nil: "sandbox/NAME:local"), its environment and its imagePullSecret,
+// and the host path of cmd/sandbox-runner (copied into a pod to read its
+// changes; empty: no snapshots).
+type Hooks struct {
+	Image      func(string) string
+	ImageEnv   func(string) []string
+	PullSecret func(string) string
+	Runner     string
 }
 
 // RegisterFlags defines the backend's flags on fs, writing into o.
@@ -47,6 +62,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServerNamespace, "server-namespace", os.Getenv("POD_NAMESPACE"), "kube: the server's own namespace, refused for sandboxes (env POD_NAMESPACE)")
 	fs.StringVar(&o.ServiceAccount, "service-account", "sandbox-pod", "kube: service account of the sandbox pods (its token is never mounted)")
 	fs.StringVar(&o.StorageClass, "storage-class", "", "kube: StorageClass of project volumes (default: the cluster's)")
+	fs.StringVar(&o.PushRepo, "image-push", "", "kube: a repository the cluster pulls from, where snapshots of sandboxes are pushed (default: none, snapshots refused)")
 }
 
 // Validate checks the options without a cluster.
@@ -68,11 +84,8 @@ func (o Options) Validate() error {
 // client-go's own logging (klog, and what it reports as "unhandled") goes
 // to log, the latter at debug level.
 //
-// image maps the spec's image (a class's name, or a pulled image's digest)
-// to the container image, nil meaning "sandbox/NAME:local" for every name;
-// env is what an image asks for in its programs' environment (nil: none);
-// secret names the imagePullSecret its pods need (nil: none).
-func Open(ctx context.Context, o Options, image func(string) string, env func(string) []string, secret func(string) string, log *slog.Logger) (*Runtime, error) {
+// The hooks say what the server knows of images and where its runner is.
+func Open(ctx context.Context, o Options, h Hooks, log *slog.Logger) (*Runtime, error) {
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, msg string, kv ...any) {
 		log.Debug("client-go: "+msg, append([]any{"err", err}, kv...)...)
@@ -115,7 +128,7 @@ func Open(ctx context.Context, o Options, image func(string) string, env func(st
 	}
 	rt, err := New(Config{
 		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
-		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: image, ImageEnv: env, PullSecret: secret,
+		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: h.Image, ImageEnv: h.ImageEnv, PullSecret: h.PullSecret, Runner: h.Runner,
 	})
 	if err != nil {
 		return nil, err
