@@ -49,8 +49,8 @@ const imageUsage = `usage:
   sandbox image gc [--older-than DUR] [--data DIR] [--images DIR]
         delete the unpacked images no name and no sandbox refers to (with
         --older-than, only those pulled longer ago), and what crashed pulls
-        left; prints what it freed. Best run while no pull is under way: a
-        pull's half-unpacked files are among what it deletes.
+        left (staging directories older than an hour: a pull in flight keeps
+        its own); prints what it freed.
 
 --data defaults to /var/lib/sandbox and --images to DATA/images, as for
 'sandbox serve'. A lease names an image with {"image": NAME}; an org's name

@@ -218,6 +218,12 @@ func TestImageVerbs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A staging directory of a pull in flight (fresh) is not a crashed
+	// one's (older than image.StagingGrace).
+	inflight := filepath.Join(images, "oci", ".pull-4567")
+	os.MkdirAll(inflight, 0o755)
+	old := time.Now().Add(-2 * image.StagingGrace)
+	os.Chtimes(staging, old, old)
 
 	// gc --older-than spares the fresh, unnamed C; gc takes it.
 	if out, _, err := imageVerb(t, data, images, "", "gc", "--older-than", "1h"); err != nil || strings.Contains(out, shortDigest(digestC)) || !exists(oci(digestC)) {
@@ -235,6 +241,9 @@ func TestImageVerbs(t *testing.T) {
 	}
 	if exists(half) || exists(staging) {
 		t.Errorf("gc kept a half-pulled image or a staging directory: %q", out)
+	}
+	if !exists(inflight) {
+		t.Error("gc took the staging directory of a pull in flight")
 	}
 	// A sandbox's row holds its image: rm is refused while it lives, and
 	// gc keeps the files while the row is there.

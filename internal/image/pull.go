@@ -428,11 +428,23 @@ func RemovePulled(dir, digest string) error {
 	return os.RemoveAll(d)
 }
 
-// SweepStaging removes what crashed pulls left (.pull-* directories).
+// StagingGrace is how old a staging directory (a pull's, a snapshot's, a
+// check's) must be before a sweep takes it for a crashed one's: a pull in
+// flight — the server's or an operator's CLI — keeps writing into its own.
+const StagingGrace = time.Hour
+
+// SweepStaging removes what crashed pulls and snapshots left, older than
+// StagingGrace.
 func SweepStaging(dir string) {
-	stale, _ := filepath.Glob(filepath.Join(dir, ociDir, ".pull-*"))
+	var stale []string
+	for _, pat := range []string{filepath.Join(dir, ociDir, ".pull-*"), filepath.Join(dir, ".snapshot-*"), filepath.Join(dir, ".check-*")} {
+		m, _ := filepath.Glob(pat)
+		stale = append(stale, m...)
+	}
 	for _, s := range stale {
-		os.RemoveAll(s)
+		if st, err := os.Lstat(s); err == nil && time.Since(st.ModTime()) > StagingGrace {
+			os.RemoveAll(s)
+		}
 	}
 }
 
@@ -608,6 +620,8 @@ func ConfigUser(rootfs, user string) (uid, gid int, set bool, err error) {
 		}
 	} else if pu, pg, found := lookup("etc/passwd", name); found {
 		uid, gid = pu, pg
+	} else if rootfs == "" {
+		return 0, 0, false, fmt.Errorf("image: its user %q is a name, and this backend cannot read the image's /etc/passwd: it needs a number (User: \"1000\")", name)
 	} else {
 		return 0, 0, false, fmt.Errorf("image: user %q is not in the image's /etc/passwd", name)
 	}
