@@ -130,6 +130,8 @@ type Deps struct {
 	Processes Processes
 	// Images are the image routes; nil serves none.
 	Images Images
+	// Ports are the port preview routes; nil serves none.
+	Ports Ports
 	// MCP serves the typed ops as MCP tools at /mcp; it authenticates on
 	// its own. Nil means no /mcp.
 	MCP http.Handler
@@ -265,6 +267,9 @@ func (s *Server) routes() {
 		}
 		if s.Images != nil {
 			s.snapshotRoutes(p)
+		}
+		if s.Ports != nil {
+			s.portRoutes(p)
 		}
 		s.typedOps(p)
 		s.consoles(p)

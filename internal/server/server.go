@@ -184,7 +184,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	it := interp.New(svc, b.runner, log)
 	typed := ops.New(svc, svc, svc, it)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Processes: svc, Images: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
+		Leases: svc, Work: svc, Processes: svc, Images: svc, Ports: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
 		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version), Keys: st, Version: Version,
 	}, log, cfg.API)
 	return &Server{
