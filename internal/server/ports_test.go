@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // echoServer answers every GET with the request line and headers it got.
@@ -73,5 +75,62 @@ func TestPortPreviewOnRunsc(t *testing.T) {
 	}
 	if code, _ = get("acme", "0/"); code != http.StatusBadRequest {
 		t.Errorf("port 0: %d", code)
+	}
+}
+
+// wsEcho is a WebSocket echo server from Python's standard library alone:
+// the handshake, then each (masked, short) text frame sent back.
+const wsEcho = `import base64, hashlib, socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8003)); s.listen(8)
+while True:
+    c, _ = s.accept()
+    req = b""
+    while b"\r\n\r\n" not in req:
+        req += c.recv(4096)
+    key = [l.split(b": ", 1)[1] for l in req.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key")][0]
+    acc = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+    while True:
+        h = c.recv(2)
+        if len(h) < 2 or h[0] & 0x0f == 8:
+            break
+        n = h[1] & 0x7f
+        mask = c.recv(4)
+        data = bytearray(c.recv(n))
+        for i in range(len(data)):
+            data[i] ^= mask[i % 4]
+        c.sendall(bytes([0x81, len(data)]) + bytes(data))
+    c.close()
+`
+
+// TestPortPreviewWebSocketOnRunsc: a WebSocket upgrade passes through a
+// preview, and messages go both ways (a dev server's live reload).
+func TestPortPreviewWebSocketOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", wsEcho}})
+	url := "ws" + strings.TrimPrefix(e.http.URL, "http") + "/v1/sandbox/" + id + "/ports/8003/live"
+	var c *websocket.Conn
+	var err error
+	for range 50 {
+		c, _, err = websocket.Dial(t.Context(), url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.keys["acme"]}}})
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dialing the preview's WebSocket: %v", err)
+	}
+	defer c.CloseNow()
+	for _, msg := range []string{"reload?", "again"} {
+		if err := c.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(t.Context())
+		if err != nil || string(got) != msg {
+			t.Fatalf("echo of %q: %q %v", msg, got, err)
+		}
 	}
 }
