@@ -17,7 +17,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -258,9 +257,8 @@ func pullImage(ctx context.Context, st *store.Store, dir, org, name, src string,
 
 // registryError says what to do about a registry's refusal.
 func registryError(ref string, auth *image.Auth, err error) error {
-	var te *transport.Error
-	if errors.As(err, &te) {
-		switch te.StatusCode {
+	if code := image.RegistryStatus(err); code != 0 {
+		switch code {
 		case http.StatusUnauthorized, http.StatusForbidden:
 			if auth == nil {
 				return fmt.Errorf("the registry wants credentials for %s: give --username U --password-stdin", ref)

@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -100,6 +101,31 @@ func PulledRootfs(dir, digest string) (string, error) {
 	return filepath.Join(d, rootfsDir), nil
 }
 
+// LayerError is a layer an unpack refused: an entry that would leave the
+// rootfs, one over the limits (ErrTooLarge within), a broken tar.
+type LayerError struct {
+	Layer  int
+	Source string
+	Err    error
+}
+
+func (e *LayerError) Error() string {
+	return fmt.Sprintf("image: layer %d of %s: %v", e.Layer, e.Source, e.Err)
+}
+
+func (e *LayerError) Unwrap() error { return e.Err }
+
+// RegistryStatus is the HTTP status a registry refused with (401 for
+// missing or wrong credentials, 404 for no such repository or tag), or 0
+// when err is no registry's answer.
+func RegistryStatus(err error) int {
+	var te *transport.Error
+	if errors.As(err, &te) {
+		return te.StatusCode
+	}
+	return 0
+}
+
 // Auth is a registry's basic credentials.
 type Auth struct{ Username, Password string }
 
@@ -160,7 +186,7 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 		err = ApplyLayer(root, f, lim, &u)
 		f.Close()
 		if err != nil {
-			return nil, fmt.Errorf("image: layer %d of %s: %w", i+1, source, err)
+			return nil, &LayerError{Layer: i + 1, Source: source, Err: err}
 		}
 		layer, err := tarball.LayerFromFile(l)
 		if err != nil {
@@ -343,7 +369,7 @@ func Unpack(ctx context.Context, dir string, img v1.Image, source string, lim Li
 		err = ApplyLayer(root, ctxReader{ctx, rc}, lim, &u)
 		rc.Close()
 		if err != nil {
-			return nil, fmt.Errorf("image: layer %d of %s: %w", i+1, source, err)
+			return nil, &LayerError{Layer: i + 1, Source: source, Err: err}
 		}
 		if progress != nil {
 			progress(i+1, len(layers), u.Bytes)
@@ -551,7 +577,7 @@ func Derive(ctx context.Context, dir, base, baseRootfs string, env []string, lay
 		err = ApplyLayer(root, ctxReader{ctx, f}, lim, &u)
 		f.Close()
 		if err != nil {
-			return nil, fmt.Errorf("image: layer %d of %s: %w", i+1, source, err)
+			return nil, &LayerError{Layer: i + 1, Source: source, Err: err}
 		}
 	}
 	p := &Pulled{Digest: digest, Source: source, SizeBytes: u.Bytes, Files: u.Entries, Dropped: u.Dropped, Layers: len(layers),

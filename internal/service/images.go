@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path"
 	"regexp"
 	"strings"
@@ -357,16 +358,18 @@ func imageError(err error) error {
 	if errors.As(err, &se) {
 		return err // the library said it for the caller
 	}
-	msg := err.Error()
+	var le *image.LayerError
 	switch {
-	case strings.Contains(msg, image.ErrTooLarge.Error()):
+	case errors.Is(err, image.ErrTooLarge):
 		return sandbox.Wrap(sandbox.KindQuota, err, "the image is larger than what is left of the org's disk quota")
-	case strings.Contains(msg, "UNAUTHORIZED"), strings.Contains(msg, "401"):
+	case errors.As(err, &le):
+		return sandbox.Wrap(sandbox.KindInvalid, err, fmt.Sprintf("the image was refused: layer %d: %v", le.Layer, le.Err))
+	}
+	switch image.RegistryStatus(err) {
+	case http.StatusUnauthorized, http.StatusForbidden:
 		return sandbox.Wrap(sandbox.KindInvalid, err, "the registry refused the credentials (or asked for some)")
-	case strings.Contains(msg, "MANIFEST_UNKNOWN"), strings.Contains(msg, "NAME_UNKNOWN"), strings.Contains(msg, "404"):
+	case http.StatusNotFound:
 		return sandbox.Wrap(sandbox.KindNotFound, err, "the registry has no such image")
-	case strings.Contains(msg, "layer "):
-		return sandbox.Wrap(sandbox.KindInvalid, err, "the image was refused: "+msg[strings.Index(msg, "layer "):])
 	}
 	return sandbox.Wrap(sandbox.KindBadGateway, err, "the image could not be pulled")
 }
