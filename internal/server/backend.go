@@ -43,6 +43,32 @@ type backend struct {
 	library service.Library
 }
 
+// writeLayers writes each layer to a file of a staging directory beside
+// the images (never a tmpfs /tmp: a snapshot may be large); done removes
+// them.
+func writeLayers(dir string, layers []func(io.Writer) error) (files []string, done func(), err error) {
+	tmp, err := os.MkdirTemp(dir, ".snapshot-")
+	if err != nil {
+		return nil, nil, err
+	}
+	done = func() { os.RemoveAll(tmp) }
+	for i, write := range layers {
+		f, err := os.Create(filepath.Join(tmp, fmt.Sprintf("layer-%d.tar", i)))
+		if err == nil {
+			err = write(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
+		files = append(files, f.Name())
+	}
+	return files, done, nil
+}
+
 // registry is the library of a backend whose nodes pull images from their
 // registries (Kubernetes): a pull is checked and recorded, pinned by
 // digest, never unpacked here.
@@ -122,26 +148,11 @@ func (l *registry) Derive(ctx context.Context, base, source string, lim image.Li
 	if err != nil || p.Pinned == "" {
 		return nil, sandbox.Errorf(sandbox.KindUnsupported, "a snapshot on the kube backend starts from a pulled image (a class image is on the nodes, in no registry)")
 	}
-	tmp, err := os.MkdirTemp(l.dir, ".snapshot-")
+	files, done, err := writeLayers(l.dir, layers)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	var files []string
-	for i, write := range layers {
-		f, err := os.Create(filepath.Join(tmp, fmt.Sprintf("layer-%d.tar", i)))
-		if err != nil {
-			return nil, err
-		}
-		err = write(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, f.Name())
-	}
+	defer done()
 	d, err := image.Append(ctx, l.dir, p.Pinned, files, strings.TrimSuffix(l.push, "/"), source, lim)
 	if err != nil {
 		return nil, err
@@ -225,26 +236,11 @@ func (l *library) Derive(ctx context.Context, base, source string, lim image.Lim
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(l.dir), ".snapshot-")
+	files, done, err := writeLayers(l.dir, layers)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	var files []string
-	for i, write := range layers {
-		f, err := os.Create(filepath.Join(tmp, fmt.Sprintf("layer-%d.tar", i)))
-		if err != nil {
-			return nil, err
-		}
-		err = write(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, f.Name())
-	}
+	defer done()
 	return image.Derive(ctx, l.dir, base, baseRootfs, l.env(base), files, source, lim)
 }
 

@@ -57,19 +57,9 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 // writers mean Exec. A write error (the client went away) ends the
 // program the way a closed connection does.
 func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
-	argv := req.Argv
-	switch {
-	case len(argv) > 0:
-		if err := NoNUL("argv", argv...); err != nil {
-			return nil, err
-		}
-	case req.Command != "":
-		if err := NoNUL("command", req.Command); err != nil {
-			return nil, err
-		}
-		argv = []string{"sh", "-c", req.Command}
-	default:
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "give argv (a list) or command (a shell line)")
+	argv, err := programArgv(req.Argv, req.Command)
+	if err != nil {
+		return nil, err
 	}
 	timeout, err := s.Timeout(req.TimeoutSec)
 	if err != nil {
@@ -162,6 +152,18 @@ func (s *Service) Timeout(sec int) (time.Duration, error) {
 	}
 	// Clamp before multiplying: a huge timeoutSec must not overflow.
 	return time.Duration(min(int64(sec), int64(s.cfg.MaxExecTimeout/time.Second))) * time.Second, nil
+}
+
+// programArgv is what a request runs: argv as is, else the shell line
+// command through sh -c; neither is refused.
+func programArgv(argv []string, command string) ([]string, error) {
+	switch {
+	case len(argv) > 0:
+		return argv, NoNUL("argv", argv...)
+	case command != "":
+		return []string{"sh", "-c", command}, NoNUL("command", command)
+	}
+	return nil, sandbox.Errorf(sandbox.KindInvalid, "give argv (a list) or command (a shell line)")
 }
 
 // NoNUL refuses strings that cannot be a program's arguments.

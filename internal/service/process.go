@@ -205,19 +205,9 @@ func (s *Service) startProcess(ctx context.Context, id string, req ProcessReques
 	if err != nil {
 		return nil, err
 	}
-	argv := req.Argv
-	switch {
-	case len(argv) > 0:
-		if err := NoNUL("argv", argv...); err != nil {
-			return nil, err
-		}
-	case req.Command != "":
-		if err := NoNUL("command", req.Command); err != nil {
-			return nil, err
-		}
-		argv = []string{"sh", "-c", req.Command}
-	default:
-		return nil, sandbox.Errorf(sandbox.KindInvalid, "give argv (a list) or command (a shell line)")
+	argv, err := programArgv(req.Argv, req.Command)
+	if err != nil {
+		return nil, err
 	}
 	if req.TimeoutSec < 0 {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "timeoutSec must not be negative")
