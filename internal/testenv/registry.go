@@ -34,13 +34,7 @@ func NeedRegistry(t testing.TB, auth bool) *Registry {
 		Missing(t, RegistryPart, "docker-registry (Debian's package; scripts/deps.sh installs it for the tests)")
 	}
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	r := &Registry{Host: addr}
+	r := &Registry{}
 	authCfg := ""
 	if auth {
 		r.User, r.Password = "tester", fmt.Sprintf("pw-%d", time.Now().UnixNano())
@@ -53,6 +47,30 @@ func NeedRegistry(t testing.TB, auth bool) *Registry {
 		}
 		authCfg = fmt.Sprintf("auth:\n  htpasswd:\n    realm: test\n    path: %s\n", filepath.Join(dir, "htpasswd"))
 	}
+	// A free port is only free until someone takes it: a registry that
+	// could not bind exits, and is started again on another.
+	for attempt := 1; ; attempt++ {
+		addr, err := startRegistry(t, bin, dir, authCfg)
+		if err == nil {
+			r.Host = addr
+			break
+		}
+		if attempt == 3 {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// startRegistry starts one registry on a free loopback port and answers
+// its address once it serves, or why it did not.
+func startRegistry(t testing.TB, bin, dir, authCfg string) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
 	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s",
 		filepath.Join(dir, "data"), addr, authCfg)
 	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(cfg), 0o600); err != nil {
@@ -64,22 +82,32 @@ func NeedRegistry(t testing.TB, auth bool) *Registry {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	stop := func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 		logf.Close()
-	})
-	for i := 0; ; i++ {
-		res, err := http.Get("http://" + addr + "/v2/")
-		if err == nil {
-			res.Body.Close()
-			break
-		}
-		if i > 100 {
+	}
+	for i := 0; i < 100; i++ {
+		select {
+		case <-exited:
+			logf.Close()
 			b, _ := os.ReadFile(filepath.Join(dir, "registry.log"))
-			t.Fatalf("the registry did not answer: %v: %s", err, b)
+			return "", fmt.Errorf("the registry exited on %s: %s", addr, b)
+		default:
+		}
+		// Ours, not whatever else took the port first: a registry says so.
+		if res, err := http.Get("http://" + addr + "/v2/"); err == nil {
+			res.Body.Close()
+			if res.Header.Get("Docker-Distribution-Api-Version") == "registry/2.0" {
+				t.Cleanup(stop)
+				return addr, nil
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return r
+	stop()
+	b, _ := os.ReadFile(filepath.Join(dir, "registry.log"))
+	return "", fmt.Errorf("the registry did not answer on %s: %s", addr, b)
 }
