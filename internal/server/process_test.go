@@ -20,6 +20,7 @@ type procAnswer struct {
 	Status       string `json:"status"`
 	ExitCode     *int   `json:"exitCode"`
 	Signal       string `json:"signal"`
+	TimedOut     bool   `json:"timedOut"`
 	OutputBytes  int64  `json:"outputBytes"`
 	DroppedBytes int64  `json:"droppedBytes"`
 	StdinOpen    bool   `json:"stdinOpen"`
@@ -298,6 +299,14 @@ func TestProcessTTYOnRunsc(t *testing.T) {
 		t.Errorf("tty output: %q", s)
 	}
 	e.must(http.StatusBadRequest, "POST", path+"/resize", "acme", map[string]int{"cols": 0, "rows": 40})
+	// A process's timeoutSec kills it (and what it started): 124, timedOut.
+	timed := e.startProcess("acme", id, map[string]any{"command": "sleep 300 & sleep 300", "timeoutSec": 1})
+	if p := e.waitProcess("acme", id, timed.Pid); !p.TimedOut || *p.ExitCode != 124 {
+		t.Errorf("after its timeout: %+v", p)
+	}
+	if out := e.sh("acme", id, "ps -eo args | grep -c '^sleep 300' || true"); out != "0\n" {
+		t.Errorf("the timed-out process's group runs on: %q", out)
+	}
 	plain := e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "60"}})
 	e.must(http.StatusConflict, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/resize", id, plain.Pid), "acme", map[string]int{"cols": 80, "rows": 24})
 }
