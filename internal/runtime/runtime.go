@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 )
 
 // Label keys stamped on every runtime object. The sweep finds strays by
@@ -73,6 +75,9 @@ type Spec struct {
 	// User runs the sandbox's programs as this user instead of the
 	// backend's (an image's config asked); nil means the backend's.
 	User *User
+	// Network is the sandbox's egress policy; nil (or a policy that allows
+	// nothing) means no network: its own loopback only.
+	Network *netpolicy.Rules
 }
 
 // User is a numeric user and group.
@@ -159,6 +164,11 @@ type Runtime interface {
 	// Stats is the sandbox's use as its runtime counts it, or
 	// ErrUnsupported when the backend cannot tell.
 	Stats(ctx context.Context, name string) (Stats, error)
+	// SetNetwork replaces the egress policy of a running sandbox; it takes
+	// effect for new connections. A sandbox created with no network cannot
+	// be given one (its container has no interface): ErrUnsupported, as
+	// from a backend that cannot enforce the policy's rules.
+	SetNetwork(ctx context.Context, name string, rules *netpolicy.Rules) error
 }
 
 // Stats is a sandbox's use now, by its runtime's own count.

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
 
@@ -380,4 +381,20 @@ func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error)
 		return runtime.Stats{}, runtime.ErrNotFound
 	}
 	return runtime.Stats{CPUSeconds: 0.1, MemoryBytes: 1 << 20, Processes: 1}, nil
+}
+
+// SetNetwork records the policy on the spec of a sandbox created with one.
+func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.Rules) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	spec, ok := r.specs[name]
+	if !ok {
+		return runtime.ErrNotFound
+	}
+	if spec.Network == nil {
+		return runtime.ErrUnsupported
+	}
+	spec.Network = rules
+	r.specs[name] = spec
+	return nil
 }

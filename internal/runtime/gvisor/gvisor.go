@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
 
@@ -1099,4 +1100,9 @@ func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error)
 		return runtime.Stats{}, fmt.Errorf("gvisor: runsc events: %w", err)
 	}
 	return runtime.Stats{CPUSeconds: float64(ev.Data.CPU.Usage.Total) / 1e9, MemoryBytes: int64(ev.Data.Memory.Usage.Usage), Processes: int(ev.Data.Pids.Current)}, nil
+}
+
+// SetNetwork is not built on this backend yet.
+func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.Rules) error {
+	return runtime.ErrUnsupported
 }

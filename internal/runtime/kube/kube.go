@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
 
@@ -782,4 +783,9 @@ func (q sizeQueue) Next() *remotecommand.TerminalSize {
 // metrics API (metrics-server), which the cluster need not run.
 func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error) {
 	return runtime.Stats{}, runtime.ErrUnsupported
+}
+
+// SetNetwork is not built on this backend yet.
+func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.Rules) error {
+	return runtime.ErrUnsupported
 }
