@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -84,6 +85,19 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) error {
+	var p netpolicy.Policy
+	if err := decode(r.Body, &p); err != nil {
+		return err
+	}
+	sb, err := s.Leases.SetNetwork(r.Context(), r.PathValue("id"), &p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb.Object())
 	return nil
 }
 

@@ -75,8 +75,9 @@ type Spec struct {
 	// User runs the sandbox's programs as this user instead of the
 	// backend's (an image's config asked); nil means the backend's.
 	User *User
-	// Network is the sandbox's egress policy; nil (or a policy that allows
-	// nothing) means no network: its own loopback only.
+	// Network is the sandbox's egress policy. Nil means no network at all:
+	// its own loopback only, no interface. Rules that allow nothing give it
+	// an interface that reaches nothing, which SetNetwork can open later.
 	Network *netpolicy.Rules
 }
 

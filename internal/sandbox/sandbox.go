@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 )
 
 // Sandbox is the record of one lease. Name is the runtime's handle (container
@@ -32,6 +34,9 @@ type Sandbox struct {
 	MemoryKept bool
 	// Metadata is the caller's labels (CheckMetadata bounds them).
 	Metadata map[string]string
+	// Network is the egress policy the sandbox got, canonical; nil is
+	// none (its own loopback only).
+	Network *netpolicy.Policy
 
 	Name       string // runtime object name
 	UID        string // runtime object identity, for precondition deletes
@@ -67,6 +72,9 @@ type Object struct {
 	MemoryKept bool `json:"memoryKept,omitempty"`
 	// Metadata is the caller's labels, as set at the lease or since.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Network is the egress policy the sandbox got (absent: none, its own
+	// loopback only).
+	Network *netpolicy.Policy `json:"network,omitempty" jsonschema:"the egress policy the sandbox got; absent means no network"`
 }
 
 // Object is sb as the wire shows it.
@@ -75,7 +83,7 @@ func (sb *Sandbox) Object() *Object {
 		ID: sb.ID, Kind: "sandbox", Org: sb.Org, Class: sb.Class, Project: sb.Project, Status: sb.Status,
 		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
 		CreatedAt: sb.CreatedAt.Unix(), LastUsedAt: sb.LastUsedAt.Unix(), ExpiresAt: sb.ExpiresAt.Unix(),
-		Error: sb.Error, Woken: sb.Woken, MemoryKept: sb.MemoryKept, Metadata: sb.Metadata,
+		Error: sb.Error, Woken: sb.Woken, MemoryKept: sb.MemoryKept, Metadata: sb.Metadata, Network: sb.Network,
 	}
 	if sb.Project != "" {
 		o.Volume = sb.Volume

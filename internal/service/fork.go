@@ -39,7 +39,7 @@ func (s *Service) Fork(ctx context.Context, id string, req ForkRequest) (*sandbo
 		meta = maps.Clone(src.Metadata)
 	}
 	sb, err := s.lease(ctx, LeaseRequest{Class: src.Class, Project: req.Project, Image: src.Image, Runtime: src.Runtime,
-		TTLSec: req.TTLSec, Metadata: meta}, src)
+		TTLSec: req.TTLSec, Metadata: meta, Network: src.Network}, src)
 	class := src.Class
 	switch {
 	case err == nil:

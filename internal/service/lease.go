@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/meter"
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -28,6 +29,8 @@ type LeaseRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"labels of the caller's (at most 32 keys, values of at most 512 bytes)"`
 	// Run starts the image's own command once the sandbox runs.
 	Run bool `json:"run,omitempty" jsonschema:"start a pulled image's own command (its Entrypoint and Cmd, in its WorkingDir) as a background process (GET .../processes shows it)"`
+	// Network is the egress policy asked for; nil is none.
+	Network *netpolicy.Policy `json:"network,omitempty" jsonschema:"egress policy: what the sandbox may reach (absent: nothing but its own loopback); the operator's --network-allow bounds it, and the answer's network is what it got"`
 }
 
 // recordTimeout bounds the store writes that record a start's outcome; it
@@ -86,6 +89,13 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	}
 	if err := sandbox.CheckMetadata(req.Metadata); err != nil {
 		return nil, err
+	}
+	network, err := s.networkPolicy(req.Network)
+	if err != nil {
+		return nil, err
+	}
+	if req.Network != nil && network == nil {
+		network = &netpolicy.Policy{} // asked for an interface, closed for now
 	}
 	image := req.Image
 	if image == "" {
@@ -170,7 +180,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		ID: sandbox.NewID(), Org: org, Class: class.Name, Project: req.Project, Status: sandbox.StatusPending,
 		Image: image, Runtime: rt, Workdir: class.Workdir, Name: sandbox.NewName(),
 		CreatedAt: now, LastUsedAt: now, ExpiresAt: sandbox.ExpiryFor(class, req.TTLSec, now, now, s.cfg.Ceiling),
-		Metadata: req.Metadata,
+		Metadata: req.Metadata, Network: network,
 	}
 	sb.Volume = volumeName(org, sb)
 	admit := func(u quota.Use, newProject bool) error { return quota.Check(pol, u, ask(newProject)) }
@@ -277,6 +287,7 @@ func (s *Service) spec(sb *sandbox.Sandbox, restore string) runtime.Spec {
 		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,
 		Restore: restore,
 		User:    s.specUser(sb),
+		Network: networkRules(sb),
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/narrate"
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -41,6 +42,7 @@ type Store interface {
 	Touch(ctx context.Context, id string, at time.Time) error
 	SetExpiry(ctx context.Context, id string, at time.Time) error
 	SetMetadata(ctx context.Context, id string, m map[string]string) error
+	SetNetwork(ctx context.Context, id string, p *netpolicy.Policy) error
 	AddUsage(ctx context.Context, class string, leases int64, d time.Duration) error
 	Usage(ctx context.Context) ([]store.Usage, error)
 	ProcessStore
@@ -92,6 +94,18 @@ type Config struct {
 	// ImageAllowRoot lets an image whose config says root run as root
 	// (without capabilities, inside the sandbox); refused otherwise.
 	ImageAllowRoot bool
+	// NetworkAllow are the egress entries tenants may ask for ("internet",
+	// "*" for any domain, domains, wildcards, CIDRs); empty allows only
+	// none. NetworkPrivate are the private ranges opened to policies that
+	// allow them (never reachable otherwise). See netpolicy.ParseBounds.
+	NetworkAllow, NetworkPrivate []string
+
+	network netpolicy.Bounds // parsed from the two above by New
+}
+
+// NetworkBounds parses NetworkAllow and NetworkPrivate.
+func (c Config) NetworkBounds() (netpolicy.Bounds, error) {
+	return netpolicy.ParseBounds(c.NetworkAllow, c.NetworkPrivate)
 }
 
 // Defaults of the zero Config fields.
@@ -139,6 +153,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.ImageAllow = append(c.ImageAllow, v)
 		return nil
 	})
+	fs.Func("network-allow", "what tenants may let a sandbox reach (a lease's network.allow): internet (every public address), * (any domain), a domain, *.domain, or an IPv4 CIDR; repeatable or comma-separated; none by default, so sandboxes have no network", func(v string) error {
+		for e := range strings.SplitSeq(v, ",") {
+			c.NetworkAllow = append(c.NetworkAllow, strings.TrimSpace(e))
+		}
+		_, err := netpolicy.ParseBounds(c.NetworkAllow, nil)
+		return err
+	})
+	fs.Func("network-private", "a private IPv4 range (inside 10/8, 172.16/12, 192.168/16, 100.64/10) that a sandbox's policy may reach when it allows it and --network-allow covers it; never reachable otherwise; repeatable", func(v string) error {
+		c.NetworkPrivate = append(c.NetworkPrivate, v)
+		_, err := netpolicy.ParseBounds(nil, c.NetworkPrivate)
+		return err
+	})
 	fs.BoolVar(&c.ImageAllowRoot, "image-allow-root", false, "let an image whose config's User is root run as root inside its sandbox (never with capabilities); refused by default")
 	c.Quota.RegisterFlags(fs)
 }
@@ -158,6 +184,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReserveMemoryMiB < 0 || c.ReserveDiskMiB < 0 {
 		return errors.New("--reserve-memory-mib and --reserve-disk-mib must not be negative")
+	}
+	if _, err := c.NetworkBounds(); err != nil {
+		return err
 	}
 	return c.Quota.Validate()
 }
@@ -220,7 +249,11 @@ func New(cfg Config, d Deps) *Service {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg.withDefaults(), d: d, log: d.Log}
+	cfg = cfg.withDefaults()
+	// Validate refused bad bounds; a caller that skipped it gets none,
+	// the safe side.
+	cfg.network, _ = cfg.NetworkBounds()
+	return &Service{cfg: cfg, d: d, log: d.Log}
 }
 
 // Ceiling is the absolute bound on a lease in force (the reaper applies it

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
@@ -100,21 +101,27 @@ func (s *Store) orgDB(ctx context.Context) (*orgDB, string, error) {
 	return db, org, nil
 }
 
-const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error, checkpoint, metadata`
+const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error, checkpoint, metadata, network`
 
 func scan(row interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var status string
 	var created, used, expires int64
-	var meta string
+	var meta, network string
 	err := row.Scan(&sb.ID, &sb.Org, &sb.Class, &sb.Project, &status, &sb.Image, &sb.Runtime, &sb.Workdir,
-		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error, &sb.Checkpoint, &meta)
+		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error, &sb.Checkpoint, &meta, &network)
 	if err != nil {
 		return nil, err
 	}
 	if meta != "{}" && meta != "" {
 		if err := json.Unmarshal([]byte(meta), &sb.Metadata); err != nil {
 			return nil, fmt.Errorf("metadata of %s: %w", sb.ID, err)
+		}
+	}
+	if network != "" {
+		sb.Network = new(netpolicy.Policy)
+		if err := json.Unmarshal([]byte(network), sb.Network); err != nil {
+			return nil, fmt.Errorf("network policy of %s: %w", sb.ID, err)
 		}
 	}
 	sb.Status = sandbox.Status(status)
@@ -129,6 +136,21 @@ func metadataJSON(m map[string]string) string {
 	}
 	b, _ := json.Marshal(m)
 	return string(b)
+}
+
+// networkJSON is the stored form of p: "" for nil (leased with no
+// network), "{}" for a policy that allows nothing (an interface, closed).
+func networkJSON(p *netpolicy.Policy) string {
+	if p == nil {
+		return ""
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+// SetNetwork replaces a sandbox's egress policy.
+func (s *Store) SetNetwork(ctx context.Context, id string, p *netpolicy.Policy) error {
+	return s.exec(ctx, `UPDATE sandboxes SET network = ? WHERE org = ? AND id = ?`, networkJSON(p), id)
 }
 
 // SetMetadata replaces a sandbox's metadata.
@@ -299,9 +321,9 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, admit Admit) er
 			return err
 		}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, org, sb.Class, sb.Project, string(sb.Status), sb.Image, sb.Runtime, sb.Workdir, sb.Name, sb.UID, sb.Volume,
-		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error, sb.Checkpoint, metadataJSON(sb.Metadata))
+		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error, sb.Checkpoint, metadataJSON(sb.Metadata), networkJSON(sb.Network))
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") && sb.Project != "" {
 			return ErrProjectBusy
