@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/ops"
+	"github.com/sandboxd/sandbox/internal/preview"
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -55,6 +56,7 @@ type Config struct {
 	Service service.Config
 	Reaper  reaper.Config
 	API     api.Config
+	Preview preview.Config
 
 	// Getenv reads the fee settings (SANDBOX_FEE_CENTS...); nil means
 	// os.Getenv.
@@ -72,6 +74,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Service.RegisterFlags(fs)
 	c.Reaper.RegisterFlags(fs)
 	c.API.RegisterFlags(fs)
+	c.Preview.RegisterFlags(fs)
 	c.GVisor.RegisterFlags(fs)
 	c.Kube.RegisterFlags(fs)
 }
@@ -101,7 +104,7 @@ func (c *Config) Validate() error {
 	if c.Data == "" {
 		return errors.New("--data is required")
 	}
-	errs := []error{c.Service.Validate(), c.Reaper.Validate(), c.API.Validate()}
+	errs := []error{c.Service.Validate(), c.Reaper.Validate(), c.API.Validate(), c.Preview.Validate()}
 	switch c.Backend {
 	case "", BackendGVisor:
 		errs = append(errs, c.GVisor.Validate())
@@ -162,6 +165,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The links' secret is made on the first start and kept in the data
+	// directory: links outlive a restart, and never appear in an answer.
+	signer, err := preview.LoadKey(cfg.Data)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	b, err := newBackend(ctx, cfg, log)
 	if err != nil {
 		st.Close()
@@ -181,14 +191,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
+	previews := service.NewPreviews(svc, signer, cfg.Preview)
 	it := interp.New(svc, b.runner, log)
 	typed := ops.New(svc, svc, svc, it)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Processes: svc, Images: svc, Ports: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
+		Leases: svc, Work: svc, Processes: svc, Images: svc, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
 		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version), Keys: st, Version: Version,
 	}, log, cfg.API)
 	return &Server{
-		Handler: h, api: h,
+		Handler: h.Handler(), api: h,
 		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
 		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: svc.Ceiling(), Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
@@ -267,5 +278,9 @@ func (s *Server) Close() error {
 	s.api.Close()
 	s.stopSessions()
 	s.Sessions.Wait()
-	return s.Store.Close()
+	var rerr error
+	if c, ok := s.Runtime.(interface{ Close() error }); ok {
+		rerr = c.Close() // the gvisor backend's resolver and proxy
+	}
+	return errors.Join(rerr, s.Store.Close())
 }

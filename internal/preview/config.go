@@ -1,0 +1,72 @@
+package preview
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+)
+
+// Config is the operator's settings of port previews.
+type Config struct {
+	// Domain is the preview domain: a request whose Host is
+	// "{port}-{id}.{Domain}" (with any server port) is a preview of that
+	// port of that sandbox, served before the API routes. Empty means
+	// DefaultDomain. For previews from other machines, point a wildcard
+	// DNS name (*.preview.example.com) at the server and give
+	// preview.example.com.
+	Domain string
+	// Public lets a lease ask for public ports (previews anyone with the
+	// URL may open, with no key and no link). Off: such a lease is
+	// refused.
+	Public bool
+}
+
+// DefaultLinkTTL is a preview link's life when the caller names none
+// (never past the lease's expiry).
+const DefaultLinkTTL = time.Hour
+
+// RegisterFlags defines the preview flags on fs, writing into c.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Domain, "preview-domain", DefaultDomain, "port previews by host: a request for {port}-{id}.DOMAIN (e.g. http://8000-sb_….localhost:8080/) reaches that port inside that sandbox, "+
+		"so apps that assume they are served at / work. The default, localhost, needs no DNS: browsers resolve *.localhost to this machine. "+
+		"For other machines, point a wildcard DNS name (*.preview.example.com) at the server and pass preview.example.com. The path form /v1/sandbox/{id}/ports/{port}/ works whatever this is")
+	fs.BoolVar(&c.Public, "public-previews", false, "let a lease ask for public ports (publicPorts: previews anyone with the URL opens, with no key or link); refused at lease time when off")
+}
+
+// Validate refuses a domain that cannot be a host name's suffix.
+func (c Config) Validate() error {
+	if c.Domain != "" && !ValidDomain(c.Domain) {
+		return fmt.Errorf("--preview-domain %q: give a DNS name such as localhost or preview.example.com (no scheme, port or *)", c.Domain)
+	}
+	return nil
+}
+
+// DomainOrDefault is Domain with its default.
+func (c Config) DomainOrDefault() string {
+	if c.Domain == "" {
+		return DefaultDomain
+	}
+	return c.Domain
+}
+
+// Origin is how a caller reached the server: the scheme and the Host it
+// used. Links are made from it, so a link works from where its minter
+// stands (the server knows no public URL of its own).
+type Origin struct {
+	Scheme string // "http" or "https"
+	Host   string // host[:port] as the request named it
+}
+
+type originKey struct{}
+
+// WithOrigin is ctx carrying o.
+func WithOrigin(ctx context.Context, o Origin) context.Context {
+	return context.WithValue(ctx, originKey{}, o)
+}
+
+// OriginFrom is the origin in ctx, if any.
+func OriginFrom(ctx context.Context) (Origin, bool) {
+	o, ok := ctx.Value(originKey{}).(Origin)
+	return o, ok
+}

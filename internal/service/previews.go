@@ -1,0 +1,132 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/preview"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// Previews is the access side of port previews: it mints the signed,
+// expiring links that stand in for a key in a browser, checks them on
+// every request (the sandbox must still be live and the link's org's, so
+// ending it revokes every link), and dials through the Service.
+type Previews struct {
+	svc    *Service
+	signer *preview.Signer
+	cfg    preview.Config
+}
+
+// NewPreviews are the previews of svc's sandboxes, links signed by signer.
+func NewPreviews(svc *Service, signer *preview.Signer, cfg preview.Config) *Previews {
+	if cfg.Domain == "" {
+		cfg.Domain = preview.DefaultDomain
+	}
+	return &Previews{svc: svc, signer: signer, cfg: cfg}
+}
+
+// Config is the operator's preview settings, defaults applied.
+func (p *Previews) Config() preview.Config { return p.cfg }
+
+// DialPort is Service.DialPort.
+func (p *Previews) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	return p.svc.DialPort(ctx, id, port)
+}
+
+// TokenParam and CookieName carry a preview link's token: in the URL of
+// the first visit, then (set by that visit) in a cookie.
+const (
+	TokenParam = "preview_token"
+	CookieName = "sandbox_preview"
+)
+
+// PreviewLink is a minted link: the host form's URL and the path form's,
+// each with the token, and when they stop working.
+type PreviewLink struct {
+	ID   string `json:"id"`
+	Port int    `json:"port"`
+	// URL is the host form, http://{port}-{id}.{preview-domain}[:port]/,
+	// which serves the app at / (what most apps assume).
+	URL string `json:"url" jsonschema:"the host form, {port}-{id}.{preview-domain}: the app at /; open it in a browser (the first visit sets a cookie and drops the token from the URL)"`
+	// PathURL is the path form, under the API's own host.
+	PathURL   string `json:"pathUrl" jsonschema:"the path form, /v1/sandbox/{id}/ports/{port}/ on the API's host: for apps that use relative links"`
+	ExpiresAt int64  `json:"expiresAt" jsonschema:"Unix seconds; never past the lease's expiry. Ending the sandbox revokes the link at once"`
+}
+
+// Link mints a link to port of sandbox id (the caller's), good for ttlSec
+// (0: preview.DefaultLinkTTL) and never past the lease's expiry. A link is
+// a bearer credential for that one port: whoever holds it opens the
+// preview until it expires or the sandbox ends.
+func (p *Previews) Link(ctx context.Context, id string, port int, ttlSec int64) (*PreviewLink, error) {
+	if port < 1 || port > 65535 {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "port %d: a port is 1-65535", port)
+	}
+	if ttlSec < 0 {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "ttlSec %d: give a number of seconds, or 0 for %d", ttlSec, int64(preview.DefaultLinkTTL/time.Second))
+	}
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := p.svc.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Status != sandbox.StatusRunning && sb.Status != sandbox.StatusSleeping {
+		return nil, notRunning(sb)
+	}
+	now := p.svc.now()
+	ttl := preview.DefaultLinkTTL
+	if ttlSec > 0 {
+		ttl = time.Duration(min(ttlSec, int64(365*24*time.Hour/time.Second))) * time.Second
+	}
+	exp := now.Add(ttl)
+	if exp.After(sb.ExpiresAt) {
+		exp = sb.ExpiresAt
+	}
+	exp = exp.Truncate(time.Second)
+	if !exp.After(now) {
+		return nil, sandbox.Errorf(sandbox.KindConflict, "sandbox %s's lease ends now; renew it first", sb.ID)
+	}
+	tok := p.signer.Mint(preview.Claims{Org: org, ID: sb.ID, Port: port, Expires: exp})
+	q := "?" + TokenParam + "=" + url.QueryEscape(tok)
+	o, _ := preview.OriginFrom(ctx)
+	if o.Scheme == "" {
+		o.Scheme = "http"
+	}
+	_, serverPort, _ := net.SplitHostPort(o.Host)
+	link := &PreviewLink{
+		ID: sb.ID, Port: port, ExpiresAt: exp.Unix(),
+		URL:     o.Scheme + "://" + preview.Host(port, sb.ID, p.cfg.Domain, serverPort) + "/" + q,
+		PathURL: "/v1/sandbox/" + sb.ID + "/ports/" + strconv.Itoa(port) + "/" + q,
+	}
+	if o.Host != "" {
+		link.PathURL = o.Scheme + "://" + o.Host + link.PathURL
+	}
+	return link, nil
+}
+
+// Access checks a link's token for port of sandbox id: made by this
+// server, not expired, for this sandbox and port, and the sandbox still
+// the token's org's and not ended. It answers ctx with the token's org as
+// the principal (the preview runs as that org) and the token's expiry.
+// A bad token is KindUnauthorized; a sandbox gone since is KindNotFound.
+func (p *Previews) Access(ctx context.Context, token, id string, port int) (context.Context, time.Time, error) {
+	c, err := p.signer.Verify(token, id, port, p.svc.now())
+	switch {
+	case errors.Is(err, preview.ErrExpired):
+		return nil, time.Time{}, sandbox.Wrap(sandbox.KindUnauthorized, err, "this preview link has expired: mint a new one (POST /v1/sandbox/"+id+"/ports/"+strconv.Itoa(port)+"/link)")
+	case err != nil:
+		return nil, time.Time{}, sandbox.Wrap(sandbox.KindUnauthorized, err, "this preview link is not valid here: it was altered, or is for another sandbox or port")
+	}
+	ctx = sandbox.WithPrincipal(ctx, sandbox.Principal{Org: c.Org, Subject: "preview link"})
+	if _, err := p.svc.Get(ctx, id); err != nil {
+		return nil, time.Time{}, err
+	}
+	return ctx, c.Expires, nil
+}
