@@ -309,3 +309,51 @@ func TestPreviewLinksOnRunsc(t *testing.T) {
 		t.Errorf("a link after the end: %d", res.StatusCode)
 	}
 }
+
+// TestPreviewWakesOnRunsc: a preview is use of the sandbox — it stamps
+// lastUsedAt (what the idle sleep reads) and wakes a sleeping sandbox, the
+// server inside answering again when the runtime kept its memory.
+func TestPreviewWakesOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", map[string]any{"ttlSec": 600})
+	e.sh("acme", id, "echo awake > hello.txt")
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
+	e.waitListening("acme", id, 8000)
+	before := int64(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["lastUsedAt"].(float64))
+	time.Sleep(1100 * time.Millisecond) // lastUsedAt is in seconds
+	link := e.previewLink("acme", id, 8000, 300)
+	tok := link["pathUrl"].(string)[strings.Index(link["pathUrl"].(string), "preview_token=")+len("preview_token="):]
+	cookie := http.Header{"Cookie": {"sandbox_preview=" + tok}, "Host": {"8000-" + id + ".localhost"}}
+	if res, body := fetchPreview(t, "GET", e.http.URL+"/hello.txt", cookie); res.StatusCode != 200 || body != "awake\n" {
+		t.Fatalf("through the link: %d %q", res.StatusCode, body)
+	}
+	if after := int64(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["lastUsedAt"].(float64)); after <= before {
+		t.Errorf("a preview did not stamp lastUsedAt: %d then %d", before, after)
+	}
+
+	// The relay of the last request ends just after its answer; until
+	// then it is work in flight, which a sleep waits for.
+	var r resp
+	for range 50 {
+		if r = e.do("POST", "/v1/sandbox/"+id+"/pause", "acme", nil); r.Status != http.StatusConflict {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	slept := r.JSON(t)
+	if r.Status != 200 || slept["status"] != "sleeping" {
+		t.Fatalf("pause: %d %v", r.Status, slept)
+	}
+	res, body := fetchPreview(t, "GET", e.http.URL+"/hello.txt", cookie)
+	sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
+	if sb["status"] != "running" {
+		t.Fatalf("a preview of a sleeping sandbox left it %v", sb["status"])
+	}
+	switch kept, _ := slept["memoryKept"].(bool); {
+	case kept && (res.StatusCode != 200 || body != "awake\n"):
+		t.Errorf("woken with its memory, the server inside did not answer: %d %q", res.StatusCode, body)
+	case !kept && res.StatusCode != http.StatusBadGateway:
+		t.Errorf("woken without its memory (no server inside): %d %q, want 502", res.StatusCode, body)
+	}
+	t.Logf("memory kept across the sleep: %v; the preview answered %d", slept["memoryKept"], res.StatusCode)
+}
