@@ -24,6 +24,7 @@ type Ports interface {
 	Config() preview.Config
 	Link(ctx context.Context, id string, port int, ttlSec int64) (*service.PreviewLink, error)
 	Access(ctx context.Context, token, id string, port int) (context.Context, time.Time, error)
+	Public(ctx context.Context, id string, port int) (context.Context, error)
 }
 
 var _ Ports = (*service.Previews)(nil)
@@ -130,8 +131,8 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id string,
 
 // previewAccess finds who the request is: a key, a link's token in the
 // URL (the first visit: a cookie is set and the browser sent to the URL
-// without it), or the cookie of an earlier visit. done means it has
-// answered.
+// without it), the cookie of an earlier visit, or nobody on a public
+// port. done means it has answered.
 func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string, port int, scope string) (_ context.Context, release func(), done bool) {
 	if tok := r.URL.Query().Get(service.TokenParam); tok != "" {
 		ctx, exp, err := s.Ports.Access(r.Context(), tok, id, port)
@@ -184,8 +185,14 @@ func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string
 		}
 		lastErr = err
 	}
-	if lastErr == nil {
-		lastErr = sandbox.Errorf(sandbox.KindUnauthorized, "this preview needs your key (Authorization: Bearer <key>) or a preview link (POST /v1/sandbox/%s/ports/%d/link)", id, port)
+	// No credential (or only a stale cookie): a public port, or the
+	// refusal that says how to get in.
+	ctx, err := s.Ports.Public(r.Context(), id, port)
+	if err == nil {
+		return ctx, func() {}, false
+	}
+	if lastErr == nil || sandbox.KindOf(err) != sandbox.KindUnauthorized {
+		lastErr = err
 	}
 	s.previewError(w, r, lastErr)
 	return nil, nil, true

@@ -16,10 +16,6 @@ type Config struct {
 	// DNS name (*.preview.example.com) at the server and give
 	// preview.example.com.
 	Domain string
-	// Public lets a lease ask for public ports (previews anyone with the
-	// URL may open, with no key and no link). Off: such a lease is
-	// refused.
-	Public bool
 }
 
 // DefaultLinkTTL is a preview link's life when the caller names none
@@ -31,7 +27,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Domain, "preview-domain", DefaultDomain, "port previews by host: a request for {port}-{id}.DOMAIN (e.g. http://8000-sb_….localhost:8080/) reaches that port inside that sandbox, "+
 		"so apps that assume they are served at / work. The default, localhost, needs no DNS: browsers resolve *.localhost to this machine. "+
 		"For other machines, point a wildcard DNS name (*.preview.example.com) at the server and pass preview.example.com. The path form /v1/sandbox/{id}/ports/{port}/ works whatever this is")
-	fs.BoolVar(&c.Public, "public-previews", false, "let a lease ask for public ports (publicPorts: previews anyone with the URL opens, with no key or link); refused at lease time when off")
 }
 
 // Validate refuses a domain that cannot be a host name's suffix.

@@ -37,6 +37,9 @@ type Sandbox struct {
 	// Network is the egress policy the sandbox got, canonical; nil is
 	// none (its own loopback only).
 	Network *netpolicy.Policy
+	// PublicPorts are the ports whose previews anyone with the URL may
+	// open (the lease asked, the operator allowed); sorted, no repeats.
+	PublicPorts []int
 
 	Name       string // runtime object name
 	UID        string // runtime object identity, for precondition deletes
@@ -75,6 +78,8 @@ type Object struct {
 	// Network is the egress policy the sandbox got (absent: none, its own
 	// loopback only).
 	Network *netpolicy.Policy `json:"network,omitempty" jsonschema:"the egress policy the sandbox got; absent means no network"`
+	// PublicPorts are the ports previewed with no key or link.
+	PublicPorts []int `json:"publicPorts,omitempty" jsonschema:"ports whose previews anyone with the URL opens, with no key or link"`
 }
 
 // Object is sb as the wire shows it.
@@ -83,7 +88,7 @@ func (sb *Sandbox) Object() *Object {
 		ID: sb.ID, Kind: "sandbox", Org: sb.Org, Class: sb.Class, Project: sb.Project, Status: sb.Status,
 		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
 		CreatedAt: sb.CreatedAt.Unix(), LastUsedAt: sb.LastUsedAt.Unix(), ExpiresAt: sb.ExpiresAt.Unix(),
-		Error: sb.Error, Woken: sb.Woken, MemoryKept: sb.MemoryKept, Metadata: sb.Metadata, Network: sb.Network,
+		Error: sb.Error, Woken: sb.Woken, MemoryKept: sb.MemoryKept, Metadata: sb.Metadata, Network: sb.Network, PublicPorts: sb.PublicPorts,
 	}
 	if sb.Project != "" {
 		o.Volume = sb.Volume

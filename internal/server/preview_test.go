@@ -14,6 +14,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sandboxd/sandbox/internal/preview"
+	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // devServer is a dev server from Python's standard library alone, on port
@@ -356,4 +358,46 @@ func TestPreviewWakesOnRunsc(t *testing.T) {
 		t.Errorf("woken without its memory (no server inside): %d %q, want 502", res.StatusCode, body)
 	}
 	t.Logf("memory kept across the sleep: %v; the preview answered %d", slept["memoryKept"], res.StatusCode)
+}
+
+// TestPreviewPublicOnRunsc: a lease asking for public ports is refused
+// unless the operator allows them; allowed, the asked port is open to a
+// request with no credential, in both forms, and no other port is.
+func TestPreviewPublicOnRunsc(t *testing.T) {
+	closed := newEnv(t)
+	r := closed.do("POST", "/v1/sandbox", "acme", map[string]any{"publicPorts": []int{8000}})
+	if r.Status != http.StatusForbidden || !strings.Contains(string(r.Body), "--public-previews") {
+		t.Errorf("public ports on a server that allows none: %d %s", r.Status, r.Body)
+	}
+
+	e := newEnvConfig(t, server.Config{Service: service.Config{PublicPreviews: true}})
+	if r := e.do("POST", "/v1/sandbox", "acme", map[string]any{"publicPorts": []int{0}}); r.Status != http.StatusBadRequest {
+		t.Errorf("public port 0: %d %s", r.Status, r.Body)
+	}
+	id := e.lease("acme", map[string]any{"publicPorts": []int{8000, 8000}})
+	if got := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["publicPorts"]; fmt.Sprint(got) != "[8000]" {
+		t.Errorf("the sandbox's publicPorts: %v", got)
+	}
+	e.sh("acme", id, "echo public > hello.txt")
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8001", "--bind", "127.0.0.1"}})
+	e.waitListening("acme", id, 8000)
+	e.waitListening("acme", id, 8001)
+	for _, c := range []struct {
+		url, host string
+		want      int
+	}{
+		{e.http.URL + "/hello.txt", "8000-" + id + ".localhost", 200},
+		{e.http.URL + "/v1/sandbox/" + id + "/ports/8000/hello.txt", "", 200},
+		{e.http.URL + "/hello.txt", "8001-" + id + ".localhost", 401},
+		{e.http.URL + "/v1/sandbox/" + id + "/ports/8001/hello.txt", "", 401},
+	} {
+		if res, body := fetchPreview(t, "GET", c.url, http.Header{"Host": {c.host}}); res.StatusCode != c.want || (c.want == 200 && body != "public\n") {
+			t.Errorf("%s (Host %q) with no credential: %d %q, want %d", c.url, c.host, res.StatusCode, body, c.want)
+		}
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	if res, _ := fetchPreview(t, "GET", e.http.URL+"/hello.txt", http.Header{"Host": {"8000-" + id + ".localhost"}}); res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a public port after the end: %d", res.StatusCode)
+	}
 }

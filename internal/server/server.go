@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
-	previews := service.NewPreviews(svc, signer, cfg.Preview)
+	previews := service.NewPreviews(svc, signer, cfg.Preview, st)
 	it := interp.New(svc, b.runner, log)
 	typed := ops.New(svc, svc, svc, it)
 	h := api.New(api.Deps{

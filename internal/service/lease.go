@@ -31,6 +31,9 @@ type LeaseRequest struct {
 	Run bool `json:"run,omitempty" jsonschema:"start a pulled image's own command (its Entrypoint and Cmd, in its WorkingDir) as a background process (GET .../processes shows it)"`
 	// Network is the egress policy asked for; nil is none.
 	Network *netpolicy.Policy `json:"network,omitempty" jsonschema:"egress policy: what the sandbox may reach (absent: nothing but its own loopback); the operator's --network-allow bounds it, and the answer's network is what it got"`
+	// PublicPorts are ports to preview with no key or link; refused
+	// unless the operator allows public previews.
+	PublicPorts []int `json:"publicPorts,omitempty" jsonschema:"ports whose previews anyone with the URL may open, with no key or link (at most 16); refused (403) unless the server allows public previews"`
 }
 
 // recordTimeout bounds the store writes that record a start's outcome; it
@@ -96,6 +99,10 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	}
 	if req.Network != nil && network == nil {
 		network = &netpolicy.Policy{} // asked for an interface, closed for now
+	}
+	public, err := s.publicPorts(req.PublicPorts)
+	if err != nil {
+		return nil, err
 	}
 	image := req.Image
 	if image == "" {
@@ -180,7 +187,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		ID: sandbox.NewID(), Org: org, Class: class.Name, Project: req.Project, Status: sandbox.StatusPending,
 		Image: image, Runtime: rt, Workdir: class.Workdir, Name: sandbox.NewName(),
 		CreatedAt: now, LastUsedAt: now, ExpiresAt: sandbox.ExpiryFor(class, req.TTLSec, now, now, s.cfg.Ceiling),
-		Metadata: req.Metadata, Network: network,
+		Metadata: req.Metadata, Network: network, PublicPorts: public,
 	}
 	sb.Volume = volumeName(org, sb)
 	admit := func(u quota.Use, newProject bool) error { return quota.Check(pol, u, ask(newProject)) }

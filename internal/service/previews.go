@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,14 +21,80 @@ type Previews struct {
 	svc    *Service
 	signer *preview.Signer
 	cfg    preview.Config
+	orgs   Orgs
 }
 
-// NewPreviews are the previews of svc's sandboxes, links signed by signer.
-func NewPreviews(svc *Service, signer *preview.Signer, cfg preview.Config) *Previews {
+// Orgs lists every org with a store: where a public preview, which names
+// no org, is looked for.
+type Orgs interface {
+	Orgs(ctx context.Context) ([]string, error)
+}
+
+// NewPreviews are the previews of svc's sandboxes, links signed by signer;
+// orgs nil serves no public previews.
+func NewPreviews(svc *Service, signer *preview.Signer, cfg preview.Config, orgs Orgs) *Previews {
 	if cfg.Domain == "" {
 		cfg.Domain = preview.DefaultDomain
 	}
-	return &Previews{svc: svc, signer: signer, cfg: cfg}
+	return &Previews{svc: svc, signer: signer, cfg: cfg, orgs: orgs}
+}
+
+// maxPublicPorts bounds a lease's public ports.
+const maxPublicPorts = 16
+
+// publicPorts checks a lease's public ports: allowed by the operator,
+// each a port, at most maxPublicPorts; answered sorted without repeats.
+func (s *Service) publicPorts(ports []int) ([]int, error) {
+	if len(ports) == 0 {
+		return nil, nil
+	}
+	if !s.cfg.PublicPreviews {
+		return nil, sandbox.Errorf(sandbox.KindForbidden, "this server does not allow public previews (publicPorts): open a port with your key or a preview link (POST /v1/sandbox/{id}/ports/{port}/link), or ask the operator for --public-previews")
+	}
+	if len(ports) > maxPublicPorts {
+		return nil, sandbox.Errorf(sandbox.KindInvalid, "publicPorts: at most %d ports", maxPublicPorts)
+	}
+	out := slices.Clone(ports)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	for _, p := range out {
+		if p < 1 || p > 65535 {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "publicPorts: %d is not a port (1-65535)", p)
+		}
+	}
+	return out, nil
+}
+
+// Public admits a request with no credential to port of sandbox id when
+// that port is public: the lease asked, and the operator allows public
+// previews now. The request names no org, so each org's store is asked
+// for the id (ids are unique across orgs). It answers ctx with the
+// sandbox's org as the principal; anything else is the refusal a request
+// with no credential gets (401), saying nothing of whether id exists.
+func (p *Previews) Public(ctx context.Context, id string, port int) (context.Context, error) {
+	refuse := sandbox.Errorf(sandbox.KindUnauthorized, "this preview needs your key (Authorization: Bearer <key>) or a preview link (POST /v1/sandbox/%s/ports/%d/link)", id, port)
+	if !p.svc.cfg.PublicPreviews || p.orgs == nil || !sandbox.ValidID(id) {
+		return nil, refuse
+	}
+	orgs, err := p.orgs.Orgs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, org := range orgs {
+		octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "public preview"})
+		sb, err := p.svc.Get(octx, id)
+		if sandbox.KindOf(err) == sandbox.KindNotFound {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(sb.PublicPorts, port) {
+			return octx, nil
+		}
+		return nil, refuse
+	}
+	return nil, refuse
 }
 
 // Config is the operator's preview settings, defaults applied.

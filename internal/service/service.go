@@ -99,6 +99,9 @@ type Config struct {
 	// none. NetworkPrivate are the private ranges opened to policies that
 	// allow them (never reachable otherwise). See netpolicy.ParseBounds.
 	NetworkAllow, NetworkPrivate []string
+	// PublicPreviews lets a lease ask for public ports (previews with no
+	// key or link); off, such a lease is refused.
+	PublicPreviews bool
 
 	network netpolicy.Bounds // parsed from the two above by New
 }
@@ -165,6 +168,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		_, err := netpolicy.ParseBounds(nil, c.NetworkPrivate)
 		return err
 	})
+	fs.BoolVar(&c.PublicPreviews, "public-previews", false, "let a lease ask for publicPorts: port previews anyone with the URL opens, with no key or link (for demos); a lease asking is refused (403) while this is off, and turning it off closes those already leased")
 	fs.BoolVar(&c.ImageAllowRoot, "image-allow-root", false, "let an image whose config's User is root run as root inside its sandbox (never with capabilities); refused by default")
 	c.Quota.RegisterFlags(fs)
 }

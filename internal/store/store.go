@@ -101,15 +101,15 @@ func (s *Store) orgDB(ctx context.Context) (*orgDB, string, error) {
 	return db, org, nil
 }
 
-const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error, checkpoint, metadata, network`
+const columns = `id, org, class, project, status, image, runtime, workdir, name, uid, volume, created_at, last_used_at, expires_at, error, checkpoint, metadata, network, public_ports`
 
 func scan(row interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var status string
 	var created, used, expires int64
-	var meta, network string
+	var meta, network, public string
 	err := row.Scan(&sb.ID, &sb.Org, &sb.Class, &sb.Project, &status, &sb.Image, &sb.Runtime, &sb.Workdir,
-		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error, &sb.Checkpoint, &meta, &network)
+		&sb.Name, &sb.UID, &sb.Volume, &created, &used, &expires, &sb.Error, &sb.Checkpoint, &meta, &network, &public)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +124,11 @@ func scan(row interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 			return nil, fmt.Errorf("network policy of %s: %w", sb.ID, err)
 		}
 	}
+	if public != "" {
+		if err := json.Unmarshal([]byte(public), &sb.PublicPorts); err != nil {
+			return nil, fmt.Errorf("public ports of %s: %w", sb.ID, err)
+		}
+	}
 	sb.Status = sandbox.Status(status)
 	sb.MemoryKept = sb.Checkpoint != ""
 	sb.CreatedAt, sb.LastUsedAt, sb.ExpiresAt = fromMillis(created), fromMillis(used), fromMillis(expires)
@@ -135,6 +140,15 @@ func metadataJSON(m map[string]string) string {
 		return "{}"
 	}
 	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// portsJSON is the stored form of public ports: "" for none.
+func portsJSON(ports []int) string {
+	if len(ports) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(ports)
 	return string(b)
 }
 
@@ -321,9 +335,9 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, admit Admit) er
 			return err
 		}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, org, sb.Class, sb.Project, string(sb.Status), sb.Image, sb.Runtime, sb.Workdir, sb.Name, sb.UID, sb.Volume,
-		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error, sb.Checkpoint, metadataJSON(sb.Metadata), networkJSON(sb.Network))
+		millis(sb.CreatedAt), millis(sb.LastUsedAt), millis(sb.ExpiresAt), sb.Error, sb.Checkpoint, metadataJSON(sb.Metadata), networkJSON(sb.Network), portsJSON(sb.PublicPorts))
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") && sb.Project != "" {
 			return ErrProjectBusy
