@@ -451,3 +451,8 @@ func (o Name) Covers(n Name) bool {
 func overlaps(s *netipx.IPSet, p netip.Prefix) bool {
 	return s.OverlapsPrefix(p)
 }
+
+// None reports whether the rules allow nothing.
+func (r *Rules) None() bool {
+	return r == nil || (!r.Internet && len(r.AllowNames) == 0 && len(r.AllowPrefix) == 0)
+}

@@ -287,12 +287,19 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 	case "", BackendGVisor:
 		lib := &library{dir: cfg.Images}
 		image.SweepStaging(cfg.Images)
+		bounds, err := cfg.Service.NetworkBounds()
+		if err != nil {
+			return backend{}, err
+		}
 		rt, err := gvisor.New(gvisor.Config{
 			Options:     cfg.GVisor,
 			StateDir:    filepath.Join(cfg.Data, "runtime"),
 			ImageRootfs: lib.rootfs,
 			ImageEnv:    lib.env,
 			Runner:      cfg.Runner,
+			Network:     !bounds.None(),
+			NetworkOpen: bounds.Private,
+			Log:         log,
 		})
 		if err != nil {
 			return backend{}, err

@@ -21,6 +21,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
@@ -60,6 +63,8 @@ type Options struct {
 	// other work, the control plane's included (100 is a peer's); zero
 	// means DefaultCPUWeight. See cgroup.go.
 	CPUWeight int
+	// Egress is where sandboxes with a network policy reach the world.
+	Egress egress.Options
 }
 
 // DefaultCPUWeight gives the control plane ten times the sandboxes' claim
@@ -71,6 +76,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Runsc, "runsc", DefaultRunsc(), "gvisor: the runsc binary (env SANDBOX_RUNSC)")
 	fs.StringVar(&o.Platform, "platform", "systrap", "gvisor: runsc's platform, systrap or ptrace (kvm hangs on nested VMs)")
 	fs.IntVar(&o.CPUWeight, "sandbox-cpu-weight", DefaultCPUWeight, "gvisor: the CPU weight (1-10000, a peer's is 100) of all sandboxes together against this server and the host's other work when the CPU is contended")
+	o.Egress.RegisterFlags(fs)
 }
 
 // Validate checks that the options can run sandboxes here.
@@ -86,7 +92,7 @@ func (o Options) Validate() error {
 	if st, err := os.Stat(o.Runsc); o.Runsc == "" || err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("runsc not found at %q: run scripts/deps.sh, or pass --runsc", o.Runsc)
 	}
-	return nil
+	return o.Egress.Validate()
 }
 
 // Config configures the backend. Zero values are documented per field.
@@ -105,6 +111,15 @@ type Config struct {
 	// Runner is the host path of cmd/sandbox-runner, bind-mounted read-only
 	// at runtime.RunnerPath in every sandbox; empty mounts nothing.
 	Runner string
+	// Network says sandboxes may get a network policy: the egress side
+	// (see internal/egress) is made ready at New, so a host that cannot
+	// enforce policies fails at start, not at a lease. Without it, egress
+	// starts only to adopt sandboxes an earlier server gave one.
+	Network bool
+	// NetworkOpen are the private ranges the operator opened to policies.
+	NetworkOpen []netip.Prefix
+	// Log receives the egress side's notes; nil discards them.
+	Log *slog.Logger
 }
 
 // Runtime is the gvisor backend.
@@ -117,6 +132,9 @@ type Runtime struct {
 
 	mu   sync.Mutex
 	meta map[string]*meta // cached bundle metadata by name
+
+	netMu sync.Mutex
+	net   *egress.Manager // nil until a sandbox needs it (or cfg.Network)
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -135,6 +153,15 @@ type meta struct {
 	FileBytes int64             `json:"fileBytes"`
 	Env       []string          `json:"env,omitempty"`  // the image's
 	User      *runtime.User     `json:"user,omitempty"` // the image's, else the backend's
+	Net       *netMeta          `json:"net,omitempty"`  // nil: no network
+}
+
+// netMeta is a sandbox's network as the egress side needs it to adopt it
+// after a restart.
+type netMeta struct {
+	Key    string            `json:"key"`
+	Index  int               `json:"index"` // 0 until attached
+	Policy *netpolicy.Policy `json:"policy,omitempty"`
 }
 
 // New checks the configuration and prepares the state directories.
@@ -179,12 +206,18 @@ func New(cfg Config) (*Runtime, error) {
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{3,62}$`)
 
-func (r *Runtime) globalFlags(rootfsMiB int64) []string {
+func (r *Runtime) globalFlags(rootfsMiB int64, network bool) []string {
 	overlay := "root:memory"
 	if rootfsMiB > 0 {
 		overlay += ",size=" + strconv.FormatInt(rootfsMiB, 10) + "M"
 	}
-	return []string{"--root", r.root, "--network=none", "--overlay2=" + overlay, "--platform=" + r.cfg.Platform}
+	// --network=sandbox: gVisor's own network stack on the namespace's
+	// interface (the egress side's veth), never the host's.
+	mode := "--network=none"
+	if network {
+		mode = "--network=sandbox"
+	}
+	return []string{"--root", r.root, mode, "--overlay2=" + overlay, "--platform=" + r.cfg.Platform}
 }
 
 // runscTimeout bounds one runsc call whose caller set no deadline: a hung
@@ -280,8 +313,11 @@ func (r *Runtime) newBundle(spec runtime.Spec) (bundle, rootfs string, m *meta, 
 	}
 	m = &meta{
 		Name: spec.Name, UID: newUID(), Labels: spec.Labels, Created: time.Now().UTC(),
-		Flags: r.globalFlags(spec.RootfsMiB), Volume: spec.Volume, Workdir: spec.Workdir,
+		Flags: r.globalFlags(spec.RootfsMiB, spec.Network != nil), Volume: spec.Volume, Workdir: spec.Workdir,
 		Pids: spec.Pids, FileBytes: spec.FileMiB << 20, User: spec.User,
+	}
+	if spec.Network != nil {
+		m.Net = &netMeta{Key: egress.KeyOf(spec.Name), Policy: spec.Network.Policy()}
 	}
 	if r.cfg.ImageEnv != nil {
 		m.Env = r.cfg.ImageEnv(spec.Image)
@@ -324,6 +360,9 @@ func (r *Runtime) prepare(ctx context.Context, bundle, rootfs string, m *meta, s
 	}
 	hostDir, err := r.ensureVolume(ctx, spec.Volume)
 	if err != nil {
+		return err
+	}
+	if err := r.attach(bundle, m, spec.Network); err != nil {
 		return err
 	}
 	if err := writeJSON(filepath.Join(bundle, "config.json"), r.ociSpec(rootfs, hostDir, m, spec)); err != nil {
@@ -772,10 +811,10 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"nosuid", "noexec", "nodev", "ro"}},
 			{"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "nodev", "mode=1777", tmpSize}},
 			workdirMount(spec, hostDir),
-		}, r.runnerMount()...),
+		}, append(r.runnerMount(), r.resolvMount(m)...)...),
 		"linux": map[string]any{
 			"namespaces": []map[string]string{
-				{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
+				{"type": "pid"}, r.netNamespace(m), {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
 			},
 			"cgroupsPath": "/" + cgroupParent + "/" + m.Name,
 			"resources":   resources,
@@ -859,6 +898,9 @@ func (r *Runtime) teardown(ctx context.Context, m *meta) error {
 		return err
 	}
 	if err := r.releaseVolume(m.Volume); err != nil {
+		return err
+	}
+	if err := r.detach(m); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(filepath.Join(r.bundles, m.Name)); err != nil {
@@ -992,6 +1034,9 @@ func (r *Runtime) Settle(ctx context.Context) error {
 			for _, d := range stale {
 				os.RemoveAll(d)
 			}
+			if err := r.adoptNetworks(); err != nil {
+				return err
+			}
 			return r.resumePaused(ctx)
 		}
 		select {
@@ -1102,7 +1147,24 @@ func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error)
 	return runtime.Stats{CPUSeconds: float64(ev.Data.CPU.Usage.Total) / 1e9, MemoryBytes: int64(ev.Data.Memory.Usage.Usage), Processes: int(ev.Data.Pids.Current)}, nil
 }
 
-// SetNetwork is not built on this backend yet.
+// SetNetwork replaces the policy of a sandbox created with a network.
 func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.Rules) error {
-	return runtime.ErrUnsupported
+	m, err := r.loadMeta(name)
+	if err != nil {
+		return err
+	}
+	if m.Net == nil || m.Net.Index == 0 {
+		return runtime.ErrUnsupported
+	}
+	mgr, err := r.egress()
+	if err != nil {
+		return err
+	}
+	if err := mgr.Update(m.Net.Key, rules); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	m.Net.Policy = rules.Policy()
+	r.mu.Unlock()
+	return writeJSON(filepath.Join(r.bundles, m.Name, "meta.json"), m)
 }

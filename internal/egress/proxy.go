@@ -1,0 +1,219 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox/internal/netpolicy"
+)
+
+// proxy is where a policy with domain rules sends the sandbox's TCP
+// connections (nftables DNAT to the service address): it learns the name
+// from the first bytes and connects on to the original destination only
+// when the policy allows that name at that address.
+type proxy struct{ ln net.Listener }
+
+func (p *proxy) close() { p.ln.Close() }
+
+// peekLimit bounds what the proxy reads before it knows the name.
+const peekLimit = 16 << 10
+
+func (m *Manager) startProxy() (*proxy, error) {
+	var ln net.Listener
+	if err := m.inUplink(func() error {
+		var err error
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(m.rs.svc, ProxyPort).String())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	p := &proxy{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go m.serveConn(c.(*net.TCPConn))
+		}
+	}()
+	return p, nil
+}
+
+func (m *Manager) serveConn(c *net.TCPConn) {
+	defer c.Close()
+	dst, err := originalDst(c)
+	if err != nil {
+		return
+	}
+	src, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return
+	}
+	e := m.lookup(src.Addr())
+	if e == nil {
+		return
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	name, head, isHTTP := PeekName(c)
+	c.SetReadDeadline(time.Time{})
+	if !m.allowConn(e, name, dst) {
+		m.log.Debug("egress: connection refused by policy", "key", e.key, "name", name, "dst", dst)
+		if isHTTP {
+			io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nnot allowed by this sandbox's network policy\n")
+		}
+		c.SetLinger(0) // a reset: the client fails at once
+		return
+	}
+	var up net.Conn
+	if err := m.inUplink(func() error {
+		var err error
+		up, err = net.DialTimeout("tcp4", dst.String(), 15*time.Second)
+		return err
+	}); err != nil {
+		c.SetLinger(0)
+		return
+	}
+	defer up.Close()
+	if _, err := up.Write(head); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		io.Copy(up, c)
+		up.(*net.TCPConn).CloseWrite()
+		close(done)
+	}()
+	io.Copy(c, up)
+	c.CloseWrite()
+	<-done
+}
+
+// allowConn is the proxy's decision for a connection to dst under name
+// ("" when the first bytes named none): the deny list and the never
+// ranges refuse; an allowed name admits only an address the resolver
+// answered for it; the policy's address rules admit the rest.
+func (m *Manager) allowConn(e *entry, name string, dst netip.AddrPort) bool {
+	cur := m.current(e)
+	if cur == nil || cur.rules == nil {
+		return false
+	}
+	r, ip := cur.rules, dst.Addr().Unmap()
+	if !r.PortAllowed(dst.Port()) || r.AddrDenied(ip, m.rs.never) || !m.routedOut(ip) {
+		return false
+	}
+	if name != "" && r.NameDenied(name) {
+		return false
+	}
+	if name != "" && r.NameAllowed(name) && m.answered(cur, name, ip) {
+		return true
+	}
+	return r.AddrAllowed(ip, m.rs.never)
+}
+
+// routedOut reports whether the uplink routes ip out as unicast: the
+// proxy connects from this host, so an address of the host itself (any
+// of its interfaces', the control API's) or a broadcast must be refused
+// here — forwarded traffic meets the input chain instead.
+func (m *Manager) routedOut(ip netip.Addr) bool {
+	h, err := netlink.NewHandleAt(m.uplink)
+	if err != nil {
+		return false
+	}
+	defer h.Close()
+	routes, err := h.RouteGet(net.IP(ip.AsSlice()))
+	if err != nil || len(routes) == 0 {
+		return false
+	}
+	for _, r := range routes {
+		if r.Type != unix.RTN_UNICAST {
+			return false
+		}
+	}
+	return true
+}
+
+// originalDst is where the sandbox meant to connect before the DNAT.
+func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var out netip.AddrPort
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		mreq, err := unix.GetsockoptIPv6Mreq(int(fd), unix.IPPROTO_IP, unix.SO_ORIGINAL_DST)
+		if err != nil {
+			serr = err
+			return
+		}
+		// A sockaddr_in: family, port (big-endian), address.
+		b := mreq.Multiaddr
+		out = netip.AddrPortFrom(netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}), uint16(b[2])<<8|uint16(b[3]))
+	})
+	return out, errors.Join(err, serr)
+}
+
+// PeekName reads the start of a connection and returns the host name it
+// is for — a TLS ClientHello's SNI, or an HTTP request's Host — canonical,
+// or "" when it names none (another protocol, a bare IP, a malformed or
+// over-long start); head is every byte read, to be sent on. It is the
+// parser of untrusted bytes (FuzzPeekName): the TLS parsing is Go's own.
+func PeekName(r io.Reader) (name string, head []byte, isHTTP bool) {
+	var rec bytes.Buffer
+	lr := io.TeeReader(io.LimitReader(r, peekLimit), &rec)
+	br := bufio.NewReaderSize(lr, 4096)
+	first, err := br.Peek(1)
+	if err != nil {
+		return "", rec.Bytes(), false
+	}
+	var host string
+	if first[0] == 0x16 { // a TLS handshake record
+		errSeen := errors.New("seen")
+		cfg := &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			host = h.ServerName
+			return nil, errSeen
+		}}
+		tls.Server(readOnlyConn{br}, cfg).Handshake()
+	} else if req, err := http.ReadRequest(br); err == nil {
+		isHTTP = true
+		host = req.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+	}
+	if host == "" {
+		return "", rec.Bytes(), isHTTP
+	}
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return "", rec.Bytes(), isHTTP // an address is not a name
+	}
+	d, err := netpolicy.CanonicalDomain(host)
+	if err != nil {
+		return "", rec.Bytes(), isHTTP
+	}
+	return d, rec.Bytes(), isHTTP
+}
+
+// readOnlyConn lets crypto/tls read a ClientHello and write nothing.
+type readOnlyConn struct{ r io.Reader }
+
+func (c readOnlyConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (readOnlyConn) Write(p []byte) (int, error)        { return 0, io.ErrClosedPipe }
+func (readOnlyConn) Close() error                       { return nil }
+func (readOnlyConn) LocalAddr() net.Addr                { return &net.TCPAddr{} }
+func (readOnlyConn) RemoteAddr() net.Addr               { return &net.TCPAddr{} }
+func (readOnlyConn) SetDeadline(t time.Time) error      { return nil }
+func (readOnlyConn) SetReadDeadline(t time.Time) error  { return nil }
+func (readOnlyConn) SetWriteDeadline(t time.Time) error { return nil }

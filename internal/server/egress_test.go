@@ -1,0 +1,204 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/testenv"
+)
+
+// probe runs checks inside a sandbox and prints one line per check: "ok
+// <detail>" or "fail <error>". Each check fails fast (3 s) rather than
+// hanging: a refused packet is answered (reset or ICMP) by the rules.
+const probe = `
+import json, socket, ssl, sys, urllib.request
+def http(url, host=None):
+    req = urllib.request.Request(url, headers={"Host": host} if host else {})
+    with urllib.request.urlopen(req, timeout=3) as r:
+        return r.read().decode().strip()
+def https(addr, sni):
+    ctx = ssl._create_unverified_context()
+    with socket.create_connection((addr, 443), timeout=3) as s:
+        with ctx.wrap_socket(s, server_hostname=sni) as t:
+            t.sendall(("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % sni).encode())
+            return t.recv(4096).decode().split("\r\n\r\n", 1)[-1].strip()
+def tcp(addr, port):
+    # Reached means answered: under a policy with names the proxy takes
+    # every connection first and drops the refused ones unanswered.
+    with socket.create_connection((addr, port), timeout=3) as s:
+        s.settimeout(3)
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        line = s.recv(64).decode(errors="replace").split("\r\n")[0]
+        if " 200 " not in line:
+            raise ConnectionError("not the host's answer: %r" % line)
+        return "answered " + line
+def resolve(name):
+    return socket.gethostbyname(name)
+def udpdns(server, name):
+    q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00\x00\x01\x00\x01"
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    s.sendto(q, (server, 53))
+    return "answered %d bytes" % len(s.recvfrom(512)[0])
+def myip():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect(("203.0.113.10", 80))
+    return s.getsockname()[0]
+for check in json.loads(sys.argv[1]):
+    try:
+        print("ok", globals()[check[0]](*check[1:]))
+    except Exception as e:
+        print("fail", type(e).__name__, e)
+`
+
+// run runs the checks in id and returns each check's line.
+func probeIn(e *env, org, id string, checks ...[]any) []string {
+	e.t.Helper()
+	raw, _ := json.Marshal(checks)
+	a := e.exec(org, id, map[string]any{"argv": []string{"python3", "-c", probe, string(raw)}, "timeoutSec": 120})
+	lines := strings.Split(strings.TrimSpace(a.Stdout), "\n")
+	if a.ExitCode != 0 || len(lines) != len(checks) {
+		e.t.Fatalf("probe exited %d: %s%s", a.ExitCode, a.Stdout, a.Stderr)
+	}
+	return lines
+}
+
+func c(args ...any) []any { return args }
+
+// expect checks each probe line against want: a prefix "ok" (with the
+// detail, if given) or "fail".
+func expect(t *testing.T, what string, checks [][]any, got []string, want []string) {
+	t.Helper()
+	for i := range checks {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("%s: %v = %q, want %q", what, checks[i], got[i], want[i])
+		}
+	}
+}
+
+// newEgressEnv is a server whose sandboxes' egress uplink is the test's
+// own internet.
+func newEgressEnv(t *testing.T) (*env, *testenv.Internet) {
+	in := testenv.NewInternet(t)
+	var cfg server.Config
+	cfg.GVisor.Egress.Uplink = in.Uplink
+	cfg.GVisor.Egress.DNS = in.DNS
+	cfg.Service.NetworkAllow = []string{"*", "internet"}
+	e := newEnvConfig(t, cfg)
+	return e, in
+}
+
+// leftovers lists what the egress side has made in the uplink: sandbox
+// links, per-sandbox chains, namespace mounts.
+func leftovers(t *testing.T, e *env, in *testenv.Internet) []string {
+	t.Helper()
+	var out []string
+	links, _ := exec.Command("ip", "-n", filepath.Base(in.Uplink), "-o", "link", "show").Output()
+	for l := range strings.SplitSeq(string(links), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], "sbx") {
+			out = append(out, "link "+f[1])
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(e.data, "runtime", "netns"))
+	for _, d := range ents {
+		out = append(out, "netns "+d.Name())
+	}
+	return out
+}
+
+// TestEgressOnRunsc: the egress policy on the real runtime, against the
+// test's own internet. Domains are enforced by name (resolver and SNI/Host
+// proxy), addresses by rules; the host, metadata, private ranges,
+// neighbours and other resolvers are never reached; a live change takes
+// effect; nothing is left after the end.
+func TestEgressOnRunsc(t *testing.T) {
+	e, in := newEgressEnv(t)
+
+	named := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example", "rebind.example"}}})
+	got := e.must(200, "GET", "/v1/sandbox/"+named, "acme", nil).JSON(t)
+	if n, _ := got["network"].(map[string]any); n == nil || fmt.Sprint(n["allow"]) != "[allowed.example rebind.example]" {
+		t.Fatalf("the answer's network = %v", got["network"])
+	}
+	checks := [][]any{
+		c("http", "http://allowed.example/"),
+		c("https", "allowed.example", "allowed.example"),
+		c("resolve", "other.example"),
+		c("http", "http://203.0.113.10/"),                  // the allowed name's address, raw
+		c("https", testenv.WebIP, "other.example"),         // allowed address, disallowed SNI
+		c("http", "http://203.0.113.10/", "other.example"), // allowed address, disallowed Host
+		c("http", "http://203.0.113.20/"),                  // an address of no allowed name
+		c("resolve", "rebind.example"),                     // a public name pointing at metadata
+		c("tcp", testenv.MetadataIP, 80),                   // cloud metadata
+		c("tcp", testenv.PrivateIP, 80),                    // a private host
+		c("tcp", testenv.UplinkIP, in.HostPort),            // the host's address and API port
+		c("tcp", "10.254.0.1", in.HostPort),                // the resolver's address, another port
+		c("tcp", "10.254.0.5", in.HostPort),                // the sandbox's own gateway
+		c("udpdns", testenv.DNSIP, "allowed.example"),      // a resolver other than its own
+		c("resolve", "c2VjcmV0.tunnel.example"),            // data out through its own resolver
+	}
+	want := []string{
+		"ok hello allowed.example", "ok hello allowed.example", "fail",
+		"fail", "fail", "fail", "fail",
+		"fail", "fail", "fail", "fail", "fail", "fail", "fail", "fail",
+	}
+	expect(t, "allow allowed.example", checks, probeIn(e, "acme", named, checks...), want)
+	if q := in.Queries(); slices.ContainsFunc(q, func(s string) bool { return strings.Contains(s, "tunnel") || strings.Contains(s, "other.example") }) {
+		t.Errorf("a disallowed name reached the world's DNS server: %v", q)
+	}
+
+	// Addresses only: the CIDR and port, nothing by name.
+	cidr := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{testenv.RawIP}, "ports": []int{80}}})
+	checks = [][]any{
+		c("http", "http://203.0.113.20/"),
+		c("tcp", testenv.RawIP, 443),
+		c("http", "http://203.0.113.10/"),
+		c("resolve", "raw.example"),
+		c("udpdns", testenv.DNSIP, "raw.example"),
+	}
+	expect(t, "allow 203.0.113.20 port 80", checks, probeIn(e, "acme", cidr, checks...), []string{"ok hello 203.0.113.20", "fail", "fail", "fail", "fail"})
+
+	// The internet: every public address, still no neighbour and no host.
+	inet := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}, "deny": []string{"other.example"}}})
+	e.startProcess("acme", inet, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000"}})
+	neighbour := strings.TrimPrefix(probeIn(e, "acme", inet, c("myip"))[0], "ok ")
+	checks = [][]any{
+		c("http", "http://203.0.113.20/"),
+		c("http", "http://allowed.example/"),
+		c("resolve", "other.example"),
+		c("tcp", testenv.MetadataIP, 80),
+		c("tcp", testenv.PrivateIP, 80),
+		c("tcp", testenv.UplinkIP, in.HostPort),
+	}
+	expect(t, "internet", checks, probeIn(e, "acme", inet, checks...), []string{"ok hello 203.0.113.20", "ok hello allowed.example", "fail", "fail", "fail", "fail"})
+	expect(t, "a neighbour", [][]any{c("tcp", neighbour, 8000)}, probeIn(e, "acme", cidr, c("tcp", neighbour, 8000)), []string{"fail"})
+
+	// No network: nothing at all.
+	none := e.lease("acme", nil)
+	checks = [][]any{c("http", "http://203.0.113.20/"), c("resolve", "allowed.example")}
+	expect(t, "none", checks, probeIn(e, "acme", none, checks...), []string{"fail", "fail"})
+
+	// A live change takes effect; closed reaches nothing; another org's
+	// sandbox is a 404; a sandbox leased with none cannot be opened.
+	e.must(200, "PUT", "/v1/sandbox/"+named+"/network", "acme", map[string]any{"allow": []string{"other.example"}})
+	checks = [][]any{c("http", "http://other.example/"), c("http", "http://allowed.example/")}
+	expect(t, "changed to other.example", checks, probeIn(e, "acme", named, checks...), []string{"ok hello other.example", "fail"})
+	e.must(200, "PUT", "/v1/sandbox/"+named+"/network", "acme", map[string]any{})
+	expect(t, "closed", checks, probeIn(e, "acme", named, checks...), []string{"fail", "fail"})
+	e.must(404, "PUT", "/v1/sandbox/"+named+"/network", "globex", map[string]any{})
+	e.must(409, "PUT", "/v1/sandbox/"+none+"/network", "acme", map[string]any{"allow": []string{"internet"}})
+
+	// Ended: its link, namespace and rules are gone.
+	for _, id := range []string{named, cidr, inet, none} {
+		e.must(200, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	}
+	if l := leftovers(t, e, in); len(l) > 0 {
+		t.Errorf("left after every end: %v", l)
+	}
+}

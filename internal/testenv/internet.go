@@ -1,0 +1,220 @@
+package testenv
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netns"
+)
+
+// Internet is a test's own small internet: two network namespaces it
+// made, nothing else. Uplink is where a server under test sends its
+// sandboxes' traffic (--egress-uplink); World, reached from Uplink over a
+// veth, holds the hosts, all on documentation addresses (and decoys on
+// the ranges no policy may reach, so that a wrong rule would be seen
+// reaching them, still inside this namespace):
+//
+//   - 203.0.113.10: HTTP (80) and HTTPS (443, any SNI) answering "hello
+//     HOST" — the address of allowed.example and other.example alike;
+//   - 203.0.113.20: the same, named by no name (raw-IP access);
+//   - 192.0.2.53: a DNS server for *.example that records every query;
+//   - 169.254.169.254 and 10.9.9.9: decoys (metadata, a private host);
+//   - HostPort on every Uplink address: a stand-in for the control API
+//     on the host's addresses.
+//
+// Nothing here routes to this machine's other networks or beyond.
+type Internet struct {
+	Uplink   string // the uplink namespace's path
+	World    string
+	HostPort int
+	DNS      string // 192.0.2.53:53
+
+	mu      sync.Mutex
+	queries []string // every name the world's DNS server was asked
+}
+
+// Addresses of the test internet.
+const (
+	WebIP      = "203.0.113.10"
+	RawIP      = "203.0.113.20"
+	DNSIP      = "192.0.2.53"
+	MetadataIP = "169.254.169.254"
+	PrivateIP  = "10.9.9.9"
+	UplinkIP   = "198.51.100.1"
+)
+
+// Zone is what the world's DNS server answers.
+var Zone = map[string]string{
+	"allowed.example.":     WebIP,
+	"other.example.":       WebIP,
+	"rebind.example.":      MetadataIP, // a public name pointing inside
+	"private.example.":     PrivateIP,
+	"raw.example.":         RawIP,
+	"www.allowed.example.": WebIP,
+}
+
+// NewInternet builds the namespaces and starts the hosts; everything goes
+// at the test's end.
+func NewInternet(t testing.TB) *Internet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, GVisor, "root (the test makes network namespaces)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		Missing(t, GVisor, "ip from iproute2")
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	up, world := "sbt-up-"+id, "sbt-w-"+id
+	in := &Internet{Uplink: "/run/netns/" + up, World: "/run/netns/" + world, HostPort: 18080, DNS: DNSIP + ":53"}
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", up).Run()
+		exec.Command("ip", "netns", "del", world).Run()
+	})
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("netns", "add", up)
+	run("netns", "add", world)
+	run("-n", up, "link", "set", "lo", "up")
+	run("-n", world, "link", "set", "lo", "up")
+	run("-n", up, "link", "add", "wup0", "type", "veth", "peer", "name", "wld0", "netns", world)
+	run("-n", up, "addr", "add", UplinkIP+"/24", "dev", "wup0")
+	run("-n", world, "addr", "add", "198.51.100.2/24", "dev", "wld0")
+	run("-n", up, "link", "set", "wup0", "up")
+	run("-n", world, "link", "set", "wld0", "up")
+	run("-n", up, "route", "add", "default", "via", "198.51.100.2")
+	for _, a := range []string{WebIP, RawIP, DNSIP, MetadataIP, PrivateIP} {
+		run("-n", world, "addr", "add", a+"/32", "dev", "lo")
+	}
+
+	cert := selfSigned(t)
+	web := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s\n", r.Host)
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 5 * time.Second}
+	listen := func(ns, network, addr string) net.Listener {
+		t.Helper()
+		var ln net.Listener
+		if err := InNetNS(ns, func() error {
+			var err error
+			ln, err = net.Listen(network, addr)
+			return err
+		}); err != nil {
+			t.Fatalf("listen %s in %s: %v", addr, ns, err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		return ln
+	}
+	for _, ip := range []string{WebIP, RawIP, MetadataIP, PrivateIP} {
+		go web.Serve(listen(in.World, "tcp4", ip+":80"))
+		go web.ServeTLS(listen(in.World, "tcp4", ip+":443"), "", "")
+	}
+	// The stand-in control API, on every uplink address.
+	host := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "the host's API")
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go host.Serve(listen(in.Uplink, "tcp4", fmt.Sprintf("0.0.0.0:%d", in.HostPort)))
+	t.Cleanup(func() { web.Close(); host.Close() })
+
+	var pc net.PacketConn
+	if err := InNetNS(in.World, func() error {
+		var err error
+		pc, err = net.ListenPacket("udp4", in.DNS)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dnsSrv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(in.serveDNS)}
+	go dnsSrv.ActivateAndServe()
+	tcpDNS := &dns.Server{Listener: listen(in.World, "tcp4", in.DNS), Handler: dns.HandlerFunc(in.serveDNS)}
+	go tcpDNS.ActivateAndServe()
+	t.Cleanup(func() { dnsSrv.Shutdown(); tcpDNS.Shutdown() })
+	return in
+}
+
+func (in *Internet) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(req)
+	m.Authoritative = true
+	for _, q := range req.Question {
+		in.mu.Lock()
+		in.queries = append(in.queries, strings.ToLower(q.Name))
+		in.mu.Unlock()
+		if ip, ok := Zone[strings.ToLower(q.Name)]; ok && q.Qtype == dns.TypeA {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP(ip)})
+		} else if !ok {
+			m.Rcode = dns.RcodeNameError
+		}
+	}
+	w.WriteMsg(m)
+}
+
+// Queries are the names the world's DNS server was asked so far.
+func (in *Internet) Queries() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]string(nil), in.queries...)
+}
+
+// InNetNS runs fn on a thread in the namespace at path: sockets it makes
+// live there.
+func InNetNS(path string, fn func() error) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	goruntime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		goruntime.UnlockOSThread()
+		return err
+	}
+	defer orig.Close()
+	if err := netns.Set(ns); err != nil {
+		goruntime.UnlockOSThread()
+		return err
+	}
+	ferr := fn()
+	if err := netns.Set(orig); err != nil {
+		return err // the thread stays locked, and is retired
+	}
+	goruntime.UnlockOSThread()
+	return ferr
+}
+
+func selfSigned(t testing.TB) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test internet"},
+		DNSNames: []string{"allowed.example", "other.example"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
