@@ -9,7 +9,10 @@
 # first), each with SIGTERM and SIGKILL after 10 s; then kills what is left of
 # the containers this containerd started (shims, runsc sandboxes and gofers,
 # runc containers: found by ROOT's socket and state paths, killed by pid),
-# unmounts everything under ROOT and removes the CNI bridge. Binaries, Go
+# unmounts everything under ROOT and removes the CNI bridge; then stops the
+# NetworkPolicy enforcer (kube-netpol, whose nftables table goes with it or
+# is removed after it), removes the host guard's iptables chains and puts
+# ip_forward back as kube-up.sh found it. Binaries, Go
 # caches, etcd data and imported images are kept, so kube-up.sh starts again
 # quickly; --purge removes ROOT entirely.
 set -uo pipefail
@@ -115,6 +118,13 @@ stop containerd
 stop apiserver
 stop etcd
 
+# 4b. The enforcer, once no pod is left to protect, and its rules: a run that
+#     was SIGKILLed leaves its table behind.
+stop netpol
+if [ -x "$ROOT/bin/kube-netpol" ] && "$ROOT/bin/kube-netpol" -check 2>/dev/null; then
+	"$ROOT/bin/kube-netpol" -cleanup && step "removed kube-netpol's leftover nftables table"
+fi
+
 # 5. Leftovers of this containerd: shims (their -address is ROOT's socket),
 #    runsc sandboxes/gofers (--root under ROOT), runc containers (runc state
 #    under ROOT). Killed by pid, never by name.
@@ -147,6 +157,17 @@ if [ -n "$mnts" ]; then
 fi
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip link del "$BRIDGE" && step "removed bridge $BRIDGE"
+fi
+if command -v iptables >/dev/null; then
+	for hc in FORWARD:SBXKUBE-FWD INPUT:SBXKUBE-IN; do
+		h=${hc%%:*} c=${hc#*:}
+		while iptables -w -D "$h" -j "$c" 2>/dev/null; do :; done
+		iptables -w -F "$c" 2>/dev/null && iptables -w -X "$c" && step "removed host guard chain $c"
+	done
+fi
+if [ -s "$ROOT/run/ip_forward.before" ]; then
+	cat "$ROOT/run/ip_forward.before" >/proc/sys/net/ipv4/ip_forward
+	rm -f "$ROOT/run/ip_forward.before"
 fi
 # The pods are gone: their IP leases and the kubelet's fixed-path sockets too.
 rm -rf "$ROOT/var/cni-ipam" "$ROOT/run/runsc" "$ROOT/run/runc"

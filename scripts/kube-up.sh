@@ -3,8 +3,20 @@
 # runtime: etcd (Debian), kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet (v1.37.2), containerd v2.4.2 with runc and gVisor
 # (runsc + containerd-shim-runsc-v1), RuntimeClasses gvisor (handler runsc)
-# and runc. Everything is built from the Go module proxy into ROOT and runs in
-# the background (logs in ROOT/logs, pid files in ROOT/run).
+# and runc, and a NetworkPolicy implementation (sigs.k8s.io/kube-network-policies
+# v0.8.0, as kube-netpol). Everything is built from the Go module proxy into
+# ROOT and runs in the background (logs in ROOT/logs, pid files in ROOT/run).
+#
+# Network: pods sit on an isolated bridge whose host end is their gateway,
+# so a NetworkPolicy that allows a destination is what lets them reach it.
+# kube-netpol enforces NetworkPolicies on everything the host forwards (pod
+# to pod, pod to a routed destination); a host guard (iptables chains
+# SBXKUBE-FWD and SBXKUBE-IN) keeps what no policy may open shut whatever
+# the policies say: pods never reach the host itself (no policy is evaluated
+# for packets to the host), and the host forwards their packets only to one
+# another and to interfaces named sbxt* (a test's own network namespace),
+# never out of the machine. ip_forward is turned on for that (and restored
+# by kube-down.sh).
 #
 #   sudo scripts/kube-up.sh [ROOT]          # ROOT defaults to /var/lib/sandbox/kube
 #   scripts/kube-image.sh ROOT sandbox/exec:local /var/lib/sandbox/images/exec/rootfs
@@ -15,6 +27,8 @@
 # (ROOT/bin/.stamp-*) and starts only the processes that are not running.
 # A cold run (empty Go caches) takes about 8 minutes on 2 cores and 7.5 GB of
 # disk (most of it the Go caches under ROOT/go); a warm one a few seconds.
+# kube-netpol adds about 35 s to a cold run (it shares the Kubernetes build's
+# client-go).
 #
 # Workarounds this kind of VM needs (each was an observed failure):
 #  - no CAP_SYS_RESOURCE even as root: containerd restrict_oom_score_adj, and
@@ -24,6 +38,8 @@
 #  - a loopback-only CNI fails sandbox setup: an isolated bridge (no gateway,
 #    no masquerade);
 #  - exec through the apiserver needs --kubelet-preferred-address-types=InternalIP;
+#  - no nft_queue in the kernel (CONFIG_NFT_QUEUE unset): kube-network-policies
+#    is patched to queue with the xtables NFQUEUE target (scripts/kube/netpol/patch/xtqueue.go);
 #  - versions are stamped with -X ldflags (else kubectl version cannot parse them).
 #
 # Environment:
@@ -39,6 +55,7 @@ BRIDGE=sbxkube0
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
 PAUSE_IMAGE=registry.k8s.io/pause:sandbox-local
+NETPOL=v0.8.0
 
 T0=$(date +%s)
 step() { printf '[kube-up %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
@@ -101,7 +118,7 @@ quiet() {
 srchash() { cat "$@" | sha256sum | cut -c1-16; }
 
 # ---------------------------------------------------------------- apt
-pkgs=(runc etcd-server containernetworking-plugins iproute2 openssl util-linux)
+pkgs=(runc etcd-server containernetworking-plugins iproute2 iptables openssl util-linux)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -113,7 +130,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
 	step "apt packages present (${pkgs[*]})"
 fi
-for b in runc etcd /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
+for b in runc etcd iptables /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
 	command -v "$b" >/dev/null || die "$b not found after apt-get install"
 done
 
@@ -226,6 +243,50 @@ else
 	step "gVisor binaries up to date"
 fi
 
+# kube-network-policies: its source copied and patched (xtqueue.go), built
+# with our main (a kubeconfig, no NRI) against the Kubernetes build's
+# client-go, so most of it is in the Go cache already.
+NP_STAMP="$NETPOL $STAGING patch=2 src=$(srchash "$KUBE_SRC/netpol/main.go" "$KUBE_SRC/netpol/patch/xtqueue.go")"
+if need_build netpol "$NP_STAMP" kube-netpol; then
+	step "go build: kube-network-policies $NETPOL (kube-netpol; queue patched)"
+	d=$ROOT/src/netpol
+	mkdir -p "$d/cmd/kube-netpol"
+	(
+		cd "$d"
+		src=$(go mod download -json "sigs.k8s.io/kube-network-policies@$NETPOL" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		[ -d "$src" ] || die "go mod download sigs.k8s.io/kube-network-policies@$NETPOL gave no directory"
+		rm -rf src
+		cp -r "$src" src
+		chmod -R u+w src
+		cp "$KUBE_SRC/netpol/patch/xtqueue.go" src/pkg/networkpolicy/zz_xtqueue.go
+		f=src/pkg/networkpolicy/controller.go
+		old='queue := &expr.Queue{Num: uint16(c.config.QueueID)}'
+		[ "$(grep -cF "$old" "$f")" = 2 ] || die "kube-network-policies patch: the two queue rules are not in $f"
+		# Each "queue := ...; if FailOpen { queue.Flag = bypass }" becomes one call.
+		sed -i -e 's|queue := &expr.Queue{Num: uint16(c.config.QueueID)}|queue := xtQueue(c.config.QueueID, c.config.FailOpen)|' \
+			-e '/^\tif c.config.FailOpen {$/{N;N;/queue.Flag = expr.QueueFlagBypass/d}' "$f"
+		! grep -qF 'expr.QueueFlagBypass' "$f" || die "kube-network-policies patch did not apply to $f"
+		# Without NRI, upstream looks a pod up in a nil NRI plugin for every
+		# packet to an address that is no pod's (and crashes, dropping all).
+		f=src/pkg/networkpolicy/nri.go
+		old='func (p *nriPlugin) GetPodFromIP(ip string) string {'
+		grep -qxF "$old" "$f" || die "kube-network-policies patch: GetPodFromIP is not in $f"
+		sed -i "/^func (p \*nriPlugin) GetPodFromIP(ip string) string {\$/a\\\tif p == nil {\\n\\t\\treturn \"\" // NRI disabled\\n\\t}" "$f"
+		grep -qF 'return "" // NRI disabled' "$f" || die "kube-network-policies patch did not apply to $f"
+		cp "$KUBE_SRC/netpol/main.go" cmd/kube-netpol/main.go
+		{
+			printf 'module sandboxkube/netpol\n\ngo 1.26.0\n\nrequire (\n\tsigs.k8s.io/kube-network-policies %s\n' "$NETPOL"
+			printf '\t%s %s\n' k8s.io/api "$STAGING" k8s.io/apimachinery "$STAGING" k8s.io/client-go "$STAGING" k8s.io/component-base "$STAGING" k8s.io/component-helpers "$STAGING"
+			printf ')\n\nreplace sigs.k8s.io/kube-network-policies => ./src\n'
+		} >go.mod
+		quiet go mod tidy
+		quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/kube-netpol" ./cmd/kube-netpol
+	)
+	set_stamp netpol "$NP_STAMP"
+else
+	step "kube-netpol ($NETPOL) up to date"
+fi
+
 TOOLS_STAMP="src=$(srchash "$KUBE_SRC/imgtar/main.go" "$KUBE_SRC/pause/main.go")"
 if need_build tools "$TOOLS_STAMP" imgtar pause; then
 	step "go build: imgtar, pause (scripts/kube)"
@@ -304,7 +365,7 @@ cat >"$ROOT/cni/10-sandbox-kube.conflist" <<EOF
   "name": "sandbox-kube",
   "plugins": [
     {
-      "type": "bridge", "bridge": "$BRIDGE", "isGateway": false, "ipMasq": false,
+      "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "isDefaultGateway": true, "ipMasq": false,
       "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$ROOT/var/cni-ipam"}
     }
   ]
@@ -445,6 +506,30 @@ if ! "${CTR[@]}" images ls -q "labels.\"org.sandboxd.pause\"==$pause_id" 2>/dev/
 	}
 fi
 
+# The host guard, before ip_forward is on and before any pod starts (see the
+# top): one chain per hook, jumped to first.
+guard() {
+	local c
+	for c in SBXKUBE-FWD SBXKUBE-IN; do
+		iptables -w -N "$c" 2>/dev/null || iptables -w -F "$c"
+	done
+	# pod to pod (bridged, seen here through br_netfilter): kube-netpol decides
+	iptables -w -A SBXKUBE-FWD -i "$BRIDGE" -o "$BRIDGE" -j RETURN
+	iptables -w -A SBXKUBE-FWD -i "$BRIDGE" -o 'sbxt+' -j RETURN
+	iptables -w -A SBXKUBE-FWD -i 'sbxt+' -o "$BRIDGE" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+	iptables -w -A SBXKUBE-FWD -i "$BRIDGE" -j DROP
+	iptables -w -A SBXKUBE-FWD -o "$BRIDGE" -j DROP
+	# to the host itself: only answers to what the host started
+	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -j DROP
+	iptables -w -C FORWARD -j SBXKUBE-FWD 2>/dev/null || iptables -w -I FORWARD 1 -j SBXKUBE-FWD
+	iptables -w -C INPUT -j SBXKUBE-IN 2>/dev/null || iptables -w -I INPUT 1 -j SBXKUBE-IN
+}
+step "host guard (iptables SBXKUBE-FWD, SBXKUBE-IN), ip_forward"
+guard || die "installing the host guard failed"
+[ -s "$ROOT/run/ip_forward.before" ] || cat /proc/sys/net/ipv4/ip_forward >"$ROOT/run/ip_forward.before"
+echo 1 >/proc/sys/net/ipv4/ip_forward
+
 step "waiting for the apiserver"
 alive etcd
 alive apiserver
@@ -453,6 +538,14 @@ kubecheck readyz -timeout 2m || {
 	tail -n 20 "$ROOT/logs/apiserver.log" >&2
 	die "apiserver not ready"
 }
+# The enforcer before the kubelet: no pod runs before its policies do.
+start netpol "$ROOT/bin/kube-netpol" -kubeconfig="$ROOT/etc/admin.kubeconfig" -hostname-override="$NODE"
+for _ in $(seq 150); do
+	"$ROOT/bin/kube-netpol" -check && break
+	alive netpol
+	sleep 0.2
+done
+"$ROOT/bin/kube-netpol" -check || die "kube-netpol installed no nftables rules (log $ROOT/logs/netpol.log)"
 since=0
 running kubelet || since=$(($(date +%s) - 1)) # a new kubelet: its own report of Ready, not the last one's
 start kubelet "$ROOT/bin/kubelet" --config="$ROOT/etc/kubelet.yaml" --kubeconfig="$ROOT/etc/kubelet.kubeconfig" \
@@ -465,16 +558,17 @@ start controller-manager "$ROOT/bin/kube-controller-manager" --kubeconfig="$ROOT
 
 step "waiting for node $NODE Ready and the default service account"
 if ! kubecheck wait -node "$NODE" -since "$since" -timeout 3m; then
-	for p in kubelet controller-manager containerd; do alive "$p"; done
+	for p in kubelet controller-manager containerd netpol; do alive "$p"; done
 	tail -n 20 "$ROOT/logs/kubelet.log" >&2
 	die "node $NODE not Ready"
 fi
 kubecheck runtimeclasses gvisor=runsc runc=runc
-for p in etcd apiserver containerd kubelet scheduler controller-manager; do alive "$p"; done
+for p in etcd apiserver containerd netpol kubelet scheduler controller-manager; do alive "$p"; done
 
 step "cluster ready"
 cat <<EOF
   node:        $NODE (RuntimeClasses gvisor -> runsc, runc -> runc)
+  policies:    kube-network-policies $NETPOL (kube-netpol), host guard SBXKUBE-FWD/SBXKUBE-IN
   kubeconfig:  $ROOT/etc/admin.kubeconfig
   binaries:    $ROOT/bin (kubecheck, ctr$( [ -x "$ROOT/bin/kubectl" ] && echo ", kubectl"))
   logs:        $ROOT/logs
