@@ -311,7 +311,13 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		return b, nil
 	case BackendKube:
 		lib := &registry{dir: cfg.Images, push: cfg.Kube.PushRepo}
-		rt, err := kube.Open(ctx, cfg.Kube, kube.Hooks{Image: lib.podImage, ImageEnv: lib.env, PullSecret: lib.secret, Runner: cfg.Runner}, log)
+		// The private ranges the operator opened come out of every
+		// policy's except; the service refuses the flag when it is bad.
+		bounds, err := cfg.Service.NetworkBounds()
+		if err != nil {
+			return backend{}, err
+		}
+		rt, err := kube.Open(ctx, cfg.Kube, kube.Hooks{Image: lib.podImage, ImageEnv: lib.env, PullSecret: lib.secret, Runner: cfg.Runner, NetworkPrivate: bounds.Private}, log)
 		if err != nil {
 			return backend{}, err
 		}

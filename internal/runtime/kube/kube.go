@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -39,7 +40,6 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
-	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
 
@@ -71,6 +71,14 @@ type Config struct {
 	StorageClass string
 	// StartTimeout bounds a pod's way to Running; zero means 2 minutes.
 	StartTimeout time.Duration
+	// OpenPrivate are the private ranges the operator opened to policies
+	// (--network-private); nil means none: every private range is in every
+	// policy's except.
+	OpenPrivate []netip.Prefix
+	// ClusterNever are the cluster's own ranges and addresses no policy
+	// reaches (its pod and service ranges, nodes, apiserver; see
+	// ClusterNever); nil means only netpolicy.Never's fixed ranges.
+	ClusterNever []netip.Prefix
 }
 
 // Runtime is the Kubernetes backend.
@@ -267,12 +275,17 @@ func pullPolicy(image string) corev1.PullPolicy {
 	return corev1.PullIfNotPresent
 }
 
-// Create ensures the project PVC, creates the pod, and waits for Running.
-// A pod that does not get there is deleted, and the error carries the
-// cluster's own reason.
+// Create ensures the project PVC, creates the pod, waits for Running, and
+// gives it its egress NetworkPolicy when spec has one (see network.go). A
+// pod that does not get there is deleted, and the error carries the
+// cluster's own reason. A policy with domain rules is refused before
+// anything is made (CheckNetwork).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object, error) {
 	if spec.Restore != "" {
 		return runtime.Object{}, runtime.ErrUnsupported
+	}
+	if err := r.CheckNetwork(spec.Network); err != nil {
+		return runtime.Object{}, err
 	}
 	if !spec.Volume.Scratch {
 		if err := r.ensureClaim(ctx, spec.Volume); err != nil {
@@ -287,6 +300,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
 	p, err := r.waitRunning(wctx, created.Name)
+	if err == nil && spec.Network != nil {
+		if nerr := r.applyNetwork(wctx, p, spec.Network); nerr != nil {
+			err = nerr
+		}
+	}
 	if err != nil {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer dcancel()
@@ -405,13 +423,23 @@ func (r *Runtime) ensureClaim(ctx context.Context, v runtime.Volume) error {
 }
 
 // Delete deletes the pod by name with a UID precondition and waits until
-// it is gone. NotFound and Conflict (another pod under the name) mean stop.
+// it is gone, and its egress NetworkPolicy (which the garbage collector
+// would remove after the pod anyway: it is the pod's). NotFound and
+// Conflict (another pod under the name) mean stop.
 func (r *Runtime) Delete(ctx context.Context, ref runtime.Ref) error {
 	uid := types.UID(ref.UID)
 	grace := int64(0)
 	err := r.cfg.Client.CoreV1().Pods(r.ns).Delete(ctx, ref.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid}, GracePeriodSeconds: &grace,
 	})
+	if !apierrors.IsConflict(err) {
+		// The pod is going (or gone): so goes its policy. A failure here is
+		// left to the garbage collector, not the caller's: the pod is what
+		// the caller asked about.
+		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		r.deleteNetwork(nctx, ref.Name, uid)
+		cancel()
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return runtime.ErrNotFound
@@ -783,9 +811,4 @@ func (q sizeQueue) Next() *remotecommand.TerminalSize {
 // metrics API (metrics-server), which the cluster need not run.
 func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error) {
 	return runtime.Stats{}, runtime.ErrUnsupported
-}
-
-// SetNetwork is not built on this backend yet.
-func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.Rules) error {
-	return runtime.ErrUnsupported
 }

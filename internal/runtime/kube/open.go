@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +42,11 @@ type Options struct {
 	// PushRepo is where snapshots are pushed, a repository the cluster
 	// pulls from; empty refuses snapshots.
 	PushRepo string
+	// ClusterCIDRs are ranges of the cluster no sandbox policy reaches, on
+	// top of what the server reads from the cluster (ClusterNever): its pod
+	// and service ranges at least, which a namespaced server cannot read,
+	// and its nodes' and apiserver's addresses. Empty: only what it reads.
+	ClusterCIDRs []string
 }
 
 // Hooks are what the backend is told by the server: how an image (a
@@ -47,11 +54,15 @@ type Options struct {
 // (nil: "sandbox/NAME:local"), its environment and its imagePullSecret,
 // and the host path of cmd/sandbox-runner (copied into a pod to read its
 // changes; empty: no snapshots).
+//
+// NetworkPrivate are the private ranges the operator opened to egress
+// policies (--network-private); nil: none.
 type Hooks struct {
-	Image      func(string) string
-	ImageEnv   func(string) []string
-	PullSecret func(string) string
-	Runner     string
+	Image          func(string) string
+	ImageEnv       func(string) []string
+	PullSecret     func(string) string
+	Runner         string
+	NetworkPrivate []netip.Prefix
 }
 
 // RegisterFlags defines the backend's flags on fs, writing into o.
@@ -62,6 +73,13 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServerNamespace, "server-namespace", os.Getenv("POD_NAMESPACE"), "kube: the server's own namespace, refused for sandboxes (env POD_NAMESPACE)")
 	fs.StringVar(&o.ServiceAccount, "service-account", "sandbox-pod", "kube: service account of the sandbox pods (its token is never mounted)")
 	fs.StringVar(&o.StorageClass, "storage-class", "", "kube: StorageClass of project volumes (default: the cluster's)")
+	fs.Func("cluster-cidr", "kube: a CIDR of the cluster (its pod or service range, its nodes' or apiserver's addresses) that no sandbox's egress policy reaches, on top of what the server can read from the cluster; repeatable", func(v string) error {
+		if _, err := parseCIDRs([]string{v}); err != nil {
+			return err
+		}
+		o.ClusterCIDRs = append(o.ClusterCIDRs, v)
+		return nil
+	})
 	fs.StringVar(&o.PushRepo, "image-push", "", "kube: a repository the cluster pulls from, where snapshots of sandboxes are pushed (default: none, snapshots refused)")
 }
 
@@ -75,8 +93,32 @@ func (o Options) Validate() error {
 	if o.RuntimeClass == "" {
 		return errors.New("--runtime-class is required with --runtime kube: a sandbox pod without a sandboxing RuntimeClass would run on the node's default runtime (runc)")
 	}
+	if _, err := parseCIDRs(o.ClusterCIDRs); err != nil {
+		return err
+	}
 	_, err := NewScope(o.Namespace, o.ServerNamespace)
 	return err
+}
+
+// parseCIDRs parses IPv4 CIDRs or addresses (a /32).
+func parseCIDRs(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		s = strings.TrimSpace(s)
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("--cluster-cidr %q: not an IPv4 CIDR or address", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if !p.Addr().Is4() {
+			return nil, fmt.Errorf("--cluster-cidr %q: IPv4 only (sandboxes have IPv4 egress only)", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // Open connects to the cluster of o, and returns the backend once the
@@ -126,9 +168,14 @@ func Open(ctx context.Context, o Options, h Hooks, log *slog.Logger) (*Runtime, 
 	case err != nil:
 		return nil, fmt.Errorf("kube: reading RuntimeClass %q: %w", o.RuntimeClass, err)
 	}
+	cidrs, err := parseCIDRs(o.ClusterCIDRs)
+	if err != nil {
+		return nil, err
+	}
 	rt, err := New(Config{
 		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
 		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: h.Image, ImageEnv: h.ImageEnv, PullSecret: h.PullSecret, Runner: h.Runner,
+		OpenPrivate: h.NetworkPrivate, ClusterNever: ClusterNever(ictx, client, rc, cidrs, log),
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,425 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandboxd/sandbox/internal/netpolicy"
+	"github.com/sandboxd/sandbox/internal/reaper"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/kube"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/testenv"
+)
+
+// The test's own small internet: a network namespace with one veth to the
+// host, its end 198.51.100.10/24 and 203.0.113.10, .20 (documentation
+// addresses, never anyone's), HTTP servers on :80 and :8080 that answer
+// their own address. The host's end is 198.51.100.1/24 and routes
+// 203.0.113.0/24 through it; the host guard of scripts/kube-up.sh forwards
+// pod traffic only to interfaces named sbxt*, so nothing leaves the
+// machine whatever a policy says. 192.0.2.0/24, the third documentation
+// range, is not used: on this project's VMs it is the real uplink.
+type testNet struct {
+	ns, hostIf string
+}
+
+const (
+	netHost = "198.51.100.1"  // the host's own end: a node address inside an allowed range
+	netA    = "198.51.100.10" // the namespace's end
+	netB    = "203.0.113.10"
+	netC    = "203.0.113.20"
+)
+
+func run(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func newTestNet(t *testing.T) *testNet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, testenv.Kube, "root, for the test's network namespace")
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	n := &testNet{ns: "sbxt-" + id, hostIf: "sbxt" + id + "h"}
+	peer := "sbxt" + id + "n"
+	run(t, "ip", "netns", "add", n.ns)
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", n.hostIf).Run()
+		exec.Command("ip", "netns", "del", n.ns).Run()
+	})
+	run(t, "ip", "link", "add", n.hostIf, "type", "veth", "peer", "name", peer)
+	run(t, "ip", "link", "set", peer, "netns", n.ns)
+	run(t, "ip", "addr", "add", netHost+"/24", "dev", n.hostIf)
+	run(t, "ip", "link", "set", n.hostIf, "up")
+	run(t, "ip", "route", "add", "203.0.113.0/24", "via", netA, "dev", n.hostIf)
+	in := []string{"ip", "netns", "exec", n.ns}
+	run(t, append(in, "ip", "link", "set", "lo", "up")...)
+	run(t, append(in, "ip", "addr", "add", netA+"/24", "dev", peer)...)
+	run(t, append(in, "ip", "addr", "add", netB+"/32", "dev", peer)...)
+	run(t, append(in, "ip", "addr", "add", netC+"/32", "dev", peer)...)
+	run(t, append(in, "ip", "link", "set", peer, "up")...)
+	run(t, append(in, "ip", "route", "add", "default", "via", netHost)...)
+	for _, port := range []string{"80", "8080"} {
+		ln := n.listen(t, ":"+port)
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "internet %s", r.Context().Value(http.LocalAddrContextKey))
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+	return n
+}
+
+// listen opens a listener inside the namespace: a socket stays in the
+// namespace it was made in, so only the making needs the thread there.
+func (n *testNet) listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	target, err := os.Open("/var/run/netns/" + n.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		t.Fatal(err)
+	}
+	ln, lerr := net.Listen("tcp4", addr)
+	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+		panic("cannot return to the host's network namespace: " + err.Error()) // the thread must not be reused
+	}
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	return ln
+}
+
+// fetch is run inside a sandbox: GET argv[1] within 3 s, the body on
+// stdout, exit 1 on any failure.
+const fetch = `import sys, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=3).read().decode(), end="")
+except Exception as e:
+    print("refused:", e, file=sys.stderr); sys.exit(1)`
+
+type kubeNet struct {
+	rt     *kube.Runtime
+	client kubernetes.Interface
+	ns     string
+}
+
+func newKubeNet(t *testing.T) *kubeNet {
+	t.Helper()
+	path := testenv.NeedKube(t)
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := "sbt-net-" + strings.ToLower(sandbox.NewID()[3:11])
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	no := false
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: "sandbox-pod"}, AutomountServiceAccountToken: &no,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rt, err := kube.Open(ctx, kube.Options{Kubeconfig: path, Namespace: ns, RuntimeClass: "gvisor", ClusterCIDRs: []string{"10.244.0.0/16", "10.96.0.0/16"}}, kube.Hooks{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kubeNet{rt: rt, client: c, ns: ns}
+}
+
+func (k *kubeNet) create(t *testing.T, p *netpolicy.Policy) runtime.Object {
+	t.Helper()
+	id := sandbox.NewID()
+	name := "sbx-" + strings.ToLower(id[3:15])
+	spec := runtime.Spec{
+		Name: name, Image: "exec", Runtime: sandbox.RuntimeGVisor, Workdir: "/work",
+		Labels: map[string]string{runtime.LabelSandbox: id, runtime.LabelOrg: "nettest"},
+		Volume: runtime.Volume{Name: "scratch-" + name, Scratch: true, SizeMiB: 64}, CPUs: 1, MemoryMiB: 256,
+	}
+	if p != nil {
+		r, err := netpolicy.Parse(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.Network = r
+	}
+	obj, err := k.rt.Create(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.rt.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}) })
+	return obj
+}
+
+// get fetches url from inside the sandbox: its body, or "" and why not.
+func (k *kubeNet) get(t *testing.T, name, url string) (string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := k.rt.Exec(ctx, name, runtime.ExecRequest{Argv: []string{"python3", "-c", fetch, url}, Stdout: &out, Stderr: &errb})
+	if err != nil {
+		return "", fmt.Sprintf("%v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), ""
+}
+
+func (k *kubeNet) reaches(t *testing.T, name, url string) {
+	t.Helper()
+	if body, why := k.get(t, name, url); !strings.HasPrefix(body, "internet ") {
+		t.Errorf("%s: %s is not reached: %s", name, url, why)
+	}
+}
+
+func (k *kubeNet) refused(t *testing.T, name, url string) {
+	t.Helper()
+	if body, _ := k.get(t, name, url); body != "" {
+		t.Errorf("%s: %s was reached (%q): the policy does not hold", name, url, body)
+	}
+}
+
+// eventually retries check until it passes or 15 s went by: a changed
+// NetworkPolicy reaches the enforcer through its informer.
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if ok() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: not within 15 s", what)
+			return
+		}
+	}
+}
+
+// TestKubeEgressEnforced is the CIDR matrix of issue 12 on the real test
+// cluster, with kube-network-policies enforcing (scripts/kube-up.sh).
+func TestKubeEgressEnforced(t *testing.T) {
+	k := newKubeNet(t)
+	newTestNet(t)
+	// Sanity: the internet answers the host, so a refusal below is the
+	// policy's, not a broken test network.
+	for _, a := range []string{netA, netB, netC} {
+		resp, err := http.Get("http://" + a + "/")
+		if err != nil {
+			t.Fatalf("the test internet does not answer the host at %s: %v", a, err)
+		}
+		resp.Body.Close()
+	}
+	hostLn, err := net.Listen("tcp4", "0.0.0.0:0") // every host address: the apiserver's stand-in
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "internet (the host!)") })}
+	go hostSrv.Serve(hostLn)
+	defer hostSrv.Close()
+	hostPort := fmt.Sprint(hostLn.Addr().(*net.TCPAddr).Port)
+
+	none := k.create(t, nil)
+	open := k.create(t, &netpolicy.Policy{
+		Allow: []string{"198.51.100.0/24", "203.0.113.0/24"}, Deny: []string{netC}, Ports: []int{80},
+	})
+	inet := k.create(t, &netpolicy.Policy{Allow: []string{"internet"}})
+
+	t.Run("none reaches nothing", func(t *testing.T) {
+		for _, u := range []string{"http://" + netA + "/", "http://" + netB + "/", "http://" + netA + ":8080/"} {
+			k.refused(t, none.Name, u)
+		}
+	})
+	t.Run("the deny-all is what denies", func(t *testing.T) {
+		// The control: this namespace without its deny-all lets the pod
+		// out (the test network and the host guard allow it), so the
+		// refusals here are the NetworkPolicy's, enforced.
+		nps := k.client.NetworkingV1().NetworkPolicies(k.ns)
+		if err := nps.Delete(context.Background(), kube.IsolationPolicy, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "reached without the deny-all", func() bool { b, _ := k.get(t, none.Name, "http://"+netA+"/"); return b != "" })
+		if err := k.rt.Isolate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "refused with the deny-all back", func() bool { b, _ := k.get(t, none.Name, "http://"+netA+"/"); return b == "" })
+	})
+	t.Run("allowed CIDR and port", func(t *testing.T) {
+		k.reaches(t, open.Name, "http://"+netA+"/")
+		k.reaches(t, open.Name, "http://"+netB+"/")
+	})
+	t.Run("denied inside allowed, port not allowed", func(t *testing.T) {
+		k.refused(t, open.Name, "http://"+netC+"/")
+		k.refused(t, open.Name, "http://"+netA+":8080/")
+	})
+	t.Run("internet", func(t *testing.T) {
+		k.reaches(t, inet.Name, "http://"+netA+":8080/")
+		k.reaches(t, inet.Name, "http://"+netC+"/")
+	})
+	t.Run("never the host or the cluster", func(t *testing.T) {
+		nodes, err := k.client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets := []string{netHost, "10.244.0.1"} // the host's end of the test net (in an allowed range), the pods' gateway
+		for _, nd := range nodes.Items {
+			for _, a := range nd.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP {
+					targets = append(targets, a.Address)
+				}
+			}
+		}
+		for _, h := range targets {
+			if resp, err := http.Get("http://" + h + ":" + hostPort + "/"); err == nil {
+				resp.Body.Close() // the host itself reaches its listener there
+			}
+			k.refused(t, open.Name, "http://"+h+":"+hostPort+"/")
+			k.refused(t, inet.Name, "http://"+h+":"+hostPort+"/")
+		}
+		// The apiserver, by its service address (10.96.0.1 here) and by
+		// every address the kubernetes endpoints name.
+		svc, err := k.client.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.refused(t, inet.Name, "https://"+svc.Spec.ClusterIP+"/")
+	})
+	t.Run("a neighbour", func(t *testing.T) {
+		p, err := k.client.CoreV1().Pods(k.ns).Get(context.Background(), none.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go k.rt.Exec(ctx, none.Name, runtime.ExecRequest{Argv: []string{"python3", "-m", "http.server", "8080"}, Dir: "/tmp"})
+		eventually(t, "the neighbour's server answers its own loopback", func() bool {
+			b, _ := k.get(t, none.Name, "http://127.0.0.1:8080/")
+			return b != ""
+		})
+		k.refused(t, inet.Name, "http://"+p.Status.PodIP+":8080/")
+		k.refused(t, open.Name, "http://"+p.Status.PodIP+":8080/")
+	})
+	t.Run("changing a live sandbox's policy", func(t *testing.T) {
+		if err := k.rt.SetNetwork(context.Background(), none.Name, mustRules(t, netpolicy.Policy{Allow: []string{netB}})); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "opened", func() bool { b, _ := k.get(t, none.Name, "http://"+netB+"/"); return b != "" })
+		k.refused(t, none.Name, "http://"+netA+"/")
+		if err := k.rt.SetNetwork(context.Background(), open.Name, mustRules(t, netpolicy.Policy{})); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "closed", func() bool { b, _ := k.get(t, open.Name, "http://"+netA+"/"); return b == "" })
+		if _, err := k.client.NetworkingV1().NetworkPolicies(k.ns).Get(context.Background(), open.Name+"-egress", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("closed sandbox's NetworkPolicy: %v, want gone", err)
+		}
+	})
+	t.Run("gone after end", func(t *testing.T) {
+		if err := k.rt.Delete(context.Background(), runtime.Ref{Name: inet.Name, UID: inet.UID}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.client.NetworkingV1().NetworkPolicies(k.ns).Get(context.Background(), inet.Name+"-egress", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("ended sandbox's NetworkPolicy: %v, want gone", err)
+		}
+	})
+	t.Run("gone after the sweep", func(t *testing.T) {
+		obj := k.create(t, &netpolicy.Policy{Allow: []string{netA}})
+		r := &reaper.Reaper{Store: noRows{}, Runtime: k.rt, Log: slog.New(slog.DiscardHandler),
+			Now: func() time.Time { return time.Now().Add(time.Hour) }}
+		if _, err := r.Sweep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.client.CoreV1().Pods(k.ns).Get(context.Background(), obj.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("swept pod: %v, want gone", err)
+		}
+		if l, _ := k.client.NetworkingV1().NetworkPolicies(k.ns).List(context.Background(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox}); len(l.Items) != 0 {
+			t.Errorf("%d egress NetworkPolicies left after the sweep", len(l.Items))
+		}
+	})
+}
+
+// TestKubeEgressGarbageCollected: a pod deleted behind the server's back
+// (by hand, or a server killed between the two deletes) takes its
+// NetworkPolicy with it: the policy is owned by the pod.
+func TestKubeEgressGarbageCollected(t *testing.T) {
+	k := newKubeNet(t)
+	obj := k.create(t, &netpolicy.Policy{Allow: []string{netA}})
+	if err := k.client.CoreV1().Pods(k.ns).Delete(context.Background(), obj.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "garbage collected", func() bool {
+		_, err := k.client.NetworkingV1().NetworkPolicies(k.ns).Get(context.Background(), obj.Name+"-egress", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}
+
+// TestKubeEgressRefusesNames: domain rules cannot be a NetworkPolicy.
+func TestKubeEgressRefusesNames(t *testing.T) {
+	k := newKubeNet(t)
+	r := mustRules(t, netpolicy.Policy{Allow: []string{"pypi.org"}})
+	_, err := k.rt.Create(context.Background(), runtime.Spec{Name: "sbx-names", Network: r,
+		Labels: map[string]string{runtime.LabelSandbox: "sb_names"}, Image: "exec", Runtime: sandbox.RuntimeGVisor, Workdir: "/work",
+		Volume: runtime.Volume{Name: "scratch-names", Scratch: true}})
+	if err == nil || !strings.Contains(err.Error(), "pypi.org") {
+		t.Fatalf("Create with a domain rule: %v", err)
+	}
+	if _, err := k.client.CoreV1().Pods(k.ns).Get(context.Background(), "sbx-names", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a refused lease left a pod: %v", err)
+	}
+}
+
+func mustRules(t *testing.T, p netpolicy.Policy) *netpolicy.Rules {
+	t.Helper()
+	r, err := netpolicy.Parse(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// noRows is a store with no sandboxes: everything is an orphan.
+type noRows struct{}
+
+func (noRows) Orgs(context.Context) ([]string, error) { return nil, nil }
+func (noRows) List(context.Context, store.Filter) ([]*sandbox.Sandbox, error) {
+	return nil, nil
+}

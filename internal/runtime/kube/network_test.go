@@ -1,0 +1,201 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/sandboxd/sandbox/internal/netpolicy"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+func rules(t *testing.T, p netpolicy.Policy) *netpolicy.Rules {
+	t.Helper()
+	r, err := netpolicy.Parse(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// blocks is each ipBlock as "cidr except e1 e2 ...", after checking what
+// the apiserver's validation checks: every except strictly inside its cidr.
+func blocks(t *testing.T, peers []networkingv1.NetworkPolicyPeer) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, p := range peers {
+		if p.IPBlock == nil || p.PodSelector != nil || p.NamespaceSelector != nil {
+			t.Fatalf("a peer that is not an ipBlock: %+v", p)
+		}
+		c := netip.MustParsePrefix(p.IPBlock.CIDR)
+		for _, e := range p.IPBlock.Except {
+			q := netip.MustParsePrefix(e)
+			if q.Bits() <= c.Bits() || !c.Contains(q.Addr()) {
+				t.Errorf("except %s is not strictly inside %s (the apiserver refuses it)", e, c)
+			}
+		}
+		out[p.IPBlock.CIDR] = p.IPBlock.Except
+	}
+	return out
+}
+
+func TestEgressPeers(t *testing.T) {
+	cluster := []netip.Prefix{netip.MustParsePrefix("203.0.113.64/26")} // say, public node addresses
+	never := netpolicy.Never(nil, cluster...)
+
+	got := blocks(t, egressPeers(rules(t, netpolicy.Policy{Allow: []string{"203.0.113.0/24", "198.51.100.7"}, Deny: []string{"203.0.113.128/25"}}), never))
+	want := map[string][]string{
+		"203.0.113.0/24":  {"203.0.113.64/26", "203.0.113.128/25"},
+		"198.51.100.7/32": nil,
+	}
+	if len(got) != len(want) || !slices.Equal(got["203.0.113.0/24"], want["203.0.113.0/24"]) || got["198.51.100.7/32"] != nil {
+		t.Errorf("CIDR policy blocks = %v, want %v", got, want)
+	}
+
+	// "internet" is one block, everything never reachable in its except;
+	// the deny list too.
+	got = blocks(t, egressPeers(rules(t, netpolicy.Policy{Allow: []string{"internet", "198.51.100.0/24"}, Deny: []string{"198.51.100.9"}}), never))
+	ex, ok := got["0.0.0.0/0"]
+	if len(got) != 1 || !ok {
+		t.Fatalf("internet blocks = %v, want one 0.0.0.0/0", got)
+	}
+	for _, a := range []string{"127.0.0.1", "169.254.169.254", "10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1", "0.0.0.1", "224.0.0.1", "255.255.255.255", "203.0.113.65", "198.51.100.9"} {
+		if !slices.ContainsFunc(ex, func(e string) bool { return netip.MustParsePrefix(e).Contains(netip.MustParseAddr(a)) }) {
+			t.Errorf("internet: %s is reachable (except %v)", a, ex)
+		}
+	}
+	for _, a := range []string{"198.51.100.8", "203.0.113.1", "8.8.8.8"} {
+		if slices.ContainsFunc(ex, func(e string) bool { return netip.MustParsePrefix(e).Contains(netip.MustParseAddr(a)) }) {
+			t.Errorf("internet: %s is refused (except %v)", a, ex)
+		}
+	}
+
+	// A CIDR inside the never-reachable set is no block at all (an
+	// except equal to its cidr is invalid, and it would allow nothing).
+	if got := egressPeers(rules(t, netpolicy.Policy{Allow: []string{"10.0.0.0/8", "169.254.169.254", "203.0.113.64/27"}}), never); len(got) != 0 {
+		t.Errorf("never-reachable CIDRs gave blocks %v", blocks(t, got))
+	}
+	// An opened private range is allowed, the rest of 10/8 still not.
+	opened := netpolicy.Never([]netip.Prefix{netip.MustParsePrefix("10.5.0.0/16")})
+	got = blocks(t, egressPeers(rules(t, netpolicy.Policy{Allow: []string{"10.0.0.0/8"}}), opened))
+	if ex := got["10.0.0.0/8"]; len(got) != 1 || slices.ContainsFunc(ex, func(e string) bool { return netip.MustParsePrefix(e).Contains(netip.MustParseAddr("10.5.1.1")) }) ||
+		!slices.ContainsFunc(ex, func(e string) bool { return netip.MustParsePrefix(e).Contains(netip.MustParseAddr("10.6.1.1")) }) {
+		t.Errorf("opened 10.5/16 in 10/8: blocks %v", got)
+	}
+	if got := egressPeers(rules(t, netpolicy.Policy{}), never); got != nil {
+		t.Errorf("none gave blocks %v", got)
+	}
+}
+
+func TestEgressPorts(t *testing.T) {
+	all := egressPorts(nil)
+	if len(all) != 2 || *all[0].Protocol != corev1.ProtocolTCP || *all[1].Protocol != corev1.ProtocolUDP || all[0].Port != nil || all[1].Port != nil {
+		t.Errorf("no ports: %+v, want every port of TCP and UDP (and no other protocol)", all)
+	}
+	two := egressPorts([]uint16{80, 443})
+	var got []string
+	for _, p := range two {
+		got = append(got, string(*p.Protocol)+"/"+p.Port.String())
+	}
+	if want := []string{"TCP/80", "UDP/80", "TCP/443", "UDP/443"}; !slices.Equal(got, want) {
+		t.Errorf("ports = %v, want %v", got, want)
+	}
+}
+
+func TestCheckNetworkRefusesNames(t *testing.T) {
+	r := &Runtime{}
+	if err := r.CheckNetwork(rules(t, netpolicy.Policy{Allow: []string{"internet", "203.0.113.0/24"}})); err != nil {
+		t.Errorf("CIDR policy refused: %v", err)
+	}
+	if err := r.CheckNetwork(nil); err != nil {
+		t.Errorf("no policy refused: %v", err)
+	}
+	err := r.CheckNetwork(rules(t, netpolicy.Policy{Allow: []string{"internet"}, Deny: []string{"*.evil.example"}}))
+	var se *sandbox.Error
+	if !errors.Is(err, runtime.ErrUnsupported) || !errors.As(err, &se) || se.Kind != sandbox.KindUnsupported {
+		t.Fatalf("domain rule: %v, want a KindUnsupported *sandbox.Error wrapping ErrUnsupported", err)
+	}
+	if want := "*.evil.example"; !strings.Contains(se.Msg, want) || !strings.Contains(se.Msg, "CIDR") {
+		t.Errorf("message %q does not name the rule and say what works", se.Msg)
+	}
+}
+
+// TestSetNetworkObjects drives SetNetwork and Delete against a fake
+// clientset: the objects, not the enforcement (kube_network_test.go).
+func TestSetNetworkObjects(t *testing.T) {
+	ctx := context.Background()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sbx-a", Namespace: "sandboxes", UID: "uid-a",
+		Labels: map[string]string{runtime.LabelSandbox: "sb_a", runtime.LabelOrg: "acme"}}}
+	cs := fake.NewClientset(pod)
+	r := &Runtime{cfg: Config{Client: cs}, ns: "sandboxes"}
+	nps := cs.NetworkingV1().NetworkPolicies("sandboxes")
+
+	if err := r.SetNetwork(ctx, "sbx-a", rules(t, netpolicy.Policy{Allow: []string{"203.0.113.0/24"}, Ports: []int{80}})); err != nil {
+		t.Fatal(err)
+	}
+	np, err := nps.Get(ctx, "sbx-a-egress", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case np.Labels[runtime.LabelSandbox] != "sb_a" || np.Labels[runtime.LabelOrg] != "acme":
+		t.Errorf("labels %v: the sweep's labels are missing", np.Labels)
+	case len(np.OwnerReferences) != 1 || np.OwnerReferences[0].UID != "uid-a" || np.OwnerReferences[0].Kind != "Pod":
+		t.Errorf("owner %+v, want the pod", np.OwnerReferences)
+	case np.Spec.PodSelector.MatchLabels[runtime.LabelSandbox] != "sb_a" || len(np.Spec.PodSelector.MatchLabels) != 1:
+		t.Errorf("selector %+v", np.Spec.PodSelector)
+	case !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}):
+		t.Errorf("policy types %v: egress only (ingress stays the deny-all's)", np.Spec.PolicyTypes)
+	case len(np.Spec.Egress) != 1 || np.Spec.Egress[0].To[0].IPBlock.CIDR != "203.0.113.0/24" || len(np.Spec.Egress[0].Ports) != 2:
+		t.Errorf("egress %+v", np.Spec.Egress)
+	}
+
+	// Replaced in place.
+	if err := r.SetNetwork(ctx, "sbx-a", rules(t, netpolicy.Policy{Allow: []string{"198.51.100.0/24"}})); err != nil {
+		t.Fatal(err)
+	}
+	np, _ = nps.Get(ctx, "sbx-a-egress", metav1.GetOptions{})
+	if np.Spec.Egress[0].To[0].IPBlock.CIDR != "198.51.100.0/24" {
+		t.Errorf("after replace: %+v", np.Spec.Egress)
+	}
+	// Domain rules: refused, the policy untouched.
+	if err := r.SetNetwork(ctx, "sbx-a", rules(t, netpolicy.Policy{Allow: []string{"pypi.org"}})); !errors.Is(err, runtime.ErrUnsupported) {
+		t.Errorf("domain policy: %v", err)
+	}
+	// None: the policy goes, the deny-all is all that is left.
+	if err := r.SetNetwork(ctx, "sbx-a", rules(t, netpolicy.Policy{})); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := nps.List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("none left %d policies", len(l.Items))
+	}
+	if err := r.SetNetwork(ctx, "sbx-gone", rules(t, netpolicy.Policy{Allow: []string{"198.51.100.0/24"}})); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("missing pod: %v", err)
+	}
+
+	// Delete takes the policy with the pod, and leaves another pod's alone.
+	if err := r.SetNetwork(ctx, "sbx-a", rules(t, netpolicy.Policy{Allow: []string{"198.51.100.0/24"}})); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.deleteNetwork(ctx, "sbx-a", "uid-other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nps.Get(ctx, "sbx-a-egress", metav1.GetOptions{}); err != nil {
+		t.Errorf("a delete under another identity removed the policy: %v", err)
+	}
+	if err := r.Delete(ctx, runtime.Ref{Name: "sbx-a", UID: "uid-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := nps.List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("delete left %d policies", len(l.Items))
+	}
+}
