@@ -3,13 +3,23 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
+
+	"github.com/sandboxd/sandbox/internal/netpolicy"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
@@ -178,6 +188,20 @@ func TestEgressOnRunsc(t *testing.T) {
 	}
 	expect(t, "internet", checks, probeIn(e, "acme", inet, checks...), []string{"ok hello 203.0.113.20", "ok hello allowed.example", "fail", "fail", "fail", "fail"})
 	expect(t, "a neighbour", [][]any{c("tcp", neighbour, 8000)}, probeIn(e, "acme", cidr, c("tcp", neighbour, 8000)), []string{"fail"})
+	// With no name rule nothing goes through the proxy: the rules alone.
+	plain := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}}})
+	checks = [][]any{
+		c("http", "http://203.0.113.20/"),
+		c("tcp", testenv.MetadataIP, 80),
+		c("tcp", testenv.PrivateIP, 80),
+		c("tcp", testenv.UplinkIP, in.HostPort),
+		c("tcp", "10.254.0.1", in.HostPort),
+		c("tcp", neighbour, 8000),
+		c("udpdns", testenv.DNSIP, "allowed.example"),
+		c("resolve", "allowed.example"),
+	}
+	expect(t, "internet, no names", checks, probeIn(e, "acme", plain, checks...), []string{"ok hello 203.0.113.20", "fail", "fail", "fail", "fail", "fail", "fail", "ok 203.0.113.10"})
+	e.must(200, "DELETE", "/v1/sandbox/"+plain, "acme", nil)
 
 	// No network: nothing at all.
 	none := e.lease("acme", nil)
@@ -200,5 +224,109 @@ func TestEgressOnRunsc(t *testing.T) {
 	}
 	if l := leftovers(t, e, in); len(l) > 0 {
 		t.Errorf("left after every end: %v", l)
+	}
+}
+
+// ruleCount counts the rules of each per-sandbox chain in the uplink's
+// table: a re-adoption must replace them, never add a second copy.
+func ruleCount(t *testing.T, in *testenv.Internet) map[string]int {
+	t.Helper()
+	ns, err := netns.GetFromPath(in.Uplink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseLasting()
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, ch := range chains {
+		if ch.Table.Name != "sandbox" || ch.Hooknum != nil {
+			continue
+		}
+		rules, err := c.GetRules(ch.Table, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[ch.Name] = len(rules)
+	}
+	return out
+}
+
+// TestEgressRestartAndSweep: a restarted server adopts a live sandbox's
+// network (it still works, its rules replaced rather than doubled); an
+// orphaned container's network goes with it at the sweep; a namespace no
+// container claims (a server killed mid-attach) is removed at the start.
+func TestEgressRestartAndSweep(t *testing.T) {
+	in := testenv.NewInternet(t)
+	var cfg server.Config
+	cfg.GVisor.Egress.Uplink, cfg.GVisor.Egress.DNS = in.Uplink, in.DNS
+	cfg.Service.NetworkAllow = []string{"*"}
+	e := newEnvConfig(t, cfg)
+	id := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example"}}})
+	check := [][]any{c("http", "http://allowed.example/"), c("http", "http://other.example/")}
+	expect(t, "before the restart", check, probeIn(e, "acme", id, check...), []string{"ok hello allowed.example", "fail"})
+	before := ruleCount(t, in)
+	if len(before) != 7 {
+		t.Fatalf("per-sandbox chains: %v", before)
+	}
+
+	// An orphan: a container with a network that no row claims.
+	orphanRules, _ := netpolicy.Parse(&netpolicy.Policy{Allow: []string{"internet"}})
+	o, err := e.srv.Runtime.Create(t.Context(), runtime.Spec{
+		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()}, Image: "exec",
+		Workdir: "/mnt/data", Volume: runtime.Volume{Name: "scratch-orphan-" + sandbox.NewName(), Scratch: true}, Network: orphanRules,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A stray namespace, as a server killed between making it and
+	// recording it would leave.
+	stray := filepath.Join(e.data, "runtime", "netns", "00ff00ff00")
+	if err := os.WriteFile(stray, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("unshare", "--net="+stray, "true").CombinedOutput(); err != nil {
+		t.Fatalf("unshare: %v: %s", err, out)
+	}
+
+	e.http.Close()
+	e.srv.Close()
+	cfg.Data, cfg.Images, cfg.Runner, cfg.GVisor.Runsc = e.data, imagesDir(), runnerBin(t), gvisor.DefaultRunsc()
+	srv, err := server.New(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, e.http = srv, httptest.NewServer(srv.Handler)
+	if _, err := os.Stat(stray); err == nil {
+		t.Error("the stray namespace survived the start")
+	}
+	expect(t, "after the restart", check, probeIn(e, "acme", id, check...), []string{"ok hello allowed.example", "fail"})
+	after := ruleCount(t, in)
+	for ch, n := range after {
+		if b, ok := before[ch]; ok && b != n {
+			t.Errorf("chain %s had %d rules, %d after the restart", ch, b, n)
+		}
+	}
+	if len(after) != 14 {
+		t.Errorf("want the sandbox's and the orphan's 7 chains each: %v", after)
+	}
+
+	e.srv.Reaper.Grace = time.Nanosecond
+	if n, err := e.srv.Reaper.Sweep(t.Context()); err != nil || n != 1 {
+		t.Fatalf("sweep: %d, %v", n, err)
+	}
+	if got := ruleCount(t, in); len(got) != 7 {
+		t.Errorf("after the sweep of the orphan %s: %v", o.Name, got)
+	}
+	e.must(200, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	if l := leftovers(t, e, in); len(l) > 0 || len(ruleCount(t, in)) != 0 {
+		t.Errorf("left after the end: %v %v", l, ruleCount(t, in))
 	}
 }
