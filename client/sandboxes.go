@@ -35,6 +35,8 @@ type Sandbox struct {
 	MemoryKept bool   `json:"memoryKept,omitempty"`
 	// Metadata is the caller's labels.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// PublicPorts are the ports previewed with no key or link.
+	PublicPorts []int `json:"publicPorts,omitempty"`
 }
 
 func (s *Sandbox) Created() time.Time  { return time.Unix(s.CreatedAt, 0) }
@@ -50,6 +52,9 @@ type LeaseRequest struct {
 	TTLSec  int64  `json:"ttlSec,omitempty"` // the lease; zero is the class's
 	// Metadata labels the sandbox (at most 32 keys; values of at most 512 bytes).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// PublicPorts are previewed with no key or link; refused (403) unless
+	// the server runs with --public-previews.
+	PublicPorts []int `json:"publicPorts,omitempty"`
 }
 
 // Lease leases a sandbox.

@@ -37,7 +37,7 @@ const principalKey = "principal"
 func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http.Handler {
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandbox", Version: version}, &mcp.ServerOptions{
 		Instructions: "Lease an isolated sandbox, run commands in it, read and write its files, stop its work and end it. " +
-			"fork copies a running sandbox, memory and all. process_start runs a command in the background (process_output reads its output, process_stdin feeds it, process_signal stops it). " +
+			"fork copies a running sandbox, memory and all. process_start runs a command in the background (process_output reads its output, process_stdin feeds it, process_signal stops it); preview_link makes a browser link to a server it runs. " +
 			"snapshot saves a sandbox's files as an image that later leases and run_code sessions start from (images lists them). " +
 			"run_code runs a program in one of " + fmt.Sprint(interp.Names()) + " in a session that keeps its files.",
 		Logger: log,
@@ -52,6 +52,9 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 	add(s, "end", "End a sandbox: it is removed; its project volume stays unless purge.", o.End)
 	add(s, "process_start", "Start a background process in a sandbox (a server, a watcher, a long build) and answer at once with its pid: "+
 		"it runs on after the call; its output is kept (the last 1 MiB) for process_output.", o.ProcessStart)
+	add(s, "preview_link", "Mint a link that opens a web server running in a sandbox (listening on port, on its own loopback) in a browser with no key: "+
+		"url is the host form (the app at /), pathUrl the path form. It works until expiresAt (ttlSec, default an hour, never past the lease) or until the sandbox ends; "+
+		"whoever holds it opens that port, so hand it only to whom should see the app.", o.PreviewLink)
 	add(s, "process_list", "List a sandbox's background processes, running and finished, with their status and exit codes.", o.ProcessList)
 	add(s, "process_output", "Read what a background process wrote after the offset from (0: all that is kept), without waiting; "+
 		"pass the answer's next as from to read only what came since.", o.ProcessOutput)

@@ -1,7 +1,7 @@
 // Package ops is the typed face of the service for agents: lease, fork,
 // run, read, write, stop and end, the background processes (process_start,
 // process_list, process_output, process_stdin, process_signal), the
-// images (snapshot, images) and run_code, each a function from one JSON object to another, with ids and
+// images (snapshot, images), preview_link and run_code, each a function from one JSON object to another, with ids and
 // paths in the body. The HTTP routes
 // POST /v1/sandbox/{op} and the MCP tools at /mcp both call these, so the
 // two doors cannot drift apart; and these call the same service as the
@@ -54,6 +54,7 @@ type Ops struct {
 	procs Processes
 	imgs  Images
 	it    Interpreter
+	links Previews // nil: no preview_link (WithPreviews)
 }
 
 // New returns the typed operations over svc, procs, imgs and it; with

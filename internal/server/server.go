@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	go sessions.Run(sessCtx)
 	previews := service.NewPreviews(svc, signer, cfg.Preview, st)
 	it := interp.New(svc, b.runner, log)
-	typed := ops.New(svc, svc, svc, it)
+	typed := ops.New(svc, svc, svc, it).WithPreviews(previews)
 	h := api.New(api.Deps{
 		Leases: svc, Work: svc, Processes: svc, Images: svc, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
 		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version), Keys: st, Version: Version,

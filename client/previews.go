@@ -1,0 +1,27 @@
+package client
+
+import (
+	"context"
+	"strconv"
+)
+
+// PreviewLink is a signed, expiring link to a port preview: URL is the
+// host form (http://{port}-{id}.{preview-domain}/, the app at /), PathURL
+// the path form (/v1/sandbox/{id}/ports/{port}/ on the API's host). Open
+// either in a browser: the first visit sets a cookie and drops the token
+// from the address. It works until ExpiresAt (Unix seconds) or until the
+// sandbox ends; whoever holds it opens that port.
+type PreviewLink struct {
+	ID        string `json:"id"`
+	Port      int    `json:"port"`
+	URL       string `json:"url"`
+	PathURL   string `json:"pathUrl"`
+	ExpiresAt int64  `json:"expiresAt"`
+}
+
+// PreviewLink mints a link to port of sandbox id, good for ttlSec (0: an
+// hour; never past the lease's expiry).
+func (c *Client) PreviewLink(ctx context.Context, id string, port int, ttlSec int64) (*PreviewLink, error) {
+	var l PreviewLink
+	return &l, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/ports/" + strconv.Itoa(port) + "/link", in: map[string]int64{"ttlSec": ttlSec}, out: &l})
+}
