@@ -243,7 +243,7 @@ func (s *Server) routes() {
 		s.handle("GET "+p+"/{id}", s.get, doc{Summary: "One sandbox", Answer: typ[sandbox.Object](), Errors: []int{404}})
 		s.handle("DELETE "+p+"/{id}", s.end, doc{Summary: "End a sandbox: its container goes, its project volume stays unless purge", Answer: typ[service.EndResult](),
 			Query: []string{"purge: 1 drops the project volume too"}, Errors: []int{404, 409, 502}})
-		s.handle("PUT "+p+"/{id}/network", s.setNetwork, doc{Summary: "Replace the sandbox's egress policy ({} closes it; new connections follow the new policy). A sandbox leased with no network has no interface to open: 409", Body: typ[netpolicy.Policy](), Answer: typ[sandbox.Object](), Errors: []int{400, 403, 404, 409}})
+		s.handle("PUT "+p+"/{id}/network", s.setNetwork, doc{Summary: "Replace the sandbox's egress policy ({} closes it; new connections follow the new policy). A sandbox leased with no network has no interface to open: 409. A policy the backend cannot enforce (domain rules on Kubernetes): 501", Body: typ[netpolicy.Policy](), Answer: typ[sandbox.Object](), Errors: []int{400, 403, 404, 409, 501}})
 		s.handle("PUT "+p+"/{id}/metadata", s.setMetadata, doc{Summary: "Replace the sandbox's metadata (a string map; {} clears it)", Body: typ[map[string]string](), Answer: typ[sandbox.Object](), Errors: []int{404}})
 		s.handle("POST "+p+"/{id}/renew", s.renew, doc{Summary: "Extend the lease (never past the ceiling)", Body: typ[renewRequest](), Answer: typ[sandbox.Object](), Errors: onSandbox})
 		s.handle("POST "+p+"/{id}/exec", s.exec, doc{Summary: "Run a command and wait for it; a non-zero exit is a 200. With Accept: application/x-ndjson the answer streams: " +

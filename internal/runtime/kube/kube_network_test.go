@@ -3,20 +3,15 @@ package kube_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,98 +27,13 @@ import (
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
-// The test's own small internet: a network namespace with one veth to the
-// host, its end 198.51.100.10/24 and 203.0.113.10, .20 (documentation
-// addresses, never anyone's), HTTP servers on :80 and :8080 that answer
-// their own address. The host's end is 198.51.100.1/24 and routes
-// 203.0.113.0/24 through it; the host guard of scripts/kube-up.sh forwards
-// pod traffic only to interfaces named sbxt*, so nothing leaves the
-// machine whatever a policy says. 192.0.2.0/24, the third documentation
-// range, is not used: on this project's VMs it is the real uplink.
-type testNet struct {
-	ns, hostIf string
-}
-
+// The test's own small internet: testenv.RoutedInternet.
 const (
-	netHost = "198.51.100.1"  // the host's own end: a node address inside an allowed range
-	netA    = "198.51.100.10" // the namespace's end
-	netB    = "203.0.113.10"
-	netC    = "203.0.113.20"
+	netHost = testenv.RoutedHost // a host address inside an allowed range
+	netA    = testenv.RoutedA
+	netB    = testenv.RoutedB
+	netC    = testenv.RoutedC
 )
-
-func run(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-func newTestNet(t *testing.T) *testNet {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, testenv.Kube, "root, for the test's network namespace")
-	}
-	b := make([]byte, 3)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
-	n := &testNet{ns: "sbxt-" + id, hostIf: "sbxt" + id + "h"}
-	peer := "sbxt" + id + "n"
-	run(t, "ip", "netns", "add", n.ns)
-	t.Cleanup(func() {
-		exec.Command("ip", "link", "del", n.hostIf).Run()
-		exec.Command("ip", "netns", "del", n.ns).Run()
-	})
-	run(t, "ip", "link", "add", n.hostIf, "type", "veth", "peer", "name", peer)
-	run(t, "ip", "link", "set", peer, "netns", n.ns)
-	run(t, "ip", "addr", "add", netHost+"/24", "dev", n.hostIf)
-	run(t, "ip", "link", "set", n.hostIf, "up")
-	run(t, "ip", "route", "add", "203.0.113.0/24", "via", netA, "dev", n.hostIf)
-	in := []string{"ip", "netns", "exec", n.ns}
-	run(t, append(in, "ip", "link", "set", "lo", "up")...)
-	run(t, append(in, "ip", "addr", "add", netA+"/24", "dev", peer)...)
-	run(t, append(in, "ip", "addr", "add", netB+"/32", "dev", peer)...)
-	run(t, append(in, "ip", "addr", "add", netC+"/32", "dev", peer)...)
-	run(t, append(in, "ip", "link", "set", peer, "up")...)
-	run(t, append(in, "ip", "route", "add", "default", "via", netHost)...)
-	for _, port := range []string{"80", "8080"} {
-		ln := n.listen(t, ":"+port)
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, "internet %s", r.Context().Value(http.LocalAddrContextKey))
-		})}
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-	}
-	return n
-}
-
-// listen opens a listener inside the namespace: a socket stays in the
-// namespace it was made in, so only the making needs the thread there.
-func (n *testNet) listen(t *testing.T, addr string) net.Listener {
-	t.Helper()
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	self, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer self.Close()
-	target, err := os.Open("/var/run/netns/" + n.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		t.Fatal(err)
-	}
-	ln, lerr := net.Listen("tcp4", addr)
-	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-		panic("cannot return to the host's network namespace: " + err.Error()) // the thread must not be reused
-	}
-	if lerr != nil {
-		t.Fatal(lerr)
-	}
-	return ln
-}
 
 // fetch is run inside a sandbox: GET argv[1] within 3 s, the body on
 // stdout, exit 1 on any failure.
@@ -240,16 +150,7 @@ func eventually(t *testing.T, what string, ok func() bool) {
 // cluster, with kube-network-policies enforcing (scripts/kube-up.sh).
 func TestKubeEgressEnforced(t *testing.T) {
 	k := newKubeNet(t)
-	newTestNet(t)
-	// Sanity: the internet answers the host, so a refusal below is the
-	// policy's, not a broken test network.
-	for _, a := range []string{netA, netB, netC} {
-		resp, err := http.Get("http://" + a + "/")
-		if err != nil {
-			t.Fatalf("the test internet does not answer the host at %s: %v", a, err)
-		}
-		resp.Body.Close()
-	}
+	testenv.NewRoutedInternet(t)
 	hostLn, err := net.Listen("tcp4", "0.0.0.0:0") // every host address: the apiserver's stand-in
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,94 @@
+package testenv
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// RoutedInternet is a test's own small internet for the kube test cluster,
+// whose pods are routed from the host (Internet is for a server given an
+// uplink namespace): one network namespace with a veth to the host, its end
+// RoutedA/24 (198.51.100.0/24) with RoutedB and RoutedC (203.0.113.0/24)
+// on it too, HTTP servers on :80 and :8080 answering "internet ADDR". The
+// host's end is RoutedHost/24, a host address inside the range, and the
+// host routes 203.0.113.0/24 through it. The host guard of
+// scripts/kube-up.sh forwards pod traffic only to interfaces named sbxt*
+// (this one's), so nothing leaves the machine whatever a policy says.
+// 192.0.2.0/24 is not used: on this project's VMs it is the real uplink.
+type RoutedInternet struct{ NS, HostIf string }
+
+// Addresses of the routed internet.
+const (
+	RoutedHost = "198.51.100.1" // the host's end
+	RoutedA    = "198.51.100.10"
+	RoutedB    = "203.0.113.10"
+	RoutedC    = "203.0.113.20"
+)
+
+// NewRoutedInternet builds it; everything goes at the test's end.
+func NewRoutedInternet(t testing.TB) *RoutedInternet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, Kube, "root, for the test's network namespace")
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	n := &RoutedInternet{NS: "sbxt-" + id, HostIf: "sbxt" + id + "h"}
+	peer := "sbxt" + id + "n"
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("netns", "add", n.NS)
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", n.HostIf).Run()
+		exec.Command("ip", "netns", "del", n.NS).Run()
+	})
+	run("link", "add", n.HostIf, "type", "veth", "peer", "name", peer)
+	run("link", "set", peer, "netns", n.NS)
+	run("addr", "add", RoutedHost+"/24", "dev", n.HostIf)
+	run("link", "set", n.HostIf, "up")
+	run("route", "add", "203.0.113.0/24", "via", RoutedA, "dev", n.HostIf)
+	run("-n", n.NS, "link", "set", "lo", "up")
+	run("-n", n.NS, "addr", "add", RoutedA+"/24", "dev", peer)
+	run("-n", n.NS, "addr", "add", RoutedB+"/32", "dev", peer)
+	run("-n", n.NS, "addr", "add", RoutedC+"/32", "dev", peer)
+	run("-n", n.NS, "link", "set", peer, "up")
+	run("-n", n.NS, "route", "add", "default", "via", RoutedHost)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "internet %s", r.Context().Value(http.LocalAddrContextKey))
+	}), ReadHeaderTimeout: 5 * time.Second}
+	t.Cleanup(func() { srv.Close() })
+	for _, port := range []string{"80", "8080"} {
+		var ln net.Listener
+		if err := InNetNS("/run/netns/"+n.NS, func() error {
+			var err error
+			ln, err = net.Listen("tcp4", ":"+port)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(ln)
+	}
+	// The host reaches it: a refusal in a test is the policy's, not a
+	// broken test network.
+	for _, a := range []string{RoutedA, RoutedB, RoutedC} {
+		resp, err := http.Get("http://" + a + "/")
+		if err != nil {
+			t.Fatalf("the test internet does not answer the host at %s: %v", a, err)
+		}
+		resp.Body.Close()
+	}
+	return n
+}
