@@ -95,9 +95,10 @@ func expect(t *testing.T, what string, checks [][]any, got []string, want []stri
 
 // newEgressEnv is a server whose sandboxes' egress uplink is the test's
 // own internet.
-func newEgressEnv(t *testing.T) (*env, *testenv.Internet) {
+func newEgressEnv(t testing.TB, rateMbit int) (*env, *testenv.Internet) {
 	in := testenv.NewInternet(t)
 	var cfg server.Config
+	cfg.GVisor.Egress.RateMbit = rateMbit // 0: unbounded
 	cfg.GVisor.Egress.Uplink = in.Uplink
 	cfg.GVisor.Egress.DNS = in.DNS
 	cfg.Service.NetworkAllow = []string{"*", "internet"}
@@ -129,7 +130,7 @@ func leftovers(t *testing.T, e *env, in *testenv.Internet) []string {
 // neighbours and other resolvers are never reached; a live change takes
 // effect; nothing is left after the end.
 func TestEgressOnRunsc(t *testing.T) {
-	e, in := newEgressEnv(t)
+	e, in := newEgressEnv(t, 0)
 
 	named := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example", "rebind.example"}}})
 	got := e.must(200, "GET", "/v1/sandbox/"+named, "acme", nil).JSON(t)

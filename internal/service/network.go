@@ -23,7 +23,20 @@ func (s *Service) networkPolicy(p *netpolicy.Policy) (*netpolicy.Policy, error) 
 	if err := s.cfg.network.Check(r); err != nil {
 		return nil, sandbox.Wrap(sandbox.KindForbidden, err, err.Error())
 	}
+	// A backend that cannot enforce some rule (names, on Kubernetes) says
+	// so before a row is written.
+	if c, ok := s.d.Runtime.(networkChecker); ok {
+		if err := c.CheckNetwork(r); err != nil {
+			return nil, err
+		}
+	}
 	return r.Policy(), nil
+}
+
+// networkChecker is a backend that can refuse a policy it cannot enforce,
+// with the reason for the caller (a *sandbox.Error).
+type networkChecker interface {
+	CheckNetwork(*netpolicy.Rules) error
 }
 
 // networkRules is the runtime's form of sb's policy: nil for a sandbox
@@ -66,6 +79,10 @@ func (s *Service) SetNetwork(ctx context.Context, id string, p *netpolicy.Policy
 	if sb.Status == sandbox.StatusRunning {
 		rules, _ := netpolicy.Parse(got) // nil parses to no rules: closed
 		err := s.d.Runtime.SetNetwork(ctx, sb.Name, rules)
+		var se *sandbox.Error
+		if errors.As(err, &se) {
+			return nil, err // the backend said why, for the caller
+		}
 		if errors.Is(err, runtime.ErrUnsupported) {
 			return nil, sandbox.Wrap(sandbox.KindUnsupported, err, "this server's backend cannot change the network of a running sandbox")
 		}

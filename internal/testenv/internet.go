@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +35,7 @@ import (
 //   - 203.0.113.10: HTTP (80) and HTTPS (443, any SNI) answering "hello
 //     HOST" — the address of allowed.example and other.example alike;
 //   - 203.0.113.20: the same, named by no name (raw-IP access);
-//   - 192.0.2.53: a DNS server for *.example that records every query;
+//   - 203.0.113.53: a DNS server for *.example that records every query;
 //   - 169.254.169.254 and 10.9.9.9: decoys (metadata, a private host);
 //   - HostPort on every Uplink address: a stand-in for the control API
 //     on the host's addresses.
@@ -44,7 +45,7 @@ type Internet struct {
 	Uplink   string // the uplink namespace's path
 	World    string
 	HostPort int
-	DNS      string // 192.0.2.53:53
+	DNS      string // 203.0.113.53:53
 
 	mu      sync.Mutex
 	queries []string // every name the world's DNS server was asked
@@ -54,7 +55,7 @@ type Internet struct {
 const (
 	WebIP      = "203.0.113.10"
 	RawIP      = "203.0.113.20"
-	DNSIP      = "192.0.2.53"
+	DNSIP      = "203.0.113.53"
 	MetadataIP = "169.254.169.254"
 	PrivateIP  = "10.9.9.9"
 	UplinkIP   = "198.51.100.1"
@@ -111,6 +112,19 @@ func NewInternet(t testing.TB) *Internet {
 
 	cert := selfSigned(t)
 	web := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// /bytes/N: N zero bytes, for throughput.
+		if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && n > 0 && n <= 1<<30 {
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			buf := make([]byte, 64<<10)
+			for n > 0 {
+				k := min(n, int64(len(buf)))
+				if _, err := w.Write(buf[:k]); err != nil {
+					return
+				}
+				n -= k
+			}
+			return
+		}
 		fmt.Fprintf(w, "hello %s\n", r.Host)
 	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 5 * time.Second}
 	listen := func(ns, network, addr string) net.Listener {
