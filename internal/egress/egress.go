@@ -746,4 +746,3 @@ func (m *Manager) current(e *entry) *entry {
 	defer m.mu.Unlock()
 	return m.byKey[e.key]
 }
-
