@@ -33,6 +33,8 @@ func (s *Server) typedOps(p string) {
 	s.handle("POST "+p+"/process_signal", op(o.ProcessSignal), opDoc(o.ProcessSignal, "Typed: send a signal (TERM by default) to a background process and its group", onProcess))
 	s.handle("POST "+p+"/snapshot", op(o.Snapshot), opDoc(o.Snapshot, "Typed: save a sandbox's filesystem (what it changed in its root; with workdir, its workdir) as an image of the org that leases and run_code start from",
 		[]int{400, 403, 404, 409, 501, 502}))
+	s.handle("POST "+p+"/network", op(o.Network), opDoc(o.Network, "Typed: replace the egress policy of a sandbox leased with a network (an empty allow list closes it); new connections follow it at once",
+		[]int{400, 403, 404, 409, 501}))
 	s.handle("POST "+p+"/preview_link", op(o.PreviewLink), opDoc(o.PreviewLink, "Typed: mint a preview link to a port of a sandbox: URLs (host form and path form) that open it in a browser with no key until expiresAt or the sandbox's end",
 		[]int{404, 409, 501}))
 	s.handle("POST "+p+"/images", op(o.ListImages), opDoc(o.ListImages, "Typed: the images the org may lease, its own then the server's", []int{501}))

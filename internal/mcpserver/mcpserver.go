@@ -52,6 +52,9 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 	add(s, "end", "End a sandbox: it is removed; its project volume stays unless purge.", o.End)
 	add(s, "process_start", "Start a background process in a sandbox (a server, a watcher, a long build) and answer at once with its pid: "+
 		"it runs on after the call; its output is kept (the last 1 MiB) for process_output.", o.ProcessStart)
+	add(s, "network", "Replace the egress policy of a sandbox leased with a network: allow lists what it may reach (\"internet\", a domain, *.domain, an IPv4 CIDR), "+
+		"deny what it may not even so, ports the destination ports; an empty allow closes it. The server's operator bounds what may be allowed; "+
+		"the answer's network is what the sandbox got. (lease takes the same policy as network.)", o.Network)
 	add(s, "preview_link", "Mint a link that opens a web server running in a sandbox (listening on port, on its own loopback) in a browser with no key: "+
 		"url is the host form (the app at /), pathUrl the path form. It works until expiresAt (ttlSec, default an hour, never past the lease) or until the sandbox ends; "+
 		"whoever holds it opens that port, so hand it only to whom should see the app.", o.PreviewLink)

@@ -1,7 +1,7 @@
 // Package ops is the typed face of the service for agents: lease, fork,
 // run, read, write, stop and end, the background processes (process_start,
 // process_list, process_output, process_stdin, process_signal), the
-// images (snapshot, images), preview_link and run_code, each a function from one JSON object to another, with ids and
+// images (snapshot, images), network, preview_link and run_code, each a function from one JSON object to another, with ids and
 // paths in the body. The HTTP routes
 // POST /v1/sandbox/{op} and the MCP tools at /mcp both call these, so the
 // two doors cannot drift apart; and these call the same service as the
@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandbox/internal/interp"
+	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 )
@@ -36,6 +37,7 @@ type Sandboxes interface {
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
+	SetNetwork(ctx context.Context, id string, p *netpolicy.Policy) (*sandbox.Sandbox, error)
 }
 
 // Interpreter runs code (run_code).
@@ -220,6 +222,23 @@ func (o *Ops) Stop(ctx context.Context, in IDIn) (*service.StopResult, error) {
 		return nil, err
 	}
 	return o.svc.Stop(ctx, in.ID)
+}
+
+// NetworkIn replaces a sandbox's egress policy.
+type NetworkIn struct {
+	ID string `json:"id" jsonschema:"the sandbox (leased with a network)"`
+	netpolicy.Policy
+}
+
+// Network replaces the egress policy of a sandbox leased with one (an
+// empty allow list closes it); new connections follow it at once. Its
+// answer is the Sandbox object, whose network is what it got.
+func (o *Ops) Network(ctx context.Context, in NetworkIn) (*sandbox.Object, error) {
+	sb, err := o.svc.SetNetwork(ctx, in.ID, &in.Policy)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Object(), nil
 }
 
 // EndIn ends a sandbox.

@@ -82,7 +82,7 @@ func opBodies(id string) map[string]map[string]any {
 		"write": {"id": id, "path": "x", "data": "x"}, "stop": {"id": id}, "end": {"id": id},
 		"process_start": {"id": id, "argv": []string{"true"}}, "process_list": {"id": id}, "process_output": {"id": id, "pid": 1},
 		"process_stdin": {"id": id, "pid": 1, "text": "x"}, "process_signal": {"id": id, "pid": 1}, "fork": {"id": id},
-		"snapshot": {"id": id, "name": "stolen"}, "preview_link": {"id": id, "port": 8000},
+		"snapshot": {"id": id, "name": "stolen"}, "preview_link": {"id": id, "port": 8000}, "network": {"id": id, "allow": []string{}},
 	}
 }
 
@@ -162,7 +162,7 @@ func TestMCP(t *testing.T) {
 		}
 	}
 	if got := strings.Join(names, ","); !strings.Contains(","+got+",", ",lease,") || !strings.Contains(","+got+",", ",process_output,") || !strings.Contains(","+got+",", ",fork,") ||
-		!strings.Contains(","+got+",", ",snapshot,") || !strings.Contains(","+got+",", ",images,") || !strings.Contains(","+got+",", ",preview_link,") || len(names) != 16 {
+		!strings.Contains(","+got+",", ",snapshot,") || !strings.Contains(","+got+",", ",images,") || !strings.Contains(","+got+",", ",preview_link,") || !strings.Contains(","+got+",", ",network,") || len(names) != 17 {
 		t.Fatalf("tools: %s", got)
 	}
 

@@ -211,7 +211,8 @@ func TestEgressOnRunsc(t *testing.T) {
 
 	// A live change takes effect; closed reaches nothing; another org's
 	// sandbox is a 404; a sandbox leased with none cannot be opened.
-	e.must(200, "PUT", "/v1/sandbox/"+named+"/network", "acme", map[string]any{"allow": []string{"other.example"}})
+	// (through the typed op, the MCP tool's implementation)
+	e.must(200, "POST", "/v1/sandbox/network", "acme", map[string]any{"id": named, "allow": []string{"other.example"}})
 	checks = [][]any{c("http", "http://other.example/"), c("http", "http://allowed.example/")}
 	expect(t, "changed to other.example", checks, probeIn(e, "acme", named, checks...), []string{"ok hello other.example", "fail"})
 	e.must(200, "PUT", "/v1/sandbox/"+named+"/network", "acme", map[string]any{})
