@@ -332,3 +332,40 @@ func TestEgressRestartAndSweep(t *testing.T) {
 		t.Errorf("left after the end: %v %v", l, ruleCount(t, in))
 	}
 }
+
+// TestEgressAcrossSleepAndForkOnRunsc: a sandbox's network comes back
+// with it — a paused sandbox (memory checkpointed, container and network
+// gone) is woken into a new namespace with the same policy, and a fork
+// gets a network of its own under the original's policy; both reach what
+// the policy allows and nothing else, and both ends leave nothing.
+func TestEgressAcrossSleepAndForkOnRunsc(t *testing.T) {
+	e, in := newEgressEnv(t, 0)
+	id := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example"}}})
+	checks := [][]any{c("http", "http://allowed.example/"), c("http", "http://other.example/"), c("tcp", testenv.RawIP, 80)}
+	want := []string{"ok hello allowed.example", "fail", "fail"}
+	expect(t, "before", checks, probeIn(e, "acme", id, checks...), want)
+
+	e.must(200, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+	if l := leftovers(t, e, in); len(l) > 0 {
+		t.Errorf("a sleeping sandbox keeps its network: %v", l)
+	}
+	expect(t, "woken", checks, probeIn(e, "acme", id, checks...), want)
+
+	r := e.must(201, "POST", "/v1/sandbox/"+id+"/fork", "acme", nil)
+	fork, _ := r.JSON(t)["id"].(string)
+	if n, _ := r.JSON(t)["network"].(map[string]any); n == nil {
+		t.Errorf("the fork's answer has no network: %s", r.Body)
+	}
+	expect(t, "the fork", checks, probeIn(e, "acme", fork, checks...), want)
+	expect(t, "the original after the fork", checks, probeIn(e, "acme", id, checks...), want)
+	a, b := probeIn(e, "acme", id, c("myip"))[0], probeIn(e, "acme", fork, c("myip"))[0]
+	if a == b {
+		t.Errorf("the fork shares its original's address %s", a)
+	}
+	for _, s := range []string{id, fork} {
+		e.must(200, "DELETE", "/v1/sandbox/"+s, "acme", nil)
+	}
+	if l := leftovers(t, e, in); len(l) > 0 {
+		t.Errorf("left after the ends: %v", l)
+	}
+}
