@@ -369,3 +369,41 @@ func TestEgressAcrossSleepAndForkOnRunsc(t *testing.T) {
 		t.Errorf("left after the ends: %v", l)
 	}
 }
+
+// TestEgressConnectionBoundOnRunsc: --egress-max-conns bounds a sandbox's
+// concurrent connections (a sandbox must not hold the host's conntrack
+// table), and a closed one frees its place.
+func TestEgressConnectionBoundOnRunsc(t *testing.T) {
+	in := testenv.NewInternet(t)
+	var cfg server.Config
+	cfg.GVisor.Egress.Uplink, cfg.GVisor.Egress.DNS, cfg.GVisor.Egress.MaxConns = in.Uplink, in.DNS, 8
+	cfg.Service.NetworkAllow = []string{"internet"}
+	e := newEnvConfig(t, cfg)
+	id := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}}})
+	hold := `import socket
+held, refused = [], 0
+for i in range(20):
+    try:
+        held.append(socket.create_connection(("203.0.113.20", 80), timeout=3))
+    except OSError:
+        refused += 1
+print(len(held), refused)
+for s in held: s.close()
+`
+	out := e.sh("acme", id, "python3 -c '"+hold+"'")
+	if strings.TrimSpace(out) != "8 12" {
+		t.Errorf("20 connections under a bound of 8: held, refused = %q, want 8 12", out)
+	}
+	// The closed ones are gone from the count (conntrack keeps a closed
+	// TCP connection a moment in TIME_WAIT: the count drops with it).
+	var again string
+	for range 30 {
+		if again = strings.TrimSpace(e.sh("acme", id, "python3 -c '"+hold+"'")); again == "8 12" {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if again != "8 12" {
+		t.Errorf("after closing them: %q, want 8 12 again", again)
+	}
+}

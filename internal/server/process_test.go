@@ -286,6 +286,14 @@ func TestProcessTTYOnRunsc(t *testing.T) {
 	id := e.lease("acme", nil)
 	p := e.startProcess("acme", id, map[string]any{"command": "stty size; read x; stty size", "tty": true, "cols": 100, "rows": 30})
 	path := fmt.Sprintf("/v1/sandbox/%s/processes/%d", id, p.Pid)
+	// The first size is read before the resize (on a loaded machine the
+	// resize once won the race and the first stty saw it).
+	for i := 0; e.process("acme", id, p.Pid).OutputBytes == 0; i++ {
+		if i == 100 {
+			t.Fatal("the first stty printed nothing")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	e.must(http.StatusOK, "POST", path+"/resize", "acme", map[string]int{"cols": 120, "rows": 40})
 	e.must(http.StatusOK, "POST", path+"/stdin", "acme", "go\r")
 	e.waitProcess("acme", id, p.Pid)
