@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
 // Internet is the entry that allows every public address (everything not in
@@ -31,21 +33,9 @@ const (
 )
 
 // Policy is an egress policy as a lease asks for it and as its answer
-// reports it. The zero value (no allow entry) is "none": the sandbox's own
-// loopback only.
-type Policy struct {
-	// Allow lists destinations: "internet", a domain ("pypi.org"), a
-	// wildcard for its subdomains ("*.github.com"), an IPv4 address or CIDR.
-	Allow []string `json:"allow,omitempty" jsonschema:"destinations the sandbox may reach: \"internet\" (every public address), a domain (pypi.org), its subdomains (*.github.com), an IPv4 address or CIDR (203.0.113.0/24); empty means no network"`
-	// Deny lists destinations (the same forms but "internet") that are
-	// refused even when Allow covers them.
-	Deny []string `json:"deny,omitempty" jsonschema:"destinations refused even when allow covers them: domains, wildcards, addresses, CIDRs"`
-	// Ports restricts the destination ports (TCP and UDP); empty means any.
-	Ports []int `json:"ports,omitempty" jsonschema:"destination ports allowed (empty: any)"`
-}
-
-// None reports whether the policy reaches nothing (no allow entry).
-func (p *Policy) None() bool { return p == nil || len(p.Allow) == 0 }
+// reports it; the type lives with the Sandbox it describes (the domain
+// package depends on nothing of ours), the logic here.
+type Policy = sandbox.NetworkPolicy
 
 // Rules is a parsed policy, what the enforcers match against.
 type Rules struct {

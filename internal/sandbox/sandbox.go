@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/sandboxd/sandbox/internal/netpolicy"
 )
 
 // Sandbox is the record of one lease. Name is the runtime's handle (container
@@ -36,7 +34,7 @@ type Sandbox struct {
 	Metadata map[string]string
 	// Network is the egress policy the sandbox got, canonical; nil is
 	// none (its own loopback only).
-	Network *netpolicy.Policy
+	Network *NetworkPolicy
 	// PublicPorts are the ports whose previews anyone with the URL may
 	// open (the lease asked, the operator allowed); sorted, no repeats.
 	PublicPorts []int
@@ -77,7 +75,7 @@ type Object struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Network is the egress policy the sandbox got (absent: none, its own
 	// loopback only).
-	Network *netpolicy.Policy `json:"network,omitempty" jsonschema:"the egress policy the sandbox got; absent means no network"`
+	Network *NetworkPolicy `json:"network,omitempty" jsonschema:"the egress policy the sandbox got; absent means no network"`
 	// PublicPorts are the ports previewed with no key or link.
 	PublicPorts []int `json:"publicPorts,omitempty" jsonschema:"ports whose previews anyone with the URL opens, with no key or link"`
 }
@@ -241,3 +239,21 @@ func CheckMetadata(m map[string]string) error {
 	}
 	return nil
 }
+
+// NetworkPolicy is a sandbox's egress policy as a lease asks for it and as
+// its answer reports it (internal/netpolicy parses, bounds and matches
+// it). The zero value, no allow entry, is "none": the sandbox's own
+// loopback only.
+type NetworkPolicy struct {
+	// Allow lists destinations: "internet", a domain ("pypi.org"), a
+	// wildcard for its subdomains ("*.github.com"), an IPv4 address or CIDR.
+	Allow []string `json:"allow,omitempty" jsonschema:"destinations the sandbox may reach: \"internet\" (every public address), a domain (pypi.org), its subdomains (*.github.com), an IPv4 address or CIDR (203.0.113.0/24); empty means no network"`
+	// Deny lists destinations (the same forms but "internet") that are
+	// refused even when Allow covers them.
+	Deny []string `json:"deny,omitempty" jsonschema:"destinations refused even when allow covers them: domains, wildcards, addresses, CIDRs"`
+	// Ports restricts the destination ports (TCP and UDP); empty means any.
+	Ports []int `json:"ports,omitempty" jsonschema:"destination ports allowed (empty: any)"`
+}
+
+// None reports whether the policy reaches nothing (no allow entry).
+func (p *NetworkPolicy) None() bool { return p == nil || len(p.Allow) == 0 }

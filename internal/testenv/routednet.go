@@ -19,7 +19,8 @@ import (
 // RoutedA/24 (198.51.100.0/24) with RoutedB and RoutedC (203.0.113.0/24)
 // on it too, HTTP servers on :80 and :8080 answering "internet ADDR". The
 // host's end is RoutedHost/24, a host address inside the range, and the
-// host routes 203.0.113.0/24 through it. The host guard of
+// host routes RoutedB and RoutedC (only those: deb.debian.org may be
+// 203.0.113.80 here) through it. The host guard of
 // scripts/kube-up.sh forwards pod traffic only to interfaces named sbxt*
 // (this one's), so nothing leaves the machine whatever a policy says.
 // 192.0.2.0/24 is not used: on this project's VMs it is the real uplink.
@@ -59,7 +60,11 @@ func NewRoutedInternet(t testing.TB) *RoutedInternet {
 	run("link", "set", peer, "netns", n.NS)
 	run("addr", "add", RoutedHost+"/24", "dev", n.HostIf)
 	run("link", "set", n.HostIf, "up")
-	run("route", "add", "203.0.113.0/24", "via", RoutedA, "dev", n.HostIf)
+	// Host routes for its two addresses only, never the /24: this
+	// machine's package mirror may live on another address of it.
+	for _, a := range []string{RoutedB, RoutedC} {
+		run("route", "add", a+"/32", "via", RoutedA, "dev", n.HostIf)
+	}
 	run("-n", n.NS, "link", "set", "lo", "up")
 	run("-n", n.NS, "addr", "add", RoutedA+"/24", "dev", peer)
 	run("-n", n.NS, "addr", "add", RoutedB+"/32", "dev", peer)
