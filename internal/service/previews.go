@@ -21,18 +21,18 @@ type Previews struct {
 	svc    *Service
 	signer *preview.Signer
 	cfg    preview.Config
-	orgs   Orgs
+	orgs   PublicIndex
 }
 
-// Orgs lists every org with a store: where a public preview, which names
-// no org, is looked for.
-type Orgs interface {
-	Orgs(ctx context.Context) ([]string, error)
+// PublicIndex finds the org of a sandbox whose lease asked for public
+// ports ("" when none did): a public preview's request names no org.
+type PublicIndex interface {
+	PublicOrg(ctx context.Context, id string) (string, error)
 }
 
 // NewPreviews are the previews of svc's sandboxes, links signed by signer;
 // orgs nil serves no public previews.
-func NewPreviews(svc *Service, signer *preview.Signer, cfg preview.Config, orgs Orgs) *Previews {
+func NewPreviews(svc *Service, signer *preview.Signer, cfg preview.Config, orgs PublicIndex) *Previews {
 	if cfg.Domain == "" {
 		cfg.Domain = preview.DefaultDomain
 	}
@@ -67,34 +67,37 @@ func (s *Service) publicPorts(ports []int) ([]int, error) {
 
 // Public admits a request with no credential to port of sandbox id when
 // that port is public: the lease asked, and the operator allows public
-// previews now. The request names no org, so each org's store is asked
-// for the id (ids are unique across orgs). It answers ctx with the
-// sandbox's org as the principal; anything else is the refusal a request
-// with no credential gets (401), saying nothing of whether id exists.
+// previews now. The request names no org: the public index says whose
+// the id is. It answers ctx with the sandbox's org as the principal;
+// anything else is the refusal a request with no credential gets (401),
+// saying nothing of whether id exists.
 func (p *Previews) Public(ctx context.Context, id string, port int) (context.Context, error) {
 	refuse := sandbox.Errorf(sandbox.KindUnauthorized, "this preview needs your key (Authorization: Bearer <key>) or a preview link (POST /v1/sandbox/%s/ports/%d/link)", id, port)
 	if !p.svc.cfg.PublicPreviews || p.orgs == nil || !sandbox.ValidID(id) {
 		return nil, refuse
 	}
-	orgs, err := p.orgs.Orgs(ctx)
+	// One indexed lookup, never a search of every org's store: the
+	// request carries no credential, so it must not cost more than a
+	// refused one.
+	org, err := p.orgs.PublicOrg(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	for _, org := range orgs {
-		octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "public preview"})
-		sb, err := p.svc.Get(octx, id)
-		if sandbox.KindOf(err) == sandbox.KindNotFound {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if slices.Contains(sb.PublicPorts, port) {
-			return octx, nil
-		}
+	if org == "" {
 		return nil, refuse
 	}
-	return nil, refuse
+	octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "public preview"})
+	sb, err := p.svc.Get(octx, id)
+	if sandbox.KindOf(err) == sandbox.KindNotFound {
+		return nil, refuse
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(sb.PublicPorts, port) {
+		return nil, refuse
+	}
+	return octx, nil
 }
 
 // Config is the operator's preview settings, defaults applied.

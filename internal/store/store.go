@@ -306,6 +306,13 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox, admit Admit) er
 		return err
 	}
 	sb.Org = org
+	if len(sb.PublicPorts) > 0 {
+		// Indexed first: an insert that fails after leaves a row that
+		// points at no sandbox, which a lookup refuses.
+		if _, err := s.control.ExecContext(ctx, `INSERT OR REPLACE INTO public_previews (id, org) VALUES (?, ?)`, sb.ID, org); err != nil {
+			return fmt.Errorf("store: insert: public previews: %w", err)
+		}
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: insert: %w", err)
@@ -369,6 +376,10 @@ func (s *Store) Transition(ctx context.Context, id string, from sandbox.Status, 
 	var err error
 	if next.Status == sandbox.StatusEnded {
 		err = s.exec(ctx, `DELETE FROM sandboxes WHERE status = ? AND org = ? AND id = ?`, string(from), id)
+		if err == nil {
+			org, _ := sandbox.OrgRequired(ctx)
+			s.control.ExecContext(ctx, `DELETE FROM public_previews WHERE id = ? AND org = ?`, id, org) // a leftover is refused anyway
+		}
 	} else {
 		err = s.exec(ctx, `UPDATE sandboxes SET status = ?, name = ?, uid = ?, checkpoint = ?, error = ?
 			WHERE status = ? AND org = ? AND id = ?`,
@@ -560,6 +571,20 @@ func (s *Store) RevokeKey(ctx context.Context, org, id string) error {
 		return sandbox.Errorf(sandbox.KindNotFound, "no key %q", id)
 	}
 	return nil
+}
+
+// PublicOrg is the org of sandbox id if its lease asked for public
+// ports ("" if none did).
+func (s *Store) PublicOrg(ctx context.Context, id string) (string, error) {
+	var org string
+	err := s.control.QueryRowContext(ctx, `SELECT org FROM public_previews WHERE id = ?`, id).Scan(&org)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: public previews: %w", err)
+	}
+	return org, nil
 }
 
 // Orgs lists every org that has a store, for background work that visits

@@ -459,3 +459,30 @@ func TestMetadataFilter(t *testing.T) {
 		t.Error("another org changed acme's metadata")
 	}
 }
+
+// A sandbox with public ports is found by id alone, in one lookup; its end
+// drops it from the index; a sandbox without public ports is not in it.
+func TestPublicOrg(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := orgCtx("acme")
+	pub := newRow("exec", "")
+	pub.PublicPorts = []int{8000}
+	plain := newRow("exec", "")
+	for _, sb := range []*sandbox.Sandbox{pub, plain} {
+		if err := st.Insert(ctx, sb, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if org, err := st.PublicOrg(context.Background(), pub.ID); err != nil || org != "acme" {
+		t.Fatalf("PublicOrg(public) = %q, %v", org, err)
+	}
+	if org, err := st.PublicOrg(context.Background(), plain.ID); err != nil || org != "" {
+		t.Fatalf("PublicOrg(no public ports) = %q, %v", org, err)
+	}
+	if err := st.Transition(ctx, pub.ID, sandbox.StatusPending, &sandbox.Sandbox{Status: sandbox.StatusEnded}); err != nil {
+		t.Fatal(err)
+	}
+	if org, err := st.PublicOrg(context.Background(), pub.ID); err != nil || org != "" {
+		t.Fatalf("PublicOrg after the end = %q, %v", org, err)
+	}
+}
