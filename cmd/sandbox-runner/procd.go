@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/sandboxd/sandbox/internal/procwire"
 )
 
 // The process daemon is PID 1 of a sandbox (`sandbox-runner init`). It
@@ -51,58 +53,13 @@ const (
 	maxRequest  = 1 << 20
 )
 
-type request struct {
-	Op         string   `json:"op"`
-	Pid        int      `json:"pid,omitempty"`
-	Argv       []string `json:"argv,omitempty"`
-	Dir        string   `json:"dir,omitempty"`
-	Env        []string `json:"env,omitempty"`
-	TTY        bool     `json:"tty,omitempty"`
-	Cols       uint16   `json:"cols,omitempty"`
-	Rows       uint16   `json:"rows,omitempty"`
-	TimeoutSec int      `json:"timeoutSec,omitempty"`
-	Stdin      string   `json:"stdin,omitempty"`
-	From       int64    `json:"from,omitempty"`
-	Follow     bool     `json:"follow,omitempty"`
-	EOF        bool     `json:"eof,omitempty"`
-	Signal     int      `json:"signal,omitempty"`
-}
-
-// record is what the daemon says of a process (the server's
-// runtime-independent view is built from it).
-type record struct {
-	Pid       int      `json:"pid"`
-	Argv      []string `json:"argv"`
-	Dir       string   `json:"dir"`
-	TTY       bool     `json:"tty,omitempty"`
-	Started   int64    `json:"started"` // Unix ms
-	Ended     int64    `json:"ended,omitempty"`
-	ExitCode  *int     `json:"exitCode,omitempty"`
-	Signal    int      `json:"signal,omitempty"` // the signal that killed it
-	TimedOut  bool     `json:"timedOut,omitempty"`
-	Output    int64    `json:"output"`  // bytes written in all
-	Dropped   int64    `json:"dropped"` // bytes no longer in the ring
-	StdinOpen bool     `json:"stdinOpen,omitempty"`
-}
-
-type answer struct {
-	Boot      string    `json:"boot,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	Process   *record   `json:"process,omitempty"`
-	Processes []*record `json:"processes,omitempty"`
-	Written   int64     `json:"written,omitempty"`
-}
-
-// frame heads one piece of an output stream; N bytes of data follow a
-// stdout or stderr frame. "dropped" says the N bytes before Off are gone;
-// "end" carries the process's final record; "ping" keeps a quiet stream's
-// connection known to be alive.
-type frame struct {
-	S   string  `json:"s"`
-	Off int64   `json:"o,omitempty"`
-	N   int     `json:"n,omitempty"`
-	End *record `json:"p,omitempty"`
-}
+// The wire types are the server's too (internal/procwire).
+type (
+	request = procwire.Request
+	record  = procwire.Record
+	answer  = procwire.Answer
+	frame   = procwire.Frame
+)
 
 type proc struct {
 	rec     record

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/procwire"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -82,47 +83,12 @@ const (
 	ProcessLost    = "lost"
 )
 
-// procRequest and procRecord mirror the daemon's wire types
-// (cmd/sandbox-runner/procd.go), which imports nothing of the server's.
-type procRequest struct {
-	Op         string   `json:"op"`
-	Pid        int      `json:"pid,omitempty"`
-	Argv       []string `json:"argv,omitempty"`
-	Dir        string   `json:"dir,omitempty"`
-	Env        []string `json:"env,omitempty"`
-	TTY        bool     `json:"tty,omitempty"`
-	Cols       uint16   `json:"cols,omitempty"`
-	Rows       uint16   `json:"rows,omitempty"`
-	TimeoutSec int      `json:"timeoutSec,omitempty"`
-	Stdin      string   `json:"stdin,omitempty"`
-	From       int64    `json:"from,omitempty"`
-	Follow     bool     `json:"follow,omitempty"`
-	EOF        bool     `json:"eof,omitempty"`
-	Signal     int      `json:"signal,omitempty"`
-}
-
-type procRecord struct {
-	Pid       int      `json:"pid"`
-	Argv      []string `json:"argv"`
-	Dir       string   `json:"dir"`
-	TTY       bool     `json:"tty"`
-	Started   int64    `json:"started"`
-	Ended     int64    `json:"ended"`
-	ExitCode  *int     `json:"exitCode"`
-	Signal    int      `json:"signal"`
-	TimedOut  bool     `json:"timedOut"`
-	Output    int64    `json:"output"`
-	Dropped   int64    `json:"dropped"`
-	StdinOpen bool     `json:"stdinOpen"`
-}
-
-type procAnswer struct {
-	Boot      string        `json:"boot"`
-	Error     string        `json:"error"`
-	Process   *procRecord   `json:"process"`
-	Processes []*procRecord `json:"processes"`
-	Written   int64         `json:"written"`
-}
+// The daemon's wire types (internal/procwire, which the runner uses too).
+type (
+	procRequest = procwire.Request
+	procRecord  = procwire.Record
+	procAnswer  = procwire.Answer
+)
 
 // maxProcAnswer bounds what the daemon (code inside the sandbox: hostile)
 // may answer to one request.
@@ -627,16 +593,8 @@ func (s *Service) ProcessOutput(ctx context.Context, id string, pid int, from in
 
 var errEmit = errors.New("emit failed")
 
-// Frame heads one piece of the daemon's output stream (see
-// cmd/sandbox-runner/procd.go); N bytes of data follow stdout and stderr
-// frames. An "answer" is a refusal instead of a stream.
-type Frame struct {
-	S     string      `json:"s"`
-	Off   int64       `json:"o"`
-	N     int         `json:"n"`
-	End   *procRecord `json:"p"`
-	Error string      `json:"error"`
-}
+// Frame heads one piece of the daemon's output stream.
+type Frame = procwire.Frame
 
 // Bounds on the daemon's frames: it runs in the sandbox.
 const (

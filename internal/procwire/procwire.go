@@ -1,0 +1,68 @@
+// Package procwire is the protocol between the server and the process
+// daemon inside a gVisor sandbox (cmd/sandbox-runner init, reached over
+// the exec channel through `sandbox-runner proc`): one JSON request, then
+// one JSON answer or, for output, a stream of frames. Both ends use these
+// types, so they cannot drift apart. It imports nothing: the runner is a
+// static binary of its own.
+//
+// The daemon runs where hostile code runs; the server reads what it says
+// as untrusted input (service.ReadFrames, bounded and fuzzed).
+package procwire
+
+// Request is one call to the daemon.
+type Request struct {
+	Op         string   `json:"op"`
+	Pid        int      `json:"pid,omitempty"`
+	Argv       []string `json:"argv,omitempty"`
+	Dir        string   `json:"dir,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	TTY        bool     `json:"tty,omitempty"`
+	Cols       uint16   `json:"cols,omitempty"`
+	Rows       uint16   `json:"rows,omitempty"`
+	TimeoutSec int      `json:"timeoutSec,omitempty"`
+	Stdin      string   `json:"stdin,omitempty"`
+	From       int64    `json:"from,omitempty"`
+	Follow     bool     `json:"follow,omitempty"`
+	EOF        bool     `json:"eof,omitempty"`
+	Signal     int      `json:"signal,omitempty"`
+}
+
+// Record is what the daemon says of a process (the server's
+// runtime-independent view is built from it).
+type Record struct {
+	Pid       int      `json:"pid"`
+	Argv      []string `json:"argv"`
+	Dir       string   `json:"dir"`
+	TTY       bool     `json:"tty,omitempty"`
+	Started   int64    `json:"started"` // Unix ms
+	Ended     int64    `json:"ended,omitempty"`
+	ExitCode  *int     `json:"exitCode,omitempty"`
+	Signal    int      `json:"signal,omitempty"` // the signal that killed it
+	TimedOut  bool     `json:"timedOut,omitempty"`
+	Output    int64    `json:"output"`  // bytes written in all
+	Dropped   int64    `json:"dropped"` // bytes no longer in the ring
+	StdinOpen bool     `json:"stdinOpen,omitempty"`
+}
+
+// Answer is the daemon's answer to a request that is not a stream. Boot
+// names the daemon's life: a sandbox started again has another.
+type Answer struct {
+	Boot      string    `json:"boot,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Process   *Record   `json:"process,omitempty"`
+	Processes []*Record `json:"processes,omitempty"`
+	Written   int64     `json:"written,omitempty"`
+}
+
+// Frame heads one piece of an output stream; N bytes of data follow a
+// stdout or stderr frame. "dropped" says the N bytes before Off are gone;
+// "end" carries the process's final record; "ping" keeps a quiet stream's
+// connection known to be alive. A line with only Error is a refusal
+// instead of a stream.
+type Frame struct {
+	S     string  `json:"s"`
+	Off   int64   `json:"o,omitempty"`
+	N     int     `json:"n,omitempty"`
+	End   *Record `json:"p,omitempty"`
+	Error string  `json:"error,omitempty"`
+}
