@@ -25,9 +25,11 @@
 package egress
 
 import (
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -40,6 +42,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"go4.org/netipx"
@@ -136,6 +139,11 @@ type Manager struct {
 
 	dns   *resolver
 	proxy *proxy
+
+	// routes answers the proxy's route lookups, one per connection: one
+	// netlink socket for all of them, not one each.
+	routeMu sync.Mutex
+	routes  *netlink.Handle
 }
 
 // entry is one sandbox as the resolver and proxy see it.
@@ -191,6 +199,10 @@ func New(opts Options, dir string, open []netip.Prefix, log *slog.Logger) (*Mana
 		m.Close()
 		return nil, err
 	}
+	if m.routes, err = netlink.NewHandleAt(m.uplink); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("egress: netlink: %w", err)
+	}
 	if m.dns, err = m.startResolver(); err != nil {
 		m.Close()
 		return nil, err
@@ -211,6 +223,9 @@ func (m *Manager) Close() error {
 	if m.proxy != nil {
 		m.proxy.close()
 	}
+	if m.routes != nil {
+		m.routes.Close()
+	}
 	return m.uplink.Close()
 }
 
@@ -226,16 +241,13 @@ func (m *Manager) upstream() (string, error) {
 		paths = append([]string{filepath.Join("/etc/netns", filepath.Base(m.opts.Uplink), "resolv.conf")}, paths...)
 	}
 	for _, p := range paths {
-		b, err := os.ReadFile(p)
+		conf, err := dns.ClientConfigFromFile(p)
 		if err != nil {
 			continue
 		}
-		for line := range strings.SplitSeq(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "nameserver" {
-				if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() {
-					return netip.AddrPortFrom(a, 53).String(), nil
-				}
+		for _, srv := range conf.Servers {
+			if a, err := netip.ParseAddr(srv); err == nil && a.Is4() {
+				return netip.AddrPortFrom(a, 53).String(), nil
 			}
 		}
 	}
@@ -251,10 +263,11 @@ func (m *Manager) inUplink(fn func() error) error {
 	return inNS(m.uplink, fn)
 }
 
-// inNS runs fn on a thread moved into ns. A thread that cannot be moved
-// back is never unlocked, so the Go runtime retires it instead of
-// reusing it in the wrong namespace.
-func inNS(ns netns.NsHandle, fn func() error) error {
+// onThread runs fn on this goroutine's OS thread, locked, and puts the
+// thread back in its own network namespace afterwards, whatever fn moved
+// it to. A thread that cannot be put back stays locked, so the Go runtime
+// retires it instead of reusing it in the wrong namespace.
+func onThread(fn func() error) error {
 	goruntime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
@@ -262,16 +275,33 @@ func inNS(ns netns.NsHandle, fn func() error) error {
 		return err
 	}
 	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		goruntime.UnlockOSThread()
-		return err
-	}
 	ferr := fn()
 	if err := netns.Set(orig); err != nil {
-		return errors.Join(ferr, fmt.Errorf("egress: back to own namespace: %w", err)) // thread stays locked: retired
+		return errors.Join(ferr, fmt.Errorf("egress: back to own namespace: %w", err))
 	}
 	goruntime.UnlockOSThread()
 	return ferr
+}
+
+// inNS runs fn on a thread moved into ns: sockets fn makes live there.
+func inNS(ns netns.NsHandle, fn func() error) error {
+	return onThread(func() error {
+		if err := netns.Set(ns); err != nil {
+			return err
+		}
+		return fn()
+	})
+}
+
+// InNetNS runs fn on a thread in the network namespace at path (a bind
+// mount such as /run/netns/NAME): sockets fn makes live there.
+func InNetNS(path string, fn func() error) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	return inNS(ns, fn)
 }
 
 func (m *Manager) nft() (*nftables.Conn, error) {
@@ -330,17 +360,9 @@ type Link struct {
 // KeyOf derives a sandbox's egress key from its container name (10 hex
 // digits: the interface names must fit 15 bytes).
 func KeyOf(name string) string {
-	h := fnv64(name)
-	return fmt.Sprintf("%010x", h&0xffffffffff)
-}
-
-func fnv64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("%010x", h.Sum64()&0xffffffffff)
 }
 
 // Attach makes key's namespace and link and programs its rules. It leaves
@@ -466,11 +488,8 @@ func (m *Manager) freeIndex() int {
 }
 
 func (m *Manager) newEntry(key string, index int, rules *netpolicy.Rules) *entry {
-	base := m.pool.Addr()
-	for range index * 4 {
-		base = base.Next()
-	}
-	gw := base.Next()
+	a := m.pool.Addr().As4()
+	gw := netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, binary.BigEndian.Uint32(a[:])+uint32(index)*4+1)))
 	return &entry{link: link{key: key, gw: gw, ip: gw.Next(), rules: rules}, index: index, answers: map[string]answer{}}
 }
 
@@ -543,25 +562,13 @@ func newNamedNS(path string) (netns.NsHandle, error) {
 	}
 	f.Close()
 	var ns netns.NsHandle
-	err = func() error {
-		goruntime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			goruntime.UnlockOSThread()
-			return err
-		}
-		defer orig.Close()
+	err = onThread(func() error {
+		var err error
 		if ns, err = netns.New(); err != nil { // unshare: this thread only
-			goruntime.UnlockOSThread()
 			return err
 		}
-		merr := unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "none", unix.MS_BIND, "")
-		if err := netns.Set(orig); err != nil {
-			return errors.Join(merr, err) // thread stays locked: retired
-		}
-		goruntime.UnlockOSThread()
-		return merr
-	}()
+		return unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "none", unix.MS_BIND, "")
+	})
 	if err != nil {
 		if ns.IsOpen() {
 			ns.Close()

@@ -276,7 +276,7 @@ func (rs *ruleset) remove(c *nftables.Conn, key string, chains, sets []string) e
 
 // allowedSet is what a policy's address rules reach: "internet" or its
 // CIDRs, less its deny CIDRs and the never-reachable ranges.
-func (rs *ruleset) allowedSet(r *netpolicy.Rules) []netip.Prefix {
+func (rs *ruleset) allowedSet(r *netpolicy.Rules) *netipx.IPSet {
 	var b netipx.IPSetBuilder
 	if r.Internet {
 		b.AddPrefix(netip.MustParsePrefix("0.0.0.0/0"))
@@ -289,7 +289,7 @@ func (rs *ruleset) allowedSet(r *netpolicy.Rules) []netip.Prefix {
 	}
 	b.RemoveSet(rs.never)
 	s, _ := b.IPSet()
-	return s.Prefixes()
+	return s
 }
 
 // keyOf is the sandbox key of a per-sandbox chain's name, or "".
@@ -368,15 +368,10 @@ func dportInSet(set *nftables.Set) []expr.Any {
 	}
 }
 
-// intervalElements encodes prefixes for an interval set: each range's
-// first address, and the address after its last flagged as an end (none
-// for a range that runs to 255.255.255.255).
-func intervalElements(prefixes []netip.Prefix) []nftables.SetElement {
-	var b netipx.IPSetBuilder
-	for _, p := range prefixes {
-		b.AddPrefix(p)
-	}
-	set, _ := b.IPSet()
+// intervalElements encodes set for an interval set: each range's first
+// address, and the address after its last flagged as an end (none for a
+// range that runs to 255.255.255.255).
+func intervalElements(set *netipx.IPSet) []nftables.SetElement {
 	var out []nftables.SetElement
 	for _, r := range set.Ranges() {
 		from := r.From().As4()

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox/internal/netpolicy"
@@ -127,12 +126,9 @@ func (m *Manager) allowConn(e *entry, name string, dst netip.AddrPort) bool {
 // of its interfaces', the control API's) or a broadcast must be refused
 // here — forwarded traffic meets the input chain instead.
 func (m *Manager) routedOut(ip netip.Addr) bool {
-	h, err := netlink.NewHandleAt(m.uplink)
-	if err != nil {
-		return false
-	}
-	defer h.Close()
-	routes, err := h.RouteGet(net.IP(ip.AsSlice()))
+	m.routeMu.Lock()
+	routes, err := m.routes.RouteGet(net.IP(ip.AsSlice()))
+	m.routeMu.Unlock()
 	if err != nil || len(routes) == 0 {
 		return false
 	}

@@ -216,7 +216,7 @@ func CanonicalDomain(s string) (string, error) {
 
 // Policy is the canonical form of r, what an answer reports.
 func (r *Rules) Policy() *Policy {
-	if r == nil || (!r.Internet && len(r.AllowNames) == 0 && len(r.AllowPrefix) == 0) {
+	if r.None() {
 		return nil
 	}
 	p := &Policy{}
@@ -422,7 +422,7 @@ func (b Bounds) Check(r *Rules) error {
 		if slices.ContainsFunc(b.Prefixes, func(o netip.Prefix) bool { return o.Bits() <= p.Bits() && o.Contains(p.Addr()) }) {
 			continue
 		}
-		if b.Internet && !overlaps(never, p) {
+		if b.Internet && !never.OverlapsPrefix(p) {
 			continue
 		}
 		return fmt.Errorf("this server does not let sandboxes reach %s (not inside its --network-allow)", prefixString(p))
@@ -436,10 +436,6 @@ func (o Name) Covers(n Name) bool {
 		return !n.Wildcard && n.Domain == o.Domain
 	}
 	return strings.HasSuffix(n.Domain, "."+o.Domain) || (n.Wildcard && n.Domain == o.Domain)
-}
-
-func overlaps(s *netipx.IPSet, p netip.Prefix) bool {
-	return s.OverlapsPrefix(p)
 }
 
 // None reports whether the rules allow nothing.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
@@ -43,7 +44,7 @@ func BenchmarkEgress(b *testing.B) {
 	b.Run("download/host", func(b *testing.B) {
 		client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
-			err := testenv.InNetNS(in.Uplink, func() error {
+			err := egress.InNetNS(in.Uplink, func() error {
 				var err error
 				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 				return err

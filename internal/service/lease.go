@@ -97,9 +97,6 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	if err != nil {
 		return nil, err
 	}
-	if req.Network != nil && network == nil {
-		network = &netpolicy.Policy{} // asked for an interface, closed for now
-	}
 	public, err := s.publicPorts(req.PublicPorts)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,9 @@ import (
 
 // networkPolicy checks a caller's egress policy: every entry valid (400)
 // and within what the operator lets tenants ask for (403). It returns the
-// canonical policy the sandbox gets (nil: none).
+// canonical policy the sandbox gets: nil when none was asked for (no
+// interface at all), an empty one when the policy allows nothing (an
+// interface, closed).
 func (s *Service) networkPolicy(p *netpolicy.Policy) (*netpolicy.Policy, error) {
 	if p == nil {
 		return nil, nil
@@ -30,7 +32,10 @@ func (s *Service) networkPolicy(p *netpolicy.Policy) (*netpolicy.Policy, error) 
 			return nil, err
 		}
 	}
-	return r.Policy(), nil
+	if got := r.Policy(); got != nil {
+		return got, nil
+	}
+	return &netpolicy.Policy{}, nil
 }
 
 // networkChecker is a backend that can refuse a policy it cannot enforce,
@@ -60,6 +65,9 @@ func networkRules(sb *sandbox.Sandbox) *netpolicy.Rules {
 // leased with a network can be closed (an empty policy, stored as {}) and
 // opened again.
 func (s *Service) SetNetwork(ctx context.Context, id string, p *netpolicy.Policy) (*sandbox.Sandbox, error) {
+	if p == nil {
+		p = &netpolicy.Policy{} // closed
+	}
 	got, err := s.networkPolicy(p)
 	if err != nil {
 		return nil, err
@@ -89,9 +97,6 @@ func (s *Service) SetNetwork(ctx context.Context, id string, p *netpolicy.Policy
 		if err != nil {
 			return nil, sandbox.Wrap(sandbox.KindInternal, err, "the network policy could not be applied")
 		}
-	}
-	if got == nil {
-		got = &netpolicy.Policy{} // closed, the interface kept
 	}
 	if err := s.d.Store.SetNetwork(ctx, id, got); err != nil {
 		return nil, err

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +21,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/vishvananda/netns"
+
+	"github.com/sandboxd/sandbox/internal/egress"
 )
 
 // Internet is a test's own small internet: two network namespaces it
@@ -130,7 +130,7 @@ func NewInternet(t testing.TB) *Internet {
 	listen := func(ns, network, addr string) net.Listener {
 		t.Helper()
 		var ln net.Listener
-		if err := InNetNS(ns, func() error {
+		if err := egress.InNetNS(ns, func() error {
 			var err error
 			ln, err = net.Listen(network, addr)
 			return err
@@ -152,7 +152,7 @@ func NewInternet(t testing.TB) *Internet {
 	t.Cleanup(func() { web.Close(); host.Close() })
 
 	var pc net.PacketConn
-	if err := InNetNS(in.World, func() error {
+	if err := egress.InNetNS(in.World, func() error {
 		var err error
 		pc, err = net.ListenPacket("udp4", in.DNS)
 		return err
@@ -189,33 +189,6 @@ func (in *Internet) Queries() []string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return append([]string(nil), in.queries...)
-}
-
-// InNetNS runs fn on a thread in the namespace at path: sockets it makes
-// live there.
-func InNetNS(path string, fn func() error) error {
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	goruntime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		goruntime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		goruntime.UnlockOSThread()
-		return err
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		return err // the thread stays locked, and is retired
-	}
-	goruntime.UnlockOSThread()
-	return ferr
 }
 
 func selfSigned(t testing.TB) tls.Certificate {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/internal/egress"
 )
 
 // RoutedInternet is a test's own small internet for the kube test cluster,
@@ -77,7 +79,7 @@ func NewRoutedInternet(t testing.TB) *RoutedInternet {
 	t.Cleanup(func() { srv.Close() })
 	for _, port := range []string{"80", "8080"} {
 		var ln net.Listener
-		if err := InNetNS("/run/netns/"+n.NS, func() error {
+		if err := egress.InNetNS("/run/netns/"+n.NS, func() error {
 			var err error
 			ln, err = net.Listen("tcp4", ":"+port)
 			return err
