@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -66,23 +65,6 @@ func testImage(t *testing.T, layers ...v1.Layer) (v1.Image, string) {
 	return img, d.String()
 }
 
-func pushTo(t *testing.T, reg *testenv.Registry, repo string, img v1.Image) string {
-	t.Helper()
-	ref := reg.Host + "/" + repo
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := authn.Anonymous
-	if reg.User != "" {
-		auth = authn.FromConfig(authn.AuthConfig{Username: reg.User, Password: reg.Password})
-	}
-	if err := ggremote.Write(r, img, ggremote.WithAuth(auth)); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	return ref
-}
-
 // imageVerb runs `sandbox image ARGS --data data --images images` in
 // process, with in as its stdin.
 func imageVerb(t *testing.T, data, images, in string, args ...string) (string, string, error) {
@@ -114,7 +96,7 @@ func TestImageVerbs(t *testing.T) {
 	oci := func(digest string) string { return filepath.Join(images, "oci", strings.TrimPrefix(digest, "sha256:")) }
 
 	imgA, digestA := testImage(t, fileLayer(t, "etc/tool", "one\n"), fileLayer(t, "etc/tool", "two\n", "bin/x", "x"))
-	refA := pushTo(t, reg, "team/tool:1", imgA)
+	refA := reg.Push(t, "team/tool:1", imgA)
 
 	out, errs, err := imageVerb(t, data, images, "", "pull", "tool", refA)
 	if err != nil {
@@ -299,7 +281,7 @@ func TestImagePullAuth(t *testing.T) {
 	reg := testenv.NeedRegistry(t, true)
 	data, images := t.TempDir(), t.TempDir()
 	img, digest := testImage(t, fileLayer(t, "secret.txt", "private\n"))
-	ref := pushTo(t, reg, "private/tool:2", img)
+	ref := reg.Push(t, "private/tool:2", img)
 
 	if _, _, err := imageVerb(t, data, images, "", "pull", "p", ref); err == nil || !strings.Contains(err.Error(), "--password-stdin") {
 		t.Errorf("an anonymous pull of a private image: %v", err)

@@ -161,16 +161,7 @@ func (l *registry) Derive(ctx context.Context, base, source string, lim image.Li
 }
 
 // env is what a recorded image's config asks for.
-func (l *registry) env(name string) []string {
-	if !image.IsDigest(name) {
-		return nil
-	}
-	p, err := image.InspectPulled(l.dir, name)
-	if err != nil {
-		return nil
-	}
-	return p.Env
-}
+func (l *registry) env(name string) []string { return pulledEnv(l.dir, name) }
 
 // podImage is the container image of a spec's image: a class's local
 // image, or a pulled one by its pinned reference.
@@ -253,11 +244,15 @@ func (l *library) rootfs(name string) (string, error) {
 }
 
 // env is what a pulled image's config asks for; a class image asks none.
-func (l *library) env(name string) []string {
+func (l *library) env(name string) []string { return pulledEnv(l.dir, name) }
+
+// pulledEnv is the Env of the config of the pulled image name (a digest)
+// in dir; nil for a class image or one no longer there.
+func pulledEnv(dir, name string) []string {
 	if !image.IsDigest(name) {
 		return nil
 	}
-	p, err := image.InspectPulled(l.dir, name)
+	p, err := image.InspectPulled(dir, name)
 	if err != nil {
 		return nil
 	}

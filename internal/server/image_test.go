@@ -15,12 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/sandboxd/sandbox/internal/quota"
@@ -106,19 +103,7 @@ func pushWith(t testing.TB, reg *testenv.Registry, repo string, set func(*v1.Con
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		t.Fatal(err)
 	}
-	ref := reg.Host + "/" + repo
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := authn.Anonymous
-	if reg.User != "" {
-		auth = authn.FromConfig(authn.AuthConfig{Username: reg.User, Password: reg.Password})
-	}
-	if err := remote.Write(r, img, remote.WithAuth(auth)); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	return ref
+	return reg.Push(t, repo, img)
 }
 
 // imagesWithClasses is an images directory of its own (pulled images land

@@ -160,16 +160,9 @@ func (s *Store) DeleteImage(ctx context.Context, name string, server bool) (*Ima
 // the server, still refers to: what a collection of unpacked images keeps.
 func (s *Store) ImageDigests(ctx context.Context) (map[string]bool, error) {
 	keep := map[string]bool{}
-	rows, err := s.control.QueryContext(ctx, `SELECT digest FROM server_images`)
-	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+	if err := addDigests(ctx, s.control, keep, `SELECT digest FROM server_images`); err != nil {
+		return nil, err
 	}
-	for rows.Next() {
-		var d string
-		rows.Scan(&d)
-		keep[d] = true
-	}
-	rows.Close()
 	orgs, err := s.Orgs(ctx)
 	if err != nil {
 		return nil, err
@@ -180,16 +173,33 @@ func (s *Store) ImageDigests(ctx context.Context) (map[string]bool, error) {
 		if err != nil {
 			return nil, err
 		}
-		rows, err := db.QueryContext(ctx, `SELECT digest FROM images WHERE org = ? UNION SELECT image FROM sandboxes WHERE org = ?`, org, org)
-		if err != nil {
-			return nil, fmt.Errorf("store: %w", err)
+		if err := addDigests(ctx, db, keep, `SELECT digest FROM images WHERE org = ? UNION SELECT image FROM sandboxes WHERE org = ?`, org, org); err != nil {
+			return nil, err
 		}
-		for rows.Next() {
-			var d string
-			rows.Scan(&d)
-			keep[d] = true
-		}
-		rows.Close()
 	}
 	return keep, nil
+}
+
+// addDigests adds each string the query answers to keep. A row that
+// cannot be read is an error: a collection must never miss a digest still
+// in use.
+func addDigests(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, keep map[string]bool, query string, args ...any) error {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		keep[d] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
 }

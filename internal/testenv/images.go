@@ -87,6 +87,13 @@ func (r *Registry) PushBusybox(t testing.TB, repo string, files map[string]strin
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		t.Fatal(err)
 	}
+	return r.Push(t, repo, img)
+}
+
+// Push writes img to the registry as repo, with the registry's
+// credentials if it has any, and returns its reference.
+func (r *Registry) Push(t testing.TB, repo string, img v1.Image) string {
+	t.Helper()
 	ref := r.Host + "/" + repo
 	parsed, err := name.ParseReference(ref)
 	if err != nil {
