@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,18 +109,29 @@ func TestExecTTYAndResize(t *testing.T) {
 	resize := make(chan runtime.Size, 1)
 	resize <- runtime.Size{Cols: 123, Rows: 45}
 	stdinR, stdinW := io.Pipe()
-	var out bytes.Buffer
+	var out lockedBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- r.Exec(context.Background(), obj.Name, runtime.ExecRequest{
-			Argv: []string{"bash", "-c", "sleep 0.5; stty size; [ -t 0 ] && [ -t 1 ] && echo is-a-tty; echo TERM=$TERM; read line; echo got:$line; stty size"},
+			Argv: []string{"bash", "-c", "stty size; [ -t 0 ] && [ -t 1 ] && echo is-a-tty; echo TERM=$TERM; read line; echo got:$line; stty size"},
 			TTY:  true, Stdin: stdinR, Stdout: &out, Resize: resize,
 		})
 	}()
-	time.Sleep(time.Second)
-	// A resize while the program runs reaches the pty inside too.
+	// A resize while the program runs reaches the pty inside too: sent once
+	// the first size is printed (a fixed sleep lost that race under CI's
+	// load), before the line that lets the program go on.
+	waitFor := func(want string) {
+		t.Helper()
+		for i := 0; !strings.Contains(out.String(), want); i++ {
+			if i == 600 {
+				t.Fatalf("no %q in the tty output: %q", want, out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("TERM=")
 	resize <- runtime.Size{Cols: 77, Rows: 22}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the resize has no answer to wait for
 	io.WriteString(stdinW, "typed\r")
 	select {
 	case err := <-done:
@@ -218,4 +230,22 @@ func TestInitReapsOrphans(t *testing.T) {
 		t.Errorf("zombies left:\n%s", ps)
 	}
 	sh(t, r, obj.Name, "true") // forks still work
+}
+
+// lockedBuffer is a bytes.Buffer a test may read while an exec writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
