@@ -407,3 +407,24 @@ for s in held: s.close()
 		t.Errorf("after closing them: %q, want 8 12 again", again)
 	}
 }
+
+// TestEgressBandwidthBoundOnRunsc: --egress-rate-mbit bounds a sandbox's
+// download. Asserted from below only, so a loaded machine, which only
+// makes it slower, cannot fail it: at 40 Mbit/s (5 MB/s) 40 MB cannot
+// arrive in under 6 s — the kernel's bucket holds a second's worth and
+// the rule's burst a quarter more, 6.25 MB at once, then the rate. The
+// unbounded path takes about 0.1 s; the rate itself is measured in
+// BenchmarkEgress.
+func TestEgressBandwidthBoundOnRunsc(t *testing.T) {
+	e, _ := newEgressEnv(t, 40)
+	id := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}}})
+	out := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", download, "http://" + testenv.RawIP + "/bytes/40000000"}, "timeoutSec": 120})
+	var n int
+	var secs float64
+	if _, err := fmt.Sscan(strings.TrimSpace(out.Stdout), &n, &secs); err != nil || n != 40000000 {
+		t.Fatalf("download: %q %q", out.Stdout, out.Stderr)
+	}
+	if secs < 6 {
+		t.Errorf("40 MB under a 40 Mbit/s bound took %.2f s: the bound does not hold (%.0f Mbit/s)", secs, float64(n)*8/secs/1e6)
+	}
+}
