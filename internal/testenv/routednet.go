@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox/internal/egress"
 )
@@ -42,6 +45,16 @@ func NewRoutedInternet(t testing.TB) *RoutedInternet {
 	if os.Geteuid() != 0 {
 		Missing(t, Kube, "root, for the test's network namespace")
 	}
+	// The host's routes to its addresses are the machine's, one set at a
+	// time: tests of two packages (run in parallel) take turns.
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "sandbox-routed-internet.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() }) // after the routes' cleanup: cleanups run last-added first
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
