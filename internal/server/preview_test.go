@@ -156,7 +156,7 @@ func TestPreviewInBrowserOnRunsc(t *testing.T) {
 			step("second echo", waitPage(ctx, `state.echoes.includes("again") && !state.closed`, 15*time.Second))
 			// A reload carries no token: the cookie alone admits it.
 			step("reload", chromedp.Do(ctx, chromedp.Navigate(form.after)))
-			step("page after reload", waitPage(ctx, `window.state && state.open && document.getElementById("h").textContent === "hello from the sandbox"`, 30*time.Second))
+			step("page after reload", waitPage(ctx, `window.state && state.open && document.getElementById("h").textContent === "hello from the sandbox" && window.seen !== undefined`, 30*time.Second))
 			seen, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`window.seen`))
 			if form.name == "host form" && !strings.Contains(seen, "app=kept") {
 				t.Errorf("the app's own cookie did not reach it: %q", seen)
