@@ -15,7 +15,22 @@ type Principal struct {
 	// Key is the public id of the API key the caller presented (empty for
 	// the server's own work): long connections end when it is revoked.
 	Key string
+	// Admin is an API key with the admin scope: it may manage keys and
+	// quotas (the operator routes, with the operator org). A tenant-scoped
+	// key, a JWT and a lease credential are never admin.
+	Admin bool
+	// Sandbox, when set, confines the caller to that one sandbox of Org:
+	// the credential a lease is handed. Scopes say what it may do there.
+	Sandbox string
+	Scopes  []string
+	// Token is the bearer the principal was proven by, kept in memory
+	// only for the one call (a lease exchanges it for the sandbox's own
+	// credential): never logged, stored or answered.
+	Token string `json:"-"`
 }
+
+// Confined reports whether p may act only on one sandbox.
+func (p Principal) Confined() bool { return p.Sandbox != "" }
 
 type principalKey struct{}
 
