@@ -56,7 +56,7 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if *expires > 0 {
 				exp = time.Now().Add(*expires)
 			}
-			key, _, err := st.MintKey(ctx, *org, *subject, exp)
+			key, _, err := st.MintKey(ctx, *org, *subject, store.ScopeTenant, exp)
 			if err != nil {
 				return err
 			}

@@ -80,7 +80,7 @@ type Operator interface {
 	OrgQuota(ctx context.Context, org string) (quota.Policy, error)
 	SetOrgQuota(ctx context.Context, org string, p quota.Policy) error
 	Keys(ctx context.Context, org string) ([]store.Key, error)
-	MintKey(ctx context.Context, org, subject string, expires time.Time) (string, store.Key, error)
+	MintKey(ctx context.Context, org, subject, scope string, expires time.Time) (string, store.Key, error)
 	RevokeKey(ctx context.Context, org, id string) error
 }
 

@@ -50,7 +50,7 @@ func (s *Server) mintKey(w http.ResponseWriter, r *http.Request) error {
 	if req.TTLSec > 0 {
 		exp = time.Now().Add(time.Duration(req.TTLSec) * time.Second)
 	}
-	secret, k, err := s.Operator.MintKey(r.Context(), r.PathValue("org"), req.Subject, exp)
+	secret, k, err := s.Operator.MintKey(r.Context(), r.PathValue("org"), req.Subject, store.ScopeTenant, exp)
 	if err != nil {
 		return err
 	}

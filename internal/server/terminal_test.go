@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sandboxd/sandbox/internal/keywatch"
+	"github.com/sandboxd/sandbox/internal/store"
 )
 
 // ticketFor mints a ticket for kind on id as org.
@@ -189,7 +190,7 @@ func TestRevokedKeyEndsItsConnections(t *testing.T) {
 	keywatch.Every = 200 * time.Millisecond
 	e := newEnv(t)
 	ctx := context.Background()
-	secret, k, err := e.srv.Store.MintKey(ctx, "acme", "doomed", time.Time{})
+	secret, k, err := e.srv.Store.MintKey(ctx, "acme", "doomed", store.ScopeTenant, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

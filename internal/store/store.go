@@ -429,9 +429,35 @@ func hashKey(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CreateKey mints an API key for org, without expiry (see MintKey).
+// The scopes of an API key: a closed set.
+const (
+	// ScopeTenant is the org's sandboxes and everything on them: every
+	// route but the key and operator routes. The default.
+	ScopeTenant = "tenant"
+	// ScopeAdmin is also the org's own keys; with the operator org, the
+	// operator routes (every org's keys and quotas, /metrics).
+	ScopeAdmin = "admin"
+)
+
+// CheckScope is nil for a known scope, else KindInvalid naming the known
+// ones.
+func CheckScope(scope string) error {
+	if scope != ScopeTenant && scope != ScopeAdmin {
+		return sandbox.Errorf(sandbox.KindInvalid, "unknown key scope %q: the scopes are %s and %s", scope, ScopeTenant, ScopeAdmin)
+	}
+	return nil
+}
+
+// CreateKey mints a tenant-scoped API key for org, without expiry (see
+// MintKey).
 func (s *Store) CreateKey(ctx context.Context, org, subject string) (string, error) {
-	key, _, err := s.MintKey(ctx, org, subject, time.Time{})
+	key, _, err := s.MintKey(ctx, org, subject, ScopeTenant, time.Time{})
+	return key, err
+}
+
+// CreateAdminKey is CreateKey with the admin scope.
+func (s *Store) CreateAdminKey(ctx context.Context, org, subject string) (string, error) {
+	key, _, err := s.MintKey(ctx, org, subject, ScopeAdmin, time.Time{})
 	return key, err
 }
 
@@ -441,6 +467,7 @@ type Key struct {
 	Org        string    `json:"org"`
 	Subject    string    `json:"subject"`
 	Prefix     string    `json:"prefix"` // the secret's first characters, to recognise it
+	Scope      string    `json:"scope"`  // ScopeTenant or ScopeAdmin
 	CreatedAt  time.Time `json:"createdAt"`
 	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
 	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
@@ -450,12 +477,16 @@ type Key struct {
 // the secret.
 func keyID(hash string) string { return "key_" + hash[:16] }
 
-// MintKey mints an API key for org (expiring at expires, unless zero) and
-// stores only its hash. The secret is returned once; it cannot be read
-// back.
-func (s *Store) MintKey(ctx context.Context, org, subject string, expires time.Time) (string, Key, error) {
+// MintKey mints an API key for org with scope (ScopeTenant or ScopeAdmin,
+// else KindInvalid), expiring at expires unless zero, and stores only its
+// hash. The secret is returned once; it cannot be read back. Whether the
+// caller may give that scope is the caller's to decide.
+func (s *Store) MintKey(ctx context.Context, org, subject, scope string, expires time.Time) (string, Key, error) {
 	if strings.TrimSpace(org) == "" || len(org) > 128 {
 		return "", Key{}, sandbox.Errorf(sandbox.KindInvalid, "org must be 1-128 characters")
+	}
+	if err := CheckScope(scope); err != nil {
+		return "", Key{}, err
 	}
 	b := make([]byte, 32)
 	rand.Read(b)
@@ -466,12 +497,12 @@ func (s *Store) MintKey(ctx context.Context, org, subject string, expires time.T
 	if !expires.IsZero() {
 		exp = millis(expires)
 	}
-	_, err := s.control.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		h, org, subject, secret[:10], millis(now), exp)
+	_, err := s.control.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, scope, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		h, org, subject, secret[:10], scope, millis(now), exp)
 	if err != nil {
 		return "", Key{}, fmt.Errorf("store: create key: %w", err)
 	}
-	k := Key{ID: keyID(h), Org: org, Subject: subject, Prefix: secret[:10], CreatedAt: now}
+	k := Key{ID: keyID(h), Org: org, Subject: subject, Prefix: secret[:10], Scope: scope, CreatedAt: now}
 	if exp != 0 {
 		k.ExpiresAt = fromMillis(exp)
 	}
@@ -481,15 +512,17 @@ func (s *Store) MintKey(ctx context.Context, org, subject string, expires time.T
 // touchEvery bounds how often a key's last use is written.
 const touchEvery = time.Minute
 
-// Principal resolves an API key, or KindUnauthorized. It asks the control
-// database every time (about 10 µs): a key revoked or expired — by the
-// server or by the CLI on the data directory — stops working at once.
+// Principal resolves an API key, or KindUnauthorized; an admin-scoped key
+// is an Admin principal. It asks the control database every time (about
+// 10 µs): a key revoked or expired — by the server or by the CLI on the
+// data directory — stops working at once.
 func (s *Store) Principal(ctx context.Context, key string) (sandbox.Principal, error) {
 	h := hashKey(key)
 	var p sandbox.Principal
+	var scope string
 	var used, exp int64
-	err := s.control.QueryRowContext(ctx, `SELECT org, subject, last_used_at, expires_at FROM api_keys WHERE hash = ?`, h).
-		Scan(&p.Org, &p.Subject, &used, &exp)
+	err := s.control.QueryRowContext(ctx, `SELECT org, subject, scope, last_used_at, expires_at FROM api_keys WHERE hash = ?`, h).
+		Scan(&p.Org, &p.Subject, &scope, &used, &exp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, sandbox.Errorf(sandbox.KindUnauthorized, "invalid API key")
 	}
@@ -505,7 +538,7 @@ func (s *Store) Principal(ctx context.Context, key string) (sandbox.Principal, e
 			return p, fmt.Errorf("store: key: %w", err)
 		}
 	}
-	p.Key = keyID(h)
+	p.Key, p.Admin = keyID(h), scope == ScopeAdmin
 	return p, nil
 }
 
@@ -525,7 +558,7 @@ func (s *Store) KeyActive(ctx context.Context, id string) (bool, error) {
 
 // Keys lists org's keys, oldest first.
 func (s *Store) Keys(ctx context.Context, org string) ([]Key, error) {
-	rows, err := s.control.QueryContext(ctx, `SELECT hash, org, subject, prefix, created_at, last_used_at, expires_at
+	rows, err := s.control.QueryContext(ctx, `SELECT hash, org, subject, prefix, scope, created_at, last_used_at, expires_at
 		FROM api_keys WHERE org = ? ORDER BY created_at, hash`, org)
 	if err != nil {
 		return nil, fmt.Errorf("store: keys: %w", err)
@@ -536,7 +569,7 @@ func (s *Store) Keys(ctx context.Context, org string) ([]Key, error) {
 		var k Key
 		var h string
 		var created, used, exp int64
-		if err := rows.Scan(&h, &k.Org, &k.Subject, &k.Prefix, &created, &used, &exp); err != nil {
+		if err := rows.Scan(&h, &k.Org, &k.Subject, &k.Prefix, &k.Scope, &created, &used, &exp); err != nil {
 			return nil, fmt.Errorf("store: keys: %w", err)
 		}
 		k.ID, k.CreatedAt = keyID(h), fromMillis(created)

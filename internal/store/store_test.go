@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -323,7 +325,7 @@ func TestOrgQuota(t *testing.T) {
 func TestKeyLifecycle(t *testing.T) {
 	st, _ := openStore(t)
 	ctx := context.Background()
-	secret, k, err := st.MintKey(ctx, "acme", "ci", time.Time{})
+	secret, k, err := st.MintKey(ctx, "acme", "ci", ScopeTenant, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,12 +358,122 @@ func TestKeyLifecycle(t *testing.T) {
 	if err := st.RevokeKey(ctx, "acme", k.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("revoked twice: %v", err)
 	}
-	old, ko, _ := st.MintKey(ctx, "acme", "ci", time.Now().Add(-time.Second))
+	old, ko, _ := st.MintKey(ctx, "acme", "ci", ScopeTenant, time.Now().Add(-time.Second))
 	if _, err := st.Principal(ctx, old); !errors.Is(err, sandbox.ErrUnauthorized) || !strings.Contains(sandbox.Message(err), "expired") {
 		t.Errorf("an expired key: %v", err)
 	}
 	if ok, _ := st.KeyActive(ctx, ko.ID); ok {
 		t.Error("an expired key is active")
+	}
+}
+
+// TestKeyScopes: a key's scope is stored, listed and makes an admin
+// principal only when it is admin; CreateKey is tenant; a scope outside the
+// closed set is KindInvalid naming the known ones, and nothing is stored.
+func TestKeyScopes(t *testing.T) {
+	st, _ := openStore(t)
+	ctx := context.Background()
+	tenant, err := st.CreateKey(ctx, "acme", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, ka, err := st.MintKey(ctx, "acme", "ops", ScopeAdmin, time.Time{})
+	if err != nil || ka.Scope != ScopeAdmin {
+		t.Fatalf("mint admin: %+v %v", ka, err)
+	}
+	if p, err := st.Principal(ctx, tenant); err != nil || p.Admin {
+		t.Errorf("a tenant key's principal: %+v %v", p, err)
+	}
+	if p, err := st.Principal(ctx, admin); err != nil || !p.Admin || p.Org != "acme" {
+		t.Errorf("an admin key's principal: %+v %v", p, err)
+	}
+	ks, _ := st.Keys(ctx, "acme")
+	got := map[string]string{}
+	for _, k := range ks {
+		got[k.Subject] = k.Scope
+	}
+	if len(ks) != 2 || got["app"] != ScopeTenant || got["ops"] != ScopeAdmin {
+		t.Errorf("listed scopes %+v", ks)
+	}
+	for _, bad := range []string{"", "Admin", "operator", "tenant "} {
+		_, _, err := st.MintKey(ctx, "acme", "x", bad, time.Time{})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(sandbox.Message(err), "the scopes are tenant and admin") {
+			t.Errorf("scope %q: %v", bad, err)
+		}
+	}
+	if ks, _ := st.Keys(ctx, "acme"); len(ks) != 2 {
+		t.Errorf("a refused scope stored a key: %+v", ks)
+	}
+}
+
+// TestKeyScopeMigration: a control database from before scopes (its keys
+// had every power of their org) opens with those keys admin, so an upgrade
+// does not lock the operator out; a key minted afterwards, and a row
+// written without a scope, are tenant.
+func TestKeyScopeMigration(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	// The database as a server from before scopes left it: the migrations
+	// before the scopes' one, its version, and a key in the table they made.
+	names, _ := fs.Glob(migrations, "migrations/control/*.sql") // sorted, as migrate applies them
+	before := -1
+	for i, n := range names {
+		if strings.HasSuffix(n, "_key_scopes.sql") {
+			before = i
+		}
+	}
+	if before < 0 {
+		t.Fatal("no key scopes migration")
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "control.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names[:before] {
+		body, _ := migrations.ReadFile(n)
+		if _, err := db.ExecContext(ctx, string(body)); err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+	}
+	secret := "sbk_before-the-upgrade"
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", before)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, created_at) VALUES (?, 'system', 'operator', 'sbk_before', 1)`, hashKey(secret)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	st, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if p, err := st.Principal(ctx, secret); err != nil || !p.Admin || p.Org != "system" {
+		t.Errorf("a key from before the upgrade: %+v %v", p, err)
+	}
+	if ks, _ := st.Keys(ctx, "system"); len(ks) != 1 || ks[0].Scope != ScopeAdmin {
+		t.Errorf("listed %+v", ks)
+	}
+	fresh, err := st.CreateKey(ctx, "system", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := st.Principal(ctx, fresh); p.Admin {
+		t.Error("a key minted after the upgrade is admin")
+	}
+	// The column's own default is the lesser scope, and the set is closed
+	// in the table too.
+	if _, err := st.control.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, created_at) VALUES ('h', 'acme', 'raw', 'p', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	var scope string
+	st.control.QueryRowContext(ctx, `SELECT scope FROM api_keys WHERE hash = 'h'`).Scan(&scope)
+	if scope != ScopeTenant {
+		t.Errorf("a row without a scope is %q", scope)
+	}
+	if _, err := st.control.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, scope, created_at) VALUES ('h2', 'acme', 'raw', 'p', 'root', 1)`); err == nil {
+		t.Error("the table took a scope outside the set")
 	}
 }
 
