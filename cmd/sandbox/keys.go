@@ -13,10 +13,13 @@ import (
 )
 
 const keysUsage = `usage:
-  sandbox keys create --data DIR --org ORG [--subject WHO] [--expires DUR]
-        mint a key and print it alone on stdout (shown this once)
+  sandbox keys create --data DIR --org ORG [--subject WHO] [--expires DUR] [--scope tenant|admin]
+        mint a key and print it alone on stdout (shown this once). A tenant key
+        (the default) works the org's sandboxes; an admin key also manages the
+        org's keys over the API, and one of the operator org (--operator-org,
+        default system) every org's keys and quotas, and reads /metrics
   sandbox keys list --data DIR --org ORG
-        the org's keys: id, subject, created, last used, expires (never a secret)
+        the org's keys: id, subject, scope, created, last used, expires (never a secret)
   sandbox keys revoke --data DIR --org ORG KEY_ID
         delete a key: its next call is a 401, and its open terminals,
         screens, event streams and MCP streams end within seconds`
@@ -35,6 +38,7 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	org := fs.String("org", "", "the org (required)")
 	subject := fs.String("subject", "cli", "create: who the key is for, recorded beside it")
 	expires := fs.Duration("expires", 0, "create: the key stops working this long from now (0: never)")
+	scope := fs.String("scope", store.ScopeTenant, "create: tenant (the org's sandboxes) or admin (also its keys; with the operator org, the operator routes)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -44,6 +48,9 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *expires < 0 {
 		return errors.New("--expires must not be negative")
+	}
+	if err := store.CheckScope(*scope); err != nil {
+		return fmt.Errorf("--scope: %w", err)
 	}
 	if want := map[string]int{"create": 0, "list": 0, "revoke": 1}[verb]; fs.NArg() != want {
 		fmt.Fprintln(stderr, keysUsage)
@@ -56,7 +63,7 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if *expires > 0 {
 				exp = time.Now().Add(*expires)
 			}
-			key, _, err := st.MintKey(ctx, *org, *subject, store.ScopeTenant, exp)
+			key, _, err := st.MintKey(ctx, *org, *subject, *scope, exp)
 			if err != nil {
 				return err
 			}
@@ -67,9 +74,9 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSUBJECT\tPREFIX\tCREATED\tLAST USED\tEXPIRES")
+			fmt.Fprintln(tw, "ID\tSUBJECT\tSCOPE\tPREFIX\tCREATED\tLAST USED\tEXPIRES")
 			for _, k := range ks {
-				fmt.Fprintf(tw, "%s\t%s\t%s…\t%s\t%s\t%s\n", k.ID, k.Subject, k.Prefix, when(k.CreatedAt), when(k.LastUsedAt), when(k.ExpiresAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\n", k.ID, k.Subject, k.Scope, k.Prefix, when(k.CreatedAt), when(k.LastUsedAt), when(k.ExpiresAt))
 			}
 			return tw.Flush()
 		case "revoke":

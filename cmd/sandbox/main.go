@@ -21,8 +21,10 @@ const usage = `sandbox — lease isolated gVisor sandboxes over HTTP
 Usage:
   sandbox serve --data DIR [--listen ADDR] [--images DIR] [--reap-every DUR]
         run the server (see 'sandbox serve -h')
-  sandbox keys create --data DIR --org ORG [--expires DUR]
-        mint an API key for ORG and print it alone on stdout
+  sandbox keys create --data DIR --org ORG [--expires DUR] [--scope tenant|admin]
+        mint an API key for ORG and print it alone on stdout; tenant (the
+        default) for its sandboxes, admin also for its keys (the operator
+        org's admin keys: every org's keys and quotas, /metrics)
   sandbox keys list|revoke --data DIR --org ORG [KEY_ID]
         list an org's keys (never a secret), or revoke one at once
   sandbox image build exec|dev|desktop|android [--images DIR]
@@ -48,6 +50,8 @@ balance cannot pay is refused with 402.
 
 Every API call carries 'Authorization: Bearer <key>'. Start with:
   sandbox keys create --data /var/lib/sandbox --org myteam
+and, for the operator routes:
+  sandbox keys create --data /var/lib/sandbox --org system --scope admin
 
 ` + clientUsage + "\n"
 

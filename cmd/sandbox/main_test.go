@@ -168,3 +168,47 @@ func TestQuotaVerb(t *testing.T) {
 		t.Errorf("clear: %v %s", err, out)
 	}
 }
+
+// TestKeysVerb: create mints a tenant key unless --scope admin, refuses a
+// scope outside the set before touching the data directory, and list shows
+// each key's scope (and never its secret).
+func TestKeysVerb(t *testing.T) {
+	data := t.TempDir()
+	run1 := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"keys"}, append(args, "--data", data, "--org", "acme")...), &out, io.Discard)
+		return out.String(), err
+	}
+	tenant, err := run1("create", "--subject", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := run1("create", "--subject", "ops", "--scope", "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run1("create", "--scope", "root"); err == nil || !strings.Contains(err.Error(), "the scopes are tenant and admin") {
+		t.Errorf("an unknown scope: %v", err)
+	}
+	out, err := run1("list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "SCOPE") {
+		t.Fatalf("list printed %q", out)
+	}
+	scopes := map[string]string{}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		scopes[f[1]] = f[2]
+	}
+	if scopes["app"] != "tenant" || scopes["ops"] != "admin" {
+		t.Errorf("list's scopes %v in %q", scopes, out)
+	}
+	for _, secret := range []string{tenant, admin} {
+		if strings.Contains(out, strings.TrimSpace(secret)[10:]) {
+			t.Errorf("list shows a secret: %q", out)
+		}
+	}
+}

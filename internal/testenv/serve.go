@@ -23,7 +23,7 @@ type Server struct {
 	URL  string            // http://127.0.0.1:PORT
 	Data string            // its data directory
 	Bin  string            // the sandbox binary
-	Keys map[string]string // org → API key
+	Keys map[string]string // org → API key: OperatorOrg's admin, the others tenant
 	// Images is its images directory: the shared test images (Images()),
 	// or with ServeWith one of its own.
 	Images string
@@ -32,6 +32,10 @@ type Server struct {
 	// package imports no backend).
 	runsc string
 }
+
+// OperatorOrg is the server's operator org (serve's default, which Serve
+// keeps).
+const OperatorOrg = "system"
 
 // Binaries builds cmd/sandbox and cmd/sandbox-runner into one directory
 // of the test's (the server finds its runner beside it; the directory goes
@@ -115,7 +119,13 @@ func serve(t testing.TB, runsc, bin string, orgs []string, images string, args [
 	}
 	s := &Server{Data: data, Bin: bin, Keys: map[string]string{}, Images: images, runsc: runsc}
 	for _, org := range orgs {
-		out, err := exec.Command(bin, "keys", "create", "--data", data, "--org", org).Output()
+		args := []string{"keys", "create", "--data", data, "--org", org}
+		if org == OperatorOrg {
+			// The operator's calls (quotas, keys, /metrics) need an admin
+			// key; every other org's key is a tenant's, as a user's is.
+			args = append(args, "--scope", "admin")
+		}
+		out, err := exec.Command(bin, args...).Output()
 		if err != nil {
 			t.Fatalf("keys create: %v", err)
 		}
