@@ -47,6 +47,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	if cfg.Identity.URL == "" {
+		cfg.Identity.URL = issuerURL(cfg.Listen)
+	}
 	app, err := server.New(ctx, cfg.Config, log)
 	if err != nil {
 		return err
@@ -82,4 +85,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// issuerURL is the issuer URL --listen implies: its tokens' iss and its
+// discovery's base. An unspecified host (":8080", "0.0.0.0:8080") is named
+// localhost; behind a proxy or on another name, set --issuer-url.
+func issuerURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/netpolicy"
@@ -140,6 +141,10 @@ type Deps struct {
 	// Keys tells long connections (consoles, event streams) that their
 	// key was revoked; nil never ends them for it.
 	Keys keywatch.Checker
+	// Issuer is the server's own authorization server; nil serves none.
+	Issuer Issuer
+	// Narrator takes notes into session logs; nil refuses them.
+	Narrator Narrator
 }
 
 // Server serves the HTTP API.
@@ -240,12 +245,12 @@ func (s *Server) routes() {
 				"metadata.KEY: only those whose metadata KEY has this value (any number of keys)"}})
 		s.handle("GET "+p+"/usage", s.usage, doc{Summary: "Lease-seconds per class", Answer: typ[usageBody]()})
 		s.handle("GET "+p+"/quota", s.quotaLines, doc{Summary: "Each quota of the org with its use", Answer: typ[quotaBody]()})
-		s.handle("GET "+p+"/{id}", s.get, doc{Summary: "One sandbox", Answer: typ[sandbox.Object](), Errors: []int{404}})
+		s.handle("GET "+p+"/{id}", s.get, doc{Summary: "One sandbox (a sandbox's own credential may read its own)", Answer: typ[sandbox.Object](), Errors: []int{404}, Scope: identity.ScopeRead})
 		s.handle("DELETE "+p+"/{id}", s.end, doc{Summary: "End a sandbox: its container goes, its project volume stays unless purge", Answer: typ[service.EndResult](),
 			Query: []string{"purge: 1 drops the project volume too"}, Errors: []int{404, 409, 502}})
 		s.handle("PUT "+p+"/{id}/network", s.setNetwork, doc{Summary: "Replace the sandbox's egress policy ({} closes it; new connections follow the new policy). A sandbox leased with no network has no interface to open: 409. A policy the backend cannot enforce (domain rules on Kubernetes): 501", Body: typ[netpolicy.Policy](), Answer: typ[sandbox.Object](), Errors: []int{400, 403, 404, 409, 501}})
 		s.handle("PUT "+p+"/{id}/metadata", s.setMetadata, doc{Summary: "Replace the sandbox's metadata (a string map; {} clears it)", Body: typ[map[string]string](), Answer: typ[sandbox.Object](), Errors: []int{404}})
-		s.handle("POST "+p+"/{id}/renew", s.renew, doc{Summary: "Extend the lease (never past the ceiling)", Body: typ[renewRequest](), Answer: typ[sandbox.Object](), Errors: onSandbox})
+		s.handle("POST "+p+"/{id}/renew", s.renew, doc{Summary: "Extend the lease (never past the ceiling); the sandbox's credential is handed again, to the new end (a sandbox's own credential may renew itself)", Body: typ[renewRequest](), Answer: typ[sandbox.Object](), Errors: onSandbox, Scope: identity.ScopeRenew})
 		s.handle("POST "+p+"/{id}/exec", s.exec, doc{Summary: "Run a command and wait for it; a non-zero exit is a 200. With Accept: application/x-ndjson the answer streams: " +
 			`a line per chunk of output as it comes ({"stdout"} or {"stderr"} when UTF-8, else {"stdoutBase64"} / {"stderrBase64"}), then {"exitCode", "timedOut"?, "stopped"?} or {"error"}`,
 			Body: typ[service.ExecRequest](), Answer: typ[service.ExecResult](), AnswerRaw: ndjson, Errors: onFiles})
@@ -288,6 +293,10 @@ func (s *Server) routes() {
 	s.handle("GET /v1/orgs/{org}/keys", s.operator(s.listKeys), doc{Summary: "An org's keys, never a secret (operator org)", Answer: typ[keysBody](), Errors: onOrg})
 	s.handle("POST /v1/orgs/{org}/keys", s.operator(s.mintKey), doc{Summary: "Mint a key; its secret is shown once (operator org)", Body: typ[mintKeyRequest](), Answer: typ[mintedKey](), Status: 201, Errors: onOrg})
 	s.handle("DELETE /v1/orgs/{org}/keys/{key}", s.operator(s.revokeKey), doc{Summary: "Revoke a key at once (operator org)", Answer: typ[revokedBody](), Errors: onOrg})
+	s.handle("POST /v1/sessions/{name}/events", s.narrate, doc{Summary: "Append a note to a session's log (its followers see it at once; a sandbox's credential may, with the narrate scope)", Body: typ[narrateRequest](), Answer: typ[narratedBody](), Status: 202, Errors: []int{404}, Scope: identity.ScopeNarrate})
+	if s.Issuer != nil {
+		s.issuerRoutes()
+	}
 	s.handle("GET /v1/sessions/{name}/events", s.sessionEvents, doc{Summary: "A session's live log: the backlog, then each event, as server-sent events", AnswerRaw: "text/event-stream",
 		Query: []string{"after: resume after this event id (or send Last-Event-ID)"}, Errors: []int{404}})
 	if s.MCP != nil {
@@ -320,7 +329,7 @@ func (s *Server) routes() {
 }
 
 func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request) error, d doc) {
-	s.raw(pattern, s.authenticate(func(w http.ResponseWriter, r *http.Request) {
+	s.raw(pattern, s.authenticateScope(d.Scope, func(w http.ResponseWriter, r *http.Request) {
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
@@ -416,6 +425,12 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) authenticate(next http.HandlerFunc) http.Handler {
+	return s.authenticateScope("", next)
+}
+
+// authenticateScope is authenticate for a route that a sandbox's
+// credential may call with scope ("" is none may).
+func (s *Server) authenticateScope(scope string, next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
@@ -423,6 +438,9 @@ func (s *Server) authenticate(next http.HandlerFunc) http.Handler {
 			return
 		}
 		p, err := s.Auth.Principal(r.Context(), token)
+		if err == nil {
+			err = confine(p, scope, r)
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -512,8 +530,11 @@ func bearer(h string) (string, bool) {
 		return "", false
 	}
 	t := strings.TrimSpace(h[len(prefix):])
-	return t, t != "" && len(t) <= 4096
+	return t, t != "" && len(t) <= maxBearer
 }
+
+// maxBearer bounds a bearer: an API key is 47 bytes, a JWT a few KiB.
+const maxBearer = 8192
 
 type errorBody struct {
 	Error string `json:"error"`

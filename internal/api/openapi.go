@@ -38,6 +38,9 @@ type doc struct {
 	Query []string
 	// Public routes take no bearer key (a page, a ticketed socket).
 	Public bool
+	// Scope is what a sandbox's own credential needs to call the route;
+	// empty: it may not.
+	Scope string
 }
 
 func typ[T any]() reflect.Type { return reflect.TypeFor[T]() }
@@ -199,7 +202,9 @@ func operation(method, path string, d doc) (map[string]any, error) {
 	responses[strconv.Itoa(status)] = ok
 	errs := slices.Clone(d.Errors)
 	if !d.Public {
-		errs = append(errs, 400, 401, 429, 500, 503)
+		// 403 too: a sandbox's credential is refused the routes it has no
+		// scope for.
+		errs = append(errs, 400, 401, 403, 429, 500, 503)
 	} else {
 		op["security"] = []any{}
 	}

@@ -164,6 +164,9 @@ func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string
 			return nil, nil, true
 		}
 		p, err := s.Auth.Principal(r.Context(), token)
+		if err == nil {
+			err = confine(p, "", r)
+		}
 		if err != nil {
 			s.previewError(w, r, err)
 			return nil, nil, true

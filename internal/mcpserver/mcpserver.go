@@ -84,6 +84,9 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 			log.Error("mcp: checking a key", "err", err)
 			return nil, errors.New("the key could not be checked; try again")
 		}
+		if p.Confined() {
+			return nil, fmt.Errorf("%w: a sandbox's credential cannot use the MCP tools", auth.ErrInvalidToken)
+		}
 		// UserID binds an MCP session to the org that opened it: the SDK
 		// refuses the session's id presented with another org's key.
 		return &auth.TokenInfo{UserID: p.Org, Extra: map[string]any{principalKey: p}}, nil

@@ -115,6 +115,13 @@ type ExecRequest struct {
 	Stderr io.Writer
 	TTY    bool
 	Resize <-chan Size
+	// Root runs the program as the sandbox's root with only the
+	// capabilities to own and place files (CAP_CHOWN, CAP_DAC_OVERRIDE,
+	// CAP_FOWNER), the sandbox user's ids in $SANDBOX_UID and
+	// $SANDBOX_GID: for the server's own fixed commands (writing the lease
+	// credential under /run), never a caller's. A backend whose programs
+	// cannot change user (a pod's securityContext) runs it as the user.
+	Root bool
 }
 
 // ExitError reports a program that ran and exited non-zero; it is a result,

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 )
 
 // Principal is who calls: the org comes only from here, never from a body or
@@ -23,6 +24,9 @@ type Principal struct {
 	// the credential a lease is handed. Scopes say what it may do there.
 	Sandbox string
 	Scopes  []string
+	// Expires is when the credential stops working (zero: an API key
+	// without expiry); an exchange from it never outlives it.
+	Expires time.Time
 	// Token is the bearer the principal was proven by, kept in memory
 	// only for the one call (a lease exchanges it for the sandbox's own
 	// credential): never logged, stored or answered.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -87,11 +88,25 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 	case "none":
 		cfg.Runner = ""
 	}
-	srv, err := server.New(context.Background(), cfg, log)
+	// The listener comes first: its address is the issuer's URL (the
+	// lease credentials' iss), as --listen is for the binary.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, srv: srv, http: httptest.NewServer(srv.Handler), data: data, keys: map[string]string{}}
+	if cfg.Identity.URL == "" {
+		cfg.Identity.URL = "http://" + ln.Addr().String()
+	}
+	srv, err := server.New(context.Background(), cfg, log)
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv.Handler)
+	ts.Listener.Close()
+	ts.Listener = ln
+	ts.Start()
+	e := &env{t: t, srv: srv, http: ts, data: data, keys: map[string]string{}}
 	t.Cleanup(e.close)
 	for _, org := range []string{"acme", "globex", "system"} {
 		key, err := srv.Store.CreateKey(context.Background(), org, "test")

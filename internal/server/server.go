@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/host"
+	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/mcpserver"
 	"github.com/sandboxd/sandbox/internal/meter"
@@ -55,8 +56,9 @@ type Config struct {
 	Kube    kube.Options
 	Service service.Config
 	Reaper  reaper.Config
-	API     api.Config
-	Preview preview.Config
+	API      api.Config
+	Preview  preview.Config
+	Identity identity.Config
 
 	// Getenv reads the fee settings (SANDBOX_FEE_CENTS...); nil means
 	// os.Getenv.
@@ -75,6 +77,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Reaper.RegisterFlags(fs)
 	c.API.RegisterFlags(fs)
 	c.Preview.RegisterFlags(fs)
+	c.Identity.RegisterFlags(fs)
 	c.GVisor.RegisterFlags(fs)
 	c.Kube.RegisterFlags(fs)
 }
@@ -104,7 +107,7 @@ func (c *Config) Validate() error {
 	if c.Data == "" {
 		return errors.New("--data is required")
 	}
-	errs := []error{c.Service.Validate(), c.Reaper.Validate(), c.API.Validate(), c.Preview.Validate()}
+	errs := []error{c.Service.Validate(), c.Reaper.Validate(), c.API.Validate(), c.Preview.Validate(), c.Identity.Validate()}
 	switch c.Backend {
 	case "", BackendGVisor:
 		errs = append(errs, c.GVisor.Validate())
@@ -149,6 +152,7 @@ type Server struct {
 	Sessions *narrate.Log
 
 	api          *api.Server
+	issuer       *identity.Issuer // nil without an issuer URL
 	stopSessions context.CancelFunc
 }
 
@@ -179,7 +183,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	m := metrics.New()
 	sessions := narrate.New(st, log)
+	id, err := newIdentity(cfg, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	svc := service.New(cfg.Service, service.Deps{
+		Credentials: id.exchanger, OperatorOrg: operatorOrg(cfg),
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
@@ -189,17 +199,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
+	auth := id.authenticator(st, svc, log)
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
 	previews := service.NewPreviews(svc, signer, cfg.Preview, st)
 	it := interp.New(svc, b.runner, log)
 	typed := ops.New(svc, svc, svc, it).WithPreviews(previews)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Processes: svc, Images: svc, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: st,
-		Metrics: m.Handler(), Sessions: sessions, MCP: mcpserver.New(typed, st, log, Version), Keys: st, Version: Version,
+		Leases: svc, Work: svc, Processes: svc, Images: svc, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
+		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
+		Issuer: id.issuerRoutes(),
 	}, log, cfg.API)
 	return &Server{
-		Handler: h.Handler(), api: h,
+		Handler: h.Handler(), api: h, issuer: id.issuer,
 		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
 		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: svc.Ceiling(), Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
@@ -270,7 +282,14 @@ func reconcile(ctx context.Context, st *store.Store, b backend, svc *service.Ser
 
 // Run runs the background work (the reaper) until ctx ends, and returns once
 // it has drained.
-func (s *Server) Run(ctx context.Context) { s.Reaper.Run(ctx) }
+func (s *Server) Run(ctx context.Context) {
+	if s.issuer != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); s.issuer.Run(ctx) }()
+		defer func() { <-done }()
+	}
+	s.Reaper.Run(ctx)
+}
 
 // Close stores the session events still queued and closes the store.
 // Sandboxes keep running: a restart re-adopts them.

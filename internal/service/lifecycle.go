@@ -119,6 +119,9 @@ func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.
 	if err := s.d.Store.SetExpiry(ctx, sb.ID, sb.ExpiresAt); err != nil {
 		return nil, err
 	}
+	// The credential follows the lease: a new one, to the new end, for
+	// the renewer's token.
+	s.handCredential(ctx, sb, false)
 	return sb, nil
 }
 
@@ -191,6 +194,9 @@ func (s *Service) wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	}
 	// The answer says whether the memory came back.
 	sb.Woken, sb.MemoryKept = true, restored
+	if !restored {
+		s.rewriteCredential(startCtx, sb)
+	}
 	log.Info("sandbox woken", "memoryKept", restored)
 	return sb, nil
 }
@@ -402,6 +408,7 @@ func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*
 			log.Error("recording usage", "err", err)
 		}
 	}
+	s.creds.set(sb.ID, nil)
 	log.Info("sandbox ended", "purge", purge)
 	return &EndResult{ID: sb.ID, Ended: true, Purged: purge && sb.Project != ""}, nil
 }

@@ -225,6 +225,12 @@ type Deps struct {
 	// keeps the background processes; empty means the backend has none
 	// and processes are refused (501).
 	Runner string
+	// Credentials exchange a caller's token for each lease's own
+	// credential (CredentialPath); nil hands none.
+	Credentials Exchanger
+	// OperatorOrg is the reserved org, whose leases start unprivileged:
+	// no credential is ever obtained for it.
+	OperatorOrg string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log is where the service logs; nil discards.
@@ -240,6 +246,8 @@ type Service struct {
 
 	locksMu sync.Mutex
 	locks   map[string]*idLock // per sandbox: sleep, wake and end
+
+	creds creds // the lease credentials handed, for a cold wake
 }
 
 // New returns a Service; cfg's zero fields take their defaults.

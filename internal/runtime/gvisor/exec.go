@@ -46,8 +46,17 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	if dir == "" {
 		dir = m.Workdir
 	}
+	if req.Root {
+		u := r.user(m)
+		env = append(env, "SANDBOX_UID="+strconv.Itoa(u["uid"]), "SANDBOX_GID="+strconv.Itoa(u["gid"]))
+	}
 	proc := r.process(m, req.Argv, env, dir)
 	proc.Terminal = req.TTY
+	if req.Root {
+		proc.User = map[string]int{"uid": 0, "gid": 0}
+		caps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"}
+		proc.Capabilities = map[string][]string{"bounding": caps, "effective": caps, "permitted": caps, "inheritable": {}, "ambient": {}}
+	}
 
 	tmp, err := os.MkdirTemp(filepath.Join(r.bundles, name), "exec-")
 	if err != nil {

@@ -196,6 +196,9 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 		work.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.Volume.Name}
 	}
 	tmp := mib(512)
+	// The lease credential's directory: in memory, never on the node's
+	// disk, and written over exec only (its content is in no spec).
+	secret := mib(1)
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: r.ns, Labels: maps.Clone(spec.Labels)},
 		Spec: corev1.PodSpec{
@@ -222,11 +225,12 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 					AllowPrivilegeEscalation: &no,
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
-				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: spec.Workdir}, {Name: "tmp", MountPath: "/tmp"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: spec.Workdir}, {Name: "tmp", MountPath: "/tmp"}, {Name: "credential", MountPath: "/run/sandbox"}},
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "work", VolumeSource: work},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &tmp}}},
+				{Name: "credential", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &secret}}},
 			},
 		},
 	}

@@ -1,0 +1,282 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/sandboxd/sandbox/internal/identity"
+	"github.com/sandboxd/sandbox/internal/service"
+)
+
+// leaseClaims are the lease credential's claims, as a client reads them.
+type leaseClaims struct {
+	jwt.Claims
+	Org     string            `json:"org"`
+	Sandbox string            `json:"sandbox_id"`
+	Scope   string            `json:"scope"`
+	Act     map[string]string `json:"act"`
+}
+
+// credentialIn reads the sandbox's credential file over exec ("" when
+// there is none).
+func (e *env) credentialIn(org, id string) string {
+	e.t.Helper()
+	a := e.exec(org, id, map[string]any{"argv": []string{"sh", "-c", "cat " + service.CredentialPath + " 2>/dev/null || true"}})
+	return strings.TrimSpace(a.Stdout)
+}
+
+// verifyPublished checks tok against the JWKS the server publishes, found
+// through its discovery document, with go-jose (a standard JOSE library,
+// not the server's code), and returns its claims.
+func (e *env) verifyPublished(tok string) leaseClaims {
+	e.t.Helper()
+	var meta struct {
+		Issuer string `json:"issuer"`
+		JWKS   string `json:"jwks_uri"`
+		Token  string `json:"token_endpoint"`
+	}
+	getJSON(e.t, e.http.URL+identity.PathDiscovery, &meta)
+	if meta.Issuer != e.http.URL || meta.JWKS == "" || meta.Token != e.http.URL+identity.PathToken {
+		e.t.Fatalf("discovery: %+v", meta)
+	}
+	var set jose.JSONWebKeySet
+	getJSON(e.t, meta.JWKS, &set)
+	for _, k := range set.Keys {
+		if !k.IsPublic() {
+			e.t.Fatalf("the JWKS publishes a private key: %s", k.KeyID)
+		}
+	}
+	parsed, err := jwt.ParseSigned(tok, []jose.SignatureAlgorithm{jose.RS256})
+	if err != nil {
+		e.t.Fatalf("the credential is not a signed JWT: %v", err)
+	}
+	keys := set.Key(parsed.Headers[0].KeyID)
+	if len(keys) != 1 {
+		e.t.Fatalf("the credential's kid %q is not in the JWKS", parsed.Headers[0].KeyID)
+	}
+	var c leaseClaims
+	if err := parsed.Claims(keys[0].Key, &c); err != nil {
+		e.t.Fatalf("the credential does not verify against the published key: %v", err)
+	}
+	if err := c.Claims.ValidateWithLeeway(jwt.Expected{Issuer: e.http.URL, AnyAudience: jwt.Audience{"sandbox"}, Time: time.Now()}, 0); err != nil {
+		e.t.Fatalf("the credential's claims: %v", err)
+	}
+	return c
+}
+
+func getJSON(t testing.TB, u string, v any) {
+	t.Helper()
+	res, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", u, res.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", u, err, b)
+	}
+}
+
+// exchange posts an RFC 8693 request to the server's token endpoint.
+func (e *env) exchange(form url.Values, basic ...string) (int, map[string]any) {
+	e.t.Helper()
+	req, _ := http.NewRequest("POST", e.http.URL+identity.PathToken, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if len(basic) == 2 {
+		req.SetBasicAuth(basic[0], basic[1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	b, _ := io.ReadAll(res.Body)
+	if err := json.Unmarshal(b, &out); err != nil {
+		e.t.Fatalf("token endpoint: %v: %s", err, b)
+	}
+	return res.StatusCode, out
+}
+
+// TestLeaseCredentialOnRunsc: a lease is handed its own credential over
+// exec, a JWT of the server's issuer that verifies against the published
+// JWKS, names the org and the sandbox, expires with the lease, follows a
+// renew, can read its own lease and nothing else, narrows by exchange and
+// never widens, and is gone with the lease; none of it, and none of the
+// caller's key, is in a spec, an environment, a file of the data
+// directory or an answer.
+func TestLeaseCredentialOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", map[string]any{"ttlSec": 600})
+	other := e.lease("acme", map[string]any{"ttlSec": 600})
+	foreign := e.lease("globex", map[string]any{"ttlSec": 600})
+
+	tok := e.credentialIn("acme", id)
+	if tok == "" {
+		t.Fatal("the sandbox has no credential at " + service.CredentialPath)
+	}
+	perm := e.exec("acme", id, map[string]any{"argv": []string{"sh", "-c", "stat -c '%a %u' /run/sandbox /run/sandbox/token; id -u"}})
+	lines := strings.Fields(perm.Stdout)
+	if len(lines) != 5 || lines[0] != "700" || lines[2] != "600" || lines[1] != lines[4] || lines[3] != lines[4] {
+		t.Errorf("the credential is not the sandbox user's alone (dir mode, uid; file mode, uid; id -u): %q", perm.Stdout)
+	}
+	sb := e.must(200, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
+	c := e.verifyPublished(tok)
+	if c.Org != "acme" || c.Sandbox != id || c.Act["sub"] != "sandbox:"+id || c.Scope != "lease:read lease:renew narrate" {
+		t.Errorf("claims: %+v", c)
+	}
+	if exp := c.Expiry.Time().Unix(); float64(exp) != sb["expiresAt"].(float64) {
+		t.Errorf("exp %d, the lease ends at %v", exp, sb["expiresAt"])
+	}
+	if tok == e.credentialIn("acme", other) {
+		t.Error("two sandboxes share a credential")
+	}
+
+	// What it can do: its own lease, and nothing else.
+	e.must(200, "GET", "/v1/sandbox/"+id, tok, nil)
+	e.must(200, "GET", "/v1/sandboxes/"+id, tok, nil)
+	e.must(404, "GET", "/v1/sandbox/"+other, tok, nil)
+	e.must(404, "GET", "/v1/sandbox/"+foreign, tok, nil)
+	e.must(403, "GET", "/v1/sandbox", tok, nil)
+	e.must(403, "POST", "/v1/sandbox", tok, map[string]any{})
+	e.must(403, "POST", "/v1/sandbox/"+id+"/exec", tok, map[string]any{"argv": []string{"true"}})
+	e.must(403, "DELETE", "/v1/sandbox/"+id, tok, nil)
+	e.must(403, "GET", "/v1/orgs/acme/keys", tok, nil)
+	e.must(202, "POST", "/v1/sessions/build/events", tok, map[string]any{"text": "step 1 done"})
+	// (The MCP door refuses it too: its bearer check is the same.)
+
+	// A renew hands a new credential, to the new end.
+	time.Sleep(1100 * time.Millisecond) // a new second: a new exp
+	renewed := e.must(200, "POST", "/v1/sandbox/"+id+"/renew", tok, map[string]any{"ttlSec": 1200}).JSON(t)
+	tok2 := e.credentialIn("acme", id)
+	c2 := e.verifyPublished(tok2)
+	if tok2 == tok || float64(c2.Expiry.Time().Unix()) != renewed["expiresAt"].(float64) || renewed["expiresAt"].(float64) <= sb["expiresAt"].(float64) {
+		t.Errorf("after a renew to %v: exp %d (before %d), same token %v", renewed["expiresAt"], c2.Expiry.Time().Unix(), c.Expiry.Time().Unix(), tok2 == tok)
+	}
+
+	// A delegated exchange narrows and never widens; no refresh token.
+	form := url.Values{"grant_type": {identity.GrantTokenExchange}, "client_id": {"sandbox"}, "subject_token": {tok2},
+		"subject_token_type": {identity.TokenTypeJWT}, "resource": {identity.Resource(id)}, "scope": {"lease:read"}}
+	st, ans := e.exchange(form)
+	if st != 200 || ans["refresh_token"] != nil || ans["token_type"] != "Bearer" || ans["scope"] != "lease:read" {
+		t.Fatalf("narrowing exchange: %d %v", st, ans)
+	}
+	narrow := ans["access_token"].(string)
+	nc := e.verifyPublished(narrow)
+	if nc.Expiry.Time().After(c2.Expiry.Time()) {
+		t.Errorf("the narrowed token outlives its subject: %v > %v", nc.Expiry.Time(), c2.Expiry.Time())
+	}
+	e.must(200, "GET", "/v1/sandbox/"+id, narrow, nil)
+	e.must(403, "POST", "/v1/sandbox/"+id+"/renew", narrow, map[string]any{"ttlSec": 1200})
+	e.must(403, "POST", "/v1/sessions/build/events", narrow, map[string]any{"text": "x"})
+	for name, f := range map[string]url.Values{
+		"a wider scope":            with(with(form, "subject_token", narrow), "scope", "lease:read lease:renew"),
+		"another sandbox":          with(with(form, "subject_token", narrow), "resource", identity.Resource(other)),
+		"a scope that is not one":  with(form, "scope", "admin"),
+		"a refresh token":          with(form, "requested_token_type", "urn:ietf:params:oauth:token-type:refresh_token"),
+		"an actor token":           with(form, "actor_token", tok2),
+		"another grant":            with(form, "grant_type", "client_credentials"),
+		"another client":           with(form, "client_id", "web"),
+		"a forged subject":         with(form, "subject_token", tok2[:len(tok2)-4]+"AAAA"),
+		"an API key, no secret":    with(with(form, "subject_token", e.keys["acme"]), "subject_token_type", identity.TokenTypeAccess),
+		"the operator, no secret":  with(with(form, "subject_token", e.keys["system"]), "subject_token_type", identity.TokenTypeAccess),
+		"a foreign sandbox by key": with(with(with(form, "subject_token", e.keys["acme"]), "subject_token_type", identity.TokenTypeAccess), "resource", identity.Resource(foreign)),
+	} {
+		if st, ans := e.exchange(f); st == 200 || ans["access_token"] != nil {
+			t.Errorf("%s: exchanged: %d %v", name, st, ans)
+		}
+	}
+	// With the client's secret: still never for the operator org.
+	secret := strings.TrimSpace(readFile(t, filepath.Join(e.data, "identity", "sandbox-client.secret")))
+	opForm := with(with(form, "subject_token", e.keys["system"]), "subject_token_type", identity.TokenTypeAccess)
+	opForm.Del("scope")
+	opForm.Del("client_id")
+	if st, ans := e.exchange(opForm, "sandbox", secret); st != 400 || ans["error"] != "invalid_request" {
+		t.Errorf("the operator's key exchanged by the sandbox client: %d %v", st, ans)
+	}
+	if st, ans := e.exchange(opForm, "sandbox", "wrong-secret-wrong-secret"); st != 401 || ans["error"] != "invalid_client" {
+		t.Errorf("a wrong client secret: %d %v", st, ans)
+	}
+	// An operator's lease starts unprivileged: no credential at all.
+	opID := e.lease("system", map[string]any{"ttlSec": 300})
+	if got := e.credentialIn("system", opID); got != "" {
+		t.Errorf("an operator's lease was handed a credential: %.40s…", got)
+	}
+
+	// None of it anywhere but the sandbox and the answers that carry it.
+	for _, secret := range []string{tok, tok2, narrow, e.keys["acme"]} {
+		e.noSecretIn(secret)
+	}
+	env := e.exec("acme", id, map[string]any{"argv": []string{"sh", "-c", "cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'"}})
+	if strings.Contains(env.Stdout, tok2[:40]) || strings.Contains(env.Stdout, "eyJ") || strings.Contains(env.Stdout, e.keys["acme"]) {
+		t.Errorf("a credential is in the sandbox's environment: %s", env.Stdout)
+	}
+
+	// Revoked with the lease.
+	e.must(200, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	for _, tk := range []string{tok2, narrow} {
+		if r := e.do("GET", "/v1/sandbox/"+id, tk, nil); r.Status != 401 {
+			t.Errorf("a credential of an ended lease: %d %s", r.Status, r.Body)
+		}
+	}
+}
+
+func with(v url.Values, k, val string) url.Values {
+	out := url.Values{}
+	for kk, vv := range v {
+		out[kk] = append([]string(nil), vv...)
+	}
+	out.Set(k, val)
+	return out
+}
+
+func readFile(t testing.TB, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// noSecretIn fails if secret is in any file of the data directory (runsc
+// specs and logs, bundles, stores) or of runsc's own state.
+func (e *env) noSecretIn(secret string) {
+	e.t.Helper()
+	if len(secret) < 20 {
+		e.t.Fatalf("not a secret: %q", secret)
+	}
+	probe := secret
+	if identity.IsJWT(secret) {
+		probe = secret[strings.LastIndexByte(secret, '.')+1:] // the signature is what no other token shares
+	}
+	for _, root := range []string{e.data, "/run/runsc", "/var/run/runsc"} {
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !d.Type().IsRegular() {
+				return nil
+			}
+			if info, err := d.Info(); err != nil || info.Size() > 64<<20 {
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			if err == nil && strings.Contains(string(b), probe) {
+				e.t.Errorf("a secret (%.12s…) is in %s", secret, p)
+			}
+			return nil
+		})
+	}
+}

@@ -1,0 +1,161 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/identity"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// Exchanger obtains a sandbox's credential by token exchange for the
+// caller's own token (identity.Issuer in process, or an external token
+// endpoint): it names the org and the sandbox and expires no later than
+// end.
+type Exchanger interface {
+	LeaseCredential(ctx context.Context, subjectToken, id string, end time.Time) (*identity.Token, error)
+}
+
+// CredentialPath is where a sandbox finds its credential: a file of the
+// sandbox user's alone (0600 in a 0700 directory), in memory (the gVisor
+// root overlay is the sandbox's memory; on Kubernetes a memory emptyDir),
+// written over the exec channel and never through a spec, an environment
+// or a label.
+const CredentialPath = "/run/sandbox/token"
+
+// credentialScript writes stdin to CredentialPath whole (a rename), or
+// removes it when stdin is empty. As the sandbox's root (gVisor) it owns
+// the directory and file to the sandbox user; as the user (a pod) the
+// directory is already the user's.
+const credentialScript = `set -e
+umask 077
+d=/run/sandbox
+mkdir -p "$d"
+if [ "$(id -u)" = 0 ] && [ -n "$SANDBOX_UID" ]; then chown "$SANDBOX_UID:$SANDBOX_GID" "$d"; chmod 700 "$d"; fi
+t="$d/.token.$$"
+cat > "$t"
+if [ ! -s "$t" ]; then rm -f "$t" "$d/token"; exit 0; fi
+if [ "$(id -u)" = 0 ] && [ -n "$SANDBOX_UID" ]; then chown "$SANDBOX_UID:$SANDBOX_GID" "$t"; fi
+mv -f "$t" "$d/token"`
+
+// creds are the credentials handed, by sandbox id, kept in memory only:
+// a cold wake (a container started again without its memory) is handed
+// its credential again.
+type creds struct {
+	mu sync.Mutex
+	m  map[string]*identity.Token
+}
+
+func (c *creds) get(id string) *identity.Token {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[id]
+}
+
+func (c *creds) set(id string, t *identity.Token) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*identity.Token{}
+	}
+	if t == nil {
+		delete(c.m, id)
+		return
+	}
+	c.m[id] = t
+}
+
+var errOperatorLease = errors.New("the reserved operator org's leases start unprivileged: no credential is minted for it")
+
+// handCredential obtains sb's credential for the caller's token and
+// writes it in. A failure never fails the lease: the sandbox runs with no
+// credential, and the log says why. inherited says the container came
+// from another's memory (a fork), whose credential it must not keep.
+func (s *Service) handCredential(ctx context.Context, sb *sandbox.Sandbox, inherited bool) {
+	if s.d.Credentials == nil {
+		return
+	}
+	p, _ := sandbox.PrincipalFrom(ctx)
+	var tok *identity.Token
+	var err error
+	switch {
+	case p.Org == s.d.OperatorOrg:
+		err = errOperatorLease
+	case p.Token == "":
+		err = errors.New("the call carried no bearer to exchange")
+	default:
+		tok, err = s.d.Credentials.LeaseCredential(ctx, p.Token, sb.ID, sb.ExpiresAt)
+	}
+	if err == nil && tok.Expires.After(sb.ExpiresAt) {
+		err = errors.New("the exchanged credential would outlive the lease")
+	}
+	if err != nil {
+		s.log.Info("the sandbox has no credential", "sandbox", sb.ID, "reason", err.Error())
+		s.creds.set(sb.ID, nil)
+		if inherited {
+			if werr := s.writeCredential(ctx, sb, ""); werr != nil {
+				s.log.Warn("removing a fork's inherited credential", "sandbox", sb.ID, "err", werr)
+			}
+		}
+		return
+	}
+	s.creds.set(sb.ID, tok)
+	if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
+		s.log.Warn("writing the sandbox's credential", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// rewriteCredential writes sb's last credential in again after a wake,
+// if it still lives: a container started without its memory lost it.
+func (s *Service) rewriteCredential(ctx context.Context, sb *sandbox.Sandbox) {
+	tok := s.creds.get(sb.ID)
+	if tok == nil || !tok.Expires.After(s.now()) {
+		return
+	}
+	if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
+		s.log.Warn("writing the sandbox's credential after a wake", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// writeCredential writes token (or, empty, removes the file) over the
+// exec channel: the token is the program's stdin, never an argument.
+func (s *Service) writeCredential(ctx context.Context, sb *sandbox.Sandbox, token string) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	errBuf := NewOutput(4 << 10)
+	err := s.d.Runtime.Exec(wctx, sb.Name, runtime.ExecRequest{
+		Argv: []string{"/bin/sh", "-c", credentialScript}, Dir: "/", Root: true,
+		Stdin: strings.NewReader(token), Stderr: errBuf,
+	})
+	if err != nil {
+		return errors.New(err.Error() + ": " + errBuf.String())
+	}
+	return nil
+}
+
+// LeaseEnd is when sandbox id of org stops being leased; an unknown,
+// ended or failed sandbox is KindNotFound (identity.Leases: a credential
+// is revoked with its lease).
+func (s *Service) LeaseEnd(ctx context.Context, org, id string) (time.Time, error) {
+	if !sandbox.ValidID(id) {
+		return time.Time{}, notFound()
+	}
+	octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "credential"})
+	sb, err := s.d.Store.Get(octx, id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	switch sb.Status {
+	case sandbox.StatusPending, sandbox.StatusRunning, sandbox.StatusSleeping:
+	default:
+		return time.Time{}, notFound()
+	}
+	if !sb.ExpiresAt.After(s.now()) {
+		return time.Time{}, notFound()
+	}
+	return sb.ExpiresAt, nil
+}
