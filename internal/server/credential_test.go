@@ -217,6 +217,10 @@ func TestLeaseCredentialOnRunsc(t *testing.T) {
 		t.Errorf("an operator's lease was handed a credential: %.40s…", got)
 	}
 
+	if l := e.logs.String(); !strings.Contains(l, "sandbox leased") || !strings.Contains(l, "reason=\"the reserved operator org") {
+		t.Errorf("the server's log (grepped below) does not say what happened: %.2000s", l)
+	}
+
 	// None of it anywhere but the sandbox and the answers that carry it.
 	for _, secret := range []string{tok, tok2, narrow, e.keys["acme"]} {
 		e.noSecretIn(secret)
@@ -263,6 +267,9 @@ func (e *env) noSecretIn(secret string) {
 	probe := secret
 	if identity.IsJWT(secret) {
 		probe = secret[strings.LastIndexByte(secret, '.')+1:] // the signature is what no other token shares
+	}
+	if strings.Contains(e.logs.String(), probe) {
+		e.t.Errorf("a secret (%.12s…) is in the server's log", secret)
 	}
 	for _, root := range []string{e.data, "/run/runsc", "/var/run/runsc"} {
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {

@@ -42,6 +42,36 @@ type env struct {
 
 	docOnce sync.Once
 	doc     *apicheck.Checker // the served OpenAPI document, which every e.do is held to
+	logs    *logBuffer        // the server's log
+}
+
+// logBuffer is a log's text, written by the server's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// levelFilter passes the lines of warnings and errors (the text
+// handler's level=WARN and level=ERROR).
+type levelFilter struct{ w io.Writer }
+
+func (f levelFilter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("level=WARN")) || bytes.Contains(p, []byte("level=ERROR")) {
+		return f.w.Write(p)
+	}
+	return len(p), nil
 }
 
 func newEnv(t testing.TB, needImages ...string) *env {
@@ -77,10 +107,14 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The server's log is kept (at info) for the tests that grep it for
+	// secrets, and shown from warnings up with -v.
+	logs := &logBuffer{}
+	var out io.Writer = logs
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		out = io.MultiWriter(logs, levelFilter{os.Stderr})
 	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg.Data, cfg.GVisor.Runsc = data, gvisor.DefaultRunsc()
 	switch cfg.Runner {
 	case "":
@@ -106,7 +140,7 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 	ts.Listener.Close()
 	ts.Listener = ln
 	ts.Start()
-	e := &env{t: t, srv: srv, http: ts, data: data, keys: map[string]string{}}
+	e := &env{t: t, srv: srv, http: ts, data: data, keys: map[string]string{}, logs: logs}
 	t.Cleanup(e.close)
 	for _, org := range []string{"acme", "globex", "system"} {
 		key, err := srv.Store.CreateKey(context.Background(), org, "test")
