@@ -261,11 +261,30 @@ func TestClient(t *testing.T) {
 		t.Errorf("org quota: %+v %v", q, err)
 	}
 	secret, k, err := op.MintKey(ctx, "globex", "ci", time.Hour)
-	if err != nil || !strings.HasPrefix(secret, "sbk_") || k.ExpiresAt.IsZero() {
+	if err != nil || !strings.HasPrefix(secret, "sbk_") || k.ExpiresAt.IsZero() || k.Scope != "tenant" {
 		t.Fatalf("mint key: %q %+v %v", secret, k, err)
 	}
 	if keys, err := op.Keys(ctx, "globex"); err != nil || len(keys) != 2 {
 		t.Errorf("keys: %+v %v", keys, err)
+	}
+	// globex's own admin key manages globex's keys, and only those.
+	adminSecret, ka, err := op.MintKeyScope(ctx, "globex", "ops", "admin", 0)
+	if err != nil || ka.Scope != "admin" {
+		t.Fatalf("mint an admin key: %+v %v", ka, err)
+	}
+	ga := client.New(s.URL, adminSecret)
+	ga.HTTP = c.HTTP
+	if keys, err := ga.Keys(ctx, "globex"); err != nil || len(keys) != 3 {
+		t.Errorf("globex's keys by its admin: %+v %v", keys, err)
+	}
+	if _, err := ga.Keys(ctx, "acme"); client.StatusOf(err) != 403 {
+		t.Errorf("acme's keys by globex's admin: %v", err)
+	}
+	if _, _, err := ga.MintKeyScope(ctx, "globex", "x", "root", 0); client.StatusOf(err) != 400 {
+		t.Errorf("an unknown scope: %v", err)
+	}
+	if err := ga.RevokeKey(ctx, "globex", ka.ID); err != nil {
+		t.Error(err)
 	}
 	if err := op.RevokeKey(ctx, "globex", k.ID); err != nil {
 		t.Error(err)

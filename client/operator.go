@@ -37,14 +37,14 @@ type OrgQuota struct {
 	Effective Policy `json:"effective"`
 }
 
-// OrgQuota reads an org's quota (a key of the operator org).
+// OrgQuota reads an org's quota (an admin key of the operator org).
 func (c *Client) OrgQuota(ctx context.Context, org string) (*OrgQuota, error) {
 	var q OrgQuota
 	return &q, c.do(ctx, request{method: "GET", path: "/v1/orgs/" + esc(org) + "/quota", out: &q})
 }
 
-// SetOrgQuota sets an org's override; an empty Policy clears it (a key of
-// the operator org).
+// SetOrgQuota sets an org's override; an empty Policy clears it (an admin
+// key of the operator org).
 func (c *Client) SetOrgQuota(ctx context.Context, org string, p Policy) (*OrgQuota, error) {
 	var q OrgQuota
 	return &q, c.do(ctx, request{method: "PUT", path: "/v1/orgs/" + esc(org) + "/quota", in: p, out: &q})
@@ -56,12 +56,14 @@ type Key struct {
 	Org        string    `json:"org"`
 	Subject    string    `json:"subject"`
 	Prefix     string    `json:"prefix"`
+	Scope      string    `json:"scope"` // "tenant" or "admin"
 	CreatedAt  time.Time `json:"createdAt"`
 	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
 	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
 }
 
-// Keys lists an org's keys (a key of the operator org).
+// Keys lists an org's keys (an admin key of the operator org or of org
+// itself).
 func (c *Client) Keys(ctx context.Context, org string) ([]Key, error) {
 	var b struct {
 		Keys []Key `json:"keys"`
@@ -69,9 +71,17 @@ func (c *Client) Keys(ctx context.Context, org string) ([]Key, error) {
 	return b.Keys, c.do(ctx, request{method: "GET", path: "/v1/orgs/" + esc(org) + "/keys", out: &b})
 }
 
-// MintKey makes a key for org and returns its secret (shown this once) and
-// record; ttl zero never expires.
+// MintKey makes a tenant-scoped key for org and returns its secret (shown
+// this once) and record; ttl zero never expires (an admin key of the
+// operator org or of org itself).
 func (c *Client) MintKey(ctx context.Context, org, subject string, ttl time.Duration) (string, *Key, error) {
+	return c.MintKeyScope(ctx, org, subject, "tenant", ttl)
+}
+
+// MintKeyScope is MintKey with a scope: "tenant" or "admin" (which also
+// manages org's keys). An org's own admin key mints admin keys of its org
+// only.
+func (c *Client) MintKeyScope(ctx context.Context, org, subject, scope string, ttl time.Duration) (string, *Key, error) {
 	var b struct {
 		Secret string `json:"secret"`
 		Key
@@ -83,12 +93,16 @@ func (c *Client) MintKey(ctx context.Context, org, subject string, ttl time.Dura
 	if ttl > 0 {
 		in["ttlSec"] = int64(ttl / time.Second)
 	}
+	if scope != "" {
+		in["scope"] = scope
+	}
 	err := c.do(ctx, request{method: "POST", path: "/v1/orgs/" + esc(org) + "/keys", in: in, out: &b})
 	return b.Secret, &b.Key, err
 }
 
 // RevokeKey revokes a key at once: its next call is a 401 and its open
-// consoles and streams end.
+// consoles and streams end (an admin key of the operator org or of org
+// itself).
 func (c *Client) RevokeKey(ctx context.Context, org, id string) error {
 	return c.do(ctx, request{method: "DELETE", path: "/v1/orgs/" + esc(org) + "/keys/" + esc(id)})
 }

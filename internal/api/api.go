@@ -168,8 +168,9 @@ type Server struct {
 
 // Config is the API's settings, as an operator sets them.
 type Config struct {
-	// OperatorOrg is the reserved org whose keys may read operator routes
-	// (/metrics). Empty means "system".
+	// OperatorOrg is the reserved org whose admin-scoped keys may call
+	// the operator routes (every org's quotas and keys, /metrics). Empty
+	// means "system".
 	OperatorOrg string
 	// FrameAncestors is the CSP frame-ancestors source list of the
 	// terminal and screen pages; empty means "'self'".
@@ -192,7 +193,7 @@ const (
 
 // RegisterFlags defines the API's flags on fs, writing into o.
 func (o *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.OperatorOrg, "operator-org", DefaultOperatorOrg, "the reserved operator org: its keys read /metrics")
+	fs.StringVar(&o.OperatorOrg, "operator-org", DefaultOperatorOrg, "the reserved operator org: its admin-scoped keys manage every org's keys and quotas and read /metrics")
 	fs.StringVar(&o.FrameAncestors, "frame-ancestors", DefaultFrameAncestors, "who may embed the terminal and screen pages in a frame (a CSP source list, e.g. \"'self' https://app.example.com\")")
 	fs.DurationVar(&o.Stall, "stall-timeout", DefaultStall, "how long a client may send no bytes of its headers or a body, or take none of an answer being written, before its connection is cut")
 }
@@ -288,11 +289,11 @@ func (s *Server) routes() {
 	}
 	s.handle("GET /v1/volumes", s.volumes, doc{Summary: "The org's project volumes with size and last use", Answer: typ[volumesBody]()})
 	s.handle("DELETE /v1/volumes/{project}", s.deleteVolume, doc{Summary: "Delete a project volume (refused while a live sandbox holds it)", Answer: typ[service.VolumeResult](), Errors: []int{404, 409, 502}})
-	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota), doc{Summary: "An org's quota override and effective quotas (operator org)", Answer: typ[orgQuotaBody](), Errors: onOrg})
-	s.handle("PUT /v1/orgs/{org}/quota", s.operator(s.setOrgQuota), doc{Summary: "Set an org's quota override (operator org)", Body: typ[quota.Policy](), Answer: typ[orgQuotaBody](), Errors: onOrg})
-	s.handle("GET /v1/orgs/{org}/keys", s.operator(s.listKeys), doc{Summary: "An org's keys, never a secret (operator org)", Answer: typ[keysBody](), Errors: onOrg})
-	s.handle("POST /v1/orgs/{org}/keys", s.operator(s.mintKey), doc{Summary: "Mint a key; its secret is shown once (operator org)", Body: typ[mintKeyRequest](), Answer: typ[mintedKey](), Status: 201, Errors: onOrg})
-	s.handle("DELETE /v1/orgs/{org}/keys/{key}", s.operator(s.revokeKey), doc{Summary: "Revoke a key at once (operator org)", Answer: typ[revokedBody](), Errors: onOrg})
+	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota), doc{Summary: "An org's quota override and effective quotas (an admin key of the operator org)", Answer: typ[orgQuotaBody](), Errors: onOrg})
+	s.handle("PUT /v1/orgs/{org}/quota", s.operator(s.setOrgQuota), doc{Summary: "Set an org's quota override (an admin key of the operator org)", Body: typ[quota.Policy](), Answer: typ[orgQuotaBody](), Errors: onOrg})
+	s.handle("GET /v1/orgs/{org}/keys", s.keyAdmin(s.listKeys), doc{Summary: "An org's keys with their scopes, never a secret (an admin key of the operator org or of the org itself)", Answer: typ[keysBody](), Errors: onOrg})
+	s.handle("POST /v1/orgs/{org}/keys", s.keyAdmin(s.mintKey), doc{Summary: "Mint a key, tenant-scoped unless the body asks for admin; its secret is shown once (an admin key of the operator org or of the org itself)", Body: typ[mintKeyRequest](), Answer: typ[mintedKey](), Status: 201, Errors: onOrg})
+	s.handle("DELETE /v1/orgs/{org}/keys/{key}", s.keyAdmin(s.revokeKey), doc{Summary: "Revoke a key at once (an admin key of the operator org or of the org itself)", Answer: typ[revokedBody](), Errors: onOrg})
 	s.handle("POST /v1/sessions/{name}/events", s.narrate, doc{Summary: "Append a note to a session's log (its followers see it at once; a sandbox's credential may, with the narrate scope)", Body: typ[narrateRequest](), Answer: typ[narratedBody](), Status: 202, Errors: []int{404}, Scope: identity.ScopeNarrate})
 	if s.Issuer != nil {
 		s.issuerRoutes()
@@ -308,13 +309,14 @@ func (s *Server) routes() {
 	}
 	if s.Metrics != nil {
 		s.raw("GET /metrics", s.authenticate(func(w http.ResponseWriter, r *http.Request) {
-			// Metrics add up every tenant: only the operator org reads them.
-			if p, _ := sandbox.PrincipalFrom(r.Context()); p.Org != s.opts.OperatorOrg {
-				s.writeError(w, r, sandbox.Errorf(sandbox.KindForbidden, "metrics are for the operator org"))
+			// Metrics add up every tenant: only the operator reads them.
+			p, _ := sandbox.PrincipalFrom(r.Context())
+			if err := s.operatorOnly(p, "metrics are"); err != nil {
+				s.writeError(w, r, err)
 				return
 			}
 			s.Metrics.ServeHTTP(w, r)
-		}), doc{Summary: "Prometheus metrics (operator org)", AnswerRaw: "text/plain", Errors: []int{401, 403, 429}})
+		}), doc{Summary: "Prometheus metrics (an admin key of the operator org)", AnswerRaw: "text/plain", Errors: []int{401, 403, 429}})
 	}
 	s.public("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }, doc{Summary: "The process answers", AnswerRaw: "text/plain"})
 	s.public("GET /readyz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }, doc{Summary: "The server serves", AnswerRaw: "text/plain"})

@@ -44,15 +44,33 @@ func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// operator gates a route to the operator org's keys: a tenant key is a 403.
+// operator gates a route to the operator org's admin keys: any other
+// caller, the operator org's tenant keys included, is a 403.
 func (s *Server) operator(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if p, _ := sandbox.PrincipalFrom(r.Context()); p.Org != s.opts.OperatorOrg {
-			return sandbox.Errorf(sandbox.KindForbidden, "this route is for the operator org")
+		p, _ := sandbox.PrincipalFrom(r.Context())
+		if err := s.operatorOnly(p, "this route is"); err != nil {
+			return err
 		}
 		return h(w, r)
 	}
 }
+
+// operatorOnly is nil for an admin key of the operator org, else a 403
+// saying which of the two the caller lacks; what names the route.
+func (s *Server) operatorOnly(p sandbox.Principal, what string) error {
+	switch {
+	case p.Org != s.opts.OperatorOrg:
+		return sandbox.Errorf(sandbox.KindForbidden, "%s for the operator org", what)
+	case !admin(p):
+		return sandbox.Errorf(sandbox.KindForbidden, "%s for the operator org's admin-scoped keys: this one is not (sandbox keys create --scope admin)", what)
+	}
+	return nil
+}
+
+// admin reports whether p holds an admin-scoped key. A confined caller (a
+// lease's credential) never does, whatever else it says.
+func admin(p sandbox.Principal) bool { return p.Admin && !p.Confined() }
 
 type orgQuotaBody struct {
 	Org string `json:"org"`
