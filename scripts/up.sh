@@ -29,7 +29,7 @@ ORG=${SANDBOX_ORG:-demo}
 SANDBOX_IMAGES=$IMAGES bash scripts/deps.sh
 
 install -d -m 0700 "$DATA"
-log "minting an API key for org $ORG in $DATA"
+log "minting a tenant API key for org $ORG in $DATA"
 KEY=$(bin/sandbox keys create --data "$DATA" --org "$ORG")
 
 # The address a client on this machine dials.
@@ -60,6 +60,11 @@ curl -sS $URL/v1/exec -H 'Authorization: Bearer $KEY' -d '{"language":"py","code
 
 A shell in the browser: POST $URL/v1/sandbox/\$ID/terminal/ticket, then open $URL + the "url" it answers.
 MCP clients connect to $URL/mcp with the same key. README.md has the rest of the API.
+
+This key is tenant-scoped: the org's sandboxes only. An admin key manages the org's keys
+(--scope admin), and one of the operator org every org's keys and quotas and /metrics:
+
+  bin/sandbox keys create --data $DATA --org system --scope admin
 
 EOF
 
