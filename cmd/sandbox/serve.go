@@ -47,19 +47,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	if cfg.Identity.URL == "" {
-		cfg.Identity.URL = issuerURL(cfg.Listen)
-	}
-	app, err := server.New(ctx, cfg.Config, log)
-	if err != nil {
-		return err
-	}
-	defer app.Close()
-
+	// The listener comes first: the issuer's URL (its tokens' iss) is its
+	// address, a port of 0 included.
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
+	if cfg.Identity.URL == "" {
+		cfg.Identity.URL = issuerURL(ln.Addr().String())
+	}
+	app, err := server.New(ctx, cfg.Config, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer app.Close()
 	// Headers within --stall-timeout; a body must keep coming and an answer
 	// must keep being taken (the api pushes those deadlines per read and
 	// write); an idle keep-alive connection goes after 2 min. No whole-
