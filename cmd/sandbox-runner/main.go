@@ -3,7 +3,8 @@
 // (below); `sandbox-runner init` is the sandbox's PID 1 and its process
 // daemon (procd.go); `sandbox-runner proc` is the exec channel's way to that
 // daemon; `sandbox-runner changes` tars what a pod changed (changes.go);
-// `sandbox-runner connect` relays a port preview (connect.go).
+// `sandbox-runner connect` relays a port preview (connect.go);
+// `sandbox-runner credential` writes the lease credential (credential.go).
 //
 // The server bind-mounts it read-only into every sandbox and runs it over
 // the exec channel; it is a static binary with no dependency on the image.
@@ -59,6 +60,8 @@ func main() {
 			os.Exit(changesMain(os.Args[2:]))
 		case "connect":
 			os.Exit(connectMain(os.Args[2:]))
+		case "credential":
+			os.Exit(credentialMain())
 		}
 	}
 	os.Exit(run())

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,7 +59,25 @@ type Verifier struct {
 	remote map[string]*remote
 	leases Leases
 	log    *slog.Logger
+
+	// verified remembers tokens whose signature and claims checked out,
+	// by their hash, for a few minutes at most: an RS256 verification is
+	// ten times an API key's lookup, and a client sends one token many
+	// times. A lease credential's lease is still looked up every time.
+	mu       sync.Mutex
+	verified map[[32]byte]verifiedToken
 }
+
+type verifiedToken struct {
+	p     sandbox.Principal
+	until time.Time
+}
+
+// Bounds of the verified-token memory.
+const (
+	verifiedMax = 4096
+	verifiedFor = 5 * time.Minute
+)
 
 // NewVerifier builds the verifier. own may be nil; leases confirms a lease
 // credential's sandbox is still live (the credential is revoked with it).
@@ -87,6 +106,45 @@ func (v *Verifier) oidcConfig(algs []string) *oidc.Config {
 // Principal verifies token and maps its claims: the org from OrgClaim, a
 // lease credential's sandbox and scopes. Every refusal is KindUnauthorized.
 func (v *Verifier) Principal(ctx context.Context, token string) (sandbox.Principal, error) {
+	sum := sha256.Sum256([]byte(token))
+	v.mu.Lock()
+	hit, ok := v.verified[sum]
+	v.mu.Unlock()
+	if ok && time.Now().Before(hit.until) {
+		return v.live(ctx, hit.p)
+	}
+	p, err := v.verify(ctx, token)
+	if err != nil {
+		return p, err
+	}
+	until := earliest(time.Now().Add(verifiedFor), p.Expires.Add(v.cfg.Leeway))
+	v.mu.Lock()
+	if v.verified == nil || len(v.verified) >= verifiedMax {
+		v.verified = map[[32]byte]verifiedToken{} // a flood of tokens starts the memory over
+	}
+	v.verified[sum] = verifiedToken{p: p, until: until}
+	v.mu.Unlock()
+	return v.live(ctx, p)
+}
+
+// live refuses a lease credential whose lease has ended: it is revoked
+// with it, at once, not at its exp.
+func (v *Verifier) live(ctx context.Context, p sandbox.Principal) (sandbox.Principal, error) {
+	if !p.Confined() {
+		return p, nil
+	}
+	if _, err := v.leases.LeaseEnd(ctx, p.Org, p.Sandbox); err != nil {
+		if sandbox.KindOf(err) == sandbox.KindNotFound {
+			return sandbox.Principal{}, sandbox.Errorf(sandbox.KindUnauthorized, "the sandbox of this credential has ended")
+		}
+		return sandbox.Principal{}, err
+	}
+	p.Scopes = slices.Clone(p.Scopes)
+	return p, nil
+}
+
+// verify checks token's signature and claims.
+func (v *Verifier) verify(ctx context.Context, token string) (sandbox.Principal, error) {
 	iss, err := IssuerOf(token)
 	if err != nil {
 		return sandbox.Principal{}, sandbox.Errorf(sandbox.KindUnauthorized, "invalid token: not a JWT signed with an asymmetric key")
@@ -130,14 +188,6 @@ func (v *Verifier) Principal(ctx context.Context, token string) (sandbox.Princip
 			if slices.Contains(AllScopes, s) && !slices.Contains(p.Scopes, s) {
 				p.Scopes = append(p.Scopes, s)
 			}
-		}
-		// Revoked with the lease: an ended sandbox's credential is
-		// refused at once, not at its exp.
-		if _, err := v.leases.LeaseEnd(ctx, org, id); err != nil {
-			if sandbox.KindOf(err) == sandbox.KindNotFound {
-				return sandbox.Principal{}, sandbox.Errorf(sandbox.KindUnauthorized, "the sandbox of this credential has ended")
-			}
-			return sandbox.Principal{}, err
 		}
 	}
 	return p, nil
@@ -209,7 +259,7 @@ type remoteKeys struct {
 	fetched time.Time
 }
 
-const refetchEvery = 10 * time.Second
+const refetchEvery = 2 * time.Second
 
 func (k *remoteKeys) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
 	algs := make([]jose.SignatureAlgorithm, len(k.algs))

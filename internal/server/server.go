@@ -52,10 +52,10 @@ type Config struct {
 	// through a shell script instead (slower, same answers).
 	Runner string
 
-	GVisor  gvisor.Options
-	Kube    kube.Options
-	Service service.Config
-	Reaper  reaper.Config
+	GVisor   gvisor.Options
+	Kube     kube.Options
+	Service  service.Config
+	Reaper   reaper.Config
 	API      api.Config
 	Preview  preview.Config
 	Identity identity.Config
@@ -150,6 +150,8 @@ type Server struct {
 	// Sessions are the narrated session logs. Their writer runs from New
 	// to Close, so no event is lost between the two.
 	Sessions *narrate.Log
+	// Auth is every door's bearer check (API keys, JWTs).
+	Auth *identity.Authenticator
 
 	api          *api.Server
 	issuer       *identity.Issuer // nil without an issuer URL
@@ -211,7 +213,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Issuer: id.issuerRoutes(),
 	}, log, cfg.API)
 	return &Server{
-		Handler: h.Handler(), api: h, issuer: id.issuer,
+		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
 		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
 		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: svc.Ceiling(), Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil

@@ -42,12 +42,54 @@ if [ ! -s "$t" ]; then rm -f "$t" "$d/token"; exit 0; fi
 if [ "$(id -u)" = 0 ] && [ -n "$SANDBOX_UID" ]; then chown "$SANDBOX_UID:$SANDBOX_GID" "$t"; fi
 mv -f "$t" "$d/token"`
 
-// creds are the credentials handed, by sandbox id, kept in memory only:
-// a cold wake (a container started again without its memory) is handed
-// its credential again.
+// creds are the credentials handed, by sandbox id, kept in memory only
+// (a cold wake, a container started again without its memory, is handed
+// its credential again), and the writes in flight: a lease is answered
+// while its credential is written, and every command into the sandbox
+// waits for the write first, so no program of the caller's ever runs
+// before its credential is in place. Writes into one sandbox go in order.
 type creds struct {
-	mu sync.Mutex
-	m  map[string]*identity.Token
+	mu      sync.Mutex
+	m       map[string]*identity.Token
+	writing map[string]chan struct{} // closed when the sandbox's latest write ends
+}
+
+// begin queues a write into id: it may run once prev is closed, and
+// closes done (through end) when it has.
+func (c *creds) begin(id string) (prev <-chan struct{}, done chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.writing == nil {
+		c.writing = map[string]chan struct{}{}
+	}
+	prev, done = c.writing[id], make(chan struct{})
+	c.writing[id] = done
+	return prev, done
+}
+
+func (c *creds) end(id string, done chan struct{}) {
+	close(done)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.writing[id] == done {
+		delete(c.writing, id)
+	}
+}
+
+// wait returns once no write into id is in flight.
+func (c *creds) wait(ctx context.Context, id string) error {
+	c.mu.Lock()
+	ch := c.writing[id]
+	c.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *creds) get(id string) *identity.Token {
@@ -72,13 +114,30 @@ func (c *creds) set(id string, t *identity.Token) {
 var errOperatorLease = errors.New("the reserved operator org's leases start unprivileged: no credential is minted for it")
 
 // handCredential obtains sb's credential for the caller's token and
-// writes it in. A failure never fails the lease: the sandbox runs with no
-// credential, and the log says why. inherited says the container came
-// from another's memory (a fork), whose credential it must not keep.
+// writes it in, in the background (see creds). A failure never fails the
+// lease: the sandbox runs with no credential, and the log says why.
+// inherited says the container came from another's memory (a fork),
+// whose credential it must not keep.
 func (s *Service) handCredential(ctx context.Context, sb *sandbox.Sandbox, inherited bool) {
 	if s.d.Credentials == nil {
 		return
 	}
+	copied := *sb // the caller goes on with its own (a wake's answer, say)
+	sb = &copied
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	prev, done := s.creds.begin(sb.ID)
+	go func() {
+		defer cancel()
+		defer s.creds.end(sb.ID, done)
+		if prev != nil {
+			<-prev
+		}
+		s.credential(ctx, sb, inherited)
+	}()
+}
+
+// credential is handCredential's work.
+func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited bool) {
 	p, _ := sandbox.PrincipalFrom(ctx)
 	var tok *identity.Token
 	var err error
@@ -112,13 +171,26 @@ func (s *Service) handCredential(ctx context.Context, sb *sandbox.Sandbox, inher
 // rewriteCredential writes sb's last credential in again after a wake,
 // if it still lives: a container started without its memory lost it.
 func (s *Service) rewriteCredential(ctx context.Context, sb *sandbox.Sandbox) {
-	tok := s.creds.get(sb.ID)
-	if tok == nil || !tok.Expires.After(s.now()) {
+	if tok := s.creds.get(sb.ID); tok == nil || !tok.Expires.After(s.now()) {
 		return
 	}
-	if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
-		s.log.Warn("writing the sandbox's credential after a wake", "sandbox", sb.ID, "err", err)
-	}
+	copied := *sb // the caller goes on with its own (a wake's answer, say)
+	sb = &copied
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	prev, done := s.creds.begin(sb.ID)
+	go func() {
+		defer cancel()
+		defer s.creds.end(sb.ID, done)
+		if prev != nil {
+			<-prev
+		}
+		// The latest, read after the writes before it.
+		if tok := s.creds.get(sb.ID); tok != nil && tok.Expires.After(s.now()) {
+			if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
+				s.log.Warn("writing the sandbox's credential after a wake", "sandbox", sb.ID, "err", err)
+			}
+		}
+	}()
 }
 
 // writeCredential writes token (or, empty, removes the file) over the
@@ -127,9 +199,12 @@ func (s *Service) writeCredential(ctx context.Context, sb *sandbox.Sandbox, toke
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	errBuf := NewOutput(4 << 10)
+	argv := []string{"/bin/sh", "-c", credentialScript}
+	if s.d.Runner != "" {
+		argv = []string{s.d.Runner, "credential"} // one process, and no shell needed in the image
+	}
 	err := s.d.Runtime.Exec(wctx, sb.Name, runtime.ExecRequest{
-		Argv: []string{"/bin/sh", "-c", credentialScript}, Dir: "/", Root: true,
-		Stdin: strings.NewReader(token), Stderr: errBuf,
+		Argv: argv, Dir: "/", Root: true, Stdin: strings.NewReader(token), Stderr: errBuf,
 	})
 	if err != nil {
 		return errors.New(err.Error() + ": " + errBuf.String())

@@ -89,6 +89,10 @@ func (s *Service) use(ctx context.Context, id string, command bool) (*sandbox.Sa
 	if err == nil && sb.Status != sandbox.StatusRunning {
 		err = notRunning(sb)
 	}
+	if err == nil {
+		// No program runs before the sandbox's credential is in place.
+		err = s.creds.wait(ctx, id)
+	}
 	if err != nil {
 		done()
 		return nil, nil, nil, err
