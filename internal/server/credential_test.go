@@ -157,7 +157,20 @@ func TestLeaseCredentialOnRunsc(t *testing.T) {
 	e.must(403, "DELETE", "/v1/sandbox/"+id, tok, nil)
 	e.must(403, "GET", "/v1/orgs/acme/keys", tok, nil)
 	e.must(202, "POST", "/v1/sessions/build/events", tok, map[string]any{"text": "step 1 done"})
-	// (The MCP door refuses it too: its bearer check is the same.)
+	// The MCP door and the previews refuse it too.
+	// (Raw: the MCP SDK answers its 401 in plain text.)
+	mreq, _ := http.NewRequest("POST", e.http.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+	mreq.Header.Set("Authorization", "Bearer "+tok)
+	mreq.Header.Set("Content-Type", "application/json")
+	mreq.Header.Set("Accept", "application/json, text/event-stream")
+	if res, err := http.DefaultClient.Do(mreq); err != nil || res.StatusCode != 401 {
+		t.Errorf("MCP with a sandbox's credential: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
+	if r := e.do("GET", "/v1/sandbox/"+id+"/ports/8000/", tok, nil); r.Status != 403 {
+		t.Errorf("a preview with a sandbox's credential: %d %s", r.Status, r.Body)
+	}
 
 	// A renew hands a new credential, to the new end.
 	time.Sleep(1100 * time.Millisecond) // a new second: a new exp
