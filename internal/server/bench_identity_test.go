@@ -16,8 +16,20 @@ import (
 func BenchmarkLeaseCredential(b *testing.B) {
 	without := newEnvConfig(b, server.Config{Identity: identity.Config{NoCredential: true}})
 	with := benchEnv(b)
-	b.Run("none", func(b *testing.B) { measure(b, nil, func() func() { return without.leaseTimed(nil) }) })
-	b.Run("credential", func(b *testing.B) { measure(b, nil, func() func() { return with.leaseTimed(nil) }) })
+	b.Run("lease/none", func(b *testing.B) { measure(b, nil, func() func() { return without.leaseTimed(nil) }) })
+	b.Run("lease/credential", func(b *testing.B) { measure(b, nil, func() func() { return with.leaseTimed(nil) }) })
+	// The write is after the answer and before the first command: what a
+	// caller waits for the credential is here.
+	leaseExec := func(e *env) func() func() {
+		return func() func() {
+			end := e.leaseTimed(nil)
+			ids := e.must(http.StatusOK, "GET", "/v1/sandbox?limit=1", "acme", nil).JSON(b)["sandboxes"].([]any)
+			e.exec("acme", ids[0].(map[string]any)["id"].(string), map[string]any{"argv": []string{"true"}})
+			return end
+		}
+	}
+	b.Run("lease+exec/none", func(b *testing.B) { measure(b, nil, leaseExec(without)) })
+	b.Run("lease+exec/credential", func(b *testing.B) { measure(b, nil, leaseExec(with)) })
 }
 
 // BenchmarkAuth: what resolving one bearer costs the server — an API
