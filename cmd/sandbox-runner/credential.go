@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
 // credentialMain writes stdin to /run/sandbox/token whole (a temporary
@@ -37,16 +38,12 @@ func credential(dir string) error {
 			return fmt.Errorf("SANDBOX_GID: %w", err)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
 	if uid >= 0 {
-		if err := os.Chown(dir, uid, gid); err != nil {
+		if err := ownDir(dir, uid, gid); err != nil {
 			return err
 		}
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return err
-		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
 	}
 	path := filepath.Join(dir, "token")
 	if len(token) == 0 {
@@ -60,6 +57,15 @@ func credential(dir string) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	// By the descriptor, never the name: the directory is the sandbox
+	// user's, who could swap the name for a link to a file of root's
+	// between two calls of ours.
+	if uid >= 0 {
+		if err := tmp.Chown(uid, gid); err != nil {
+			tmp.Close()
+			return err
+		}
+	}
 	if _, err := tmp.Write(token); err != nil {
 		tmp.Close()
 		return err
@@ -67,10 +73,38 @@ func credential(dir string) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if uid >= 0 {
-		if err := os.Chown(tmp.Name(), uid, gid); err != nil {
+	return os.Rename(tmp.Name(), path)
+}
+
+// ownDir makes dir (under a parent that only root may write, so the name
+// cannot be swapped under us) and gives it to uid:gid through its
+// descriptor, opened without following a link: a link planted where dir
+// goes is removed, never followed.
+func ownDir(dir string, uid, gid int) error {
+	parent := filepath.Dir(dir)
+	st, err := os.Lstat(parent)
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !st.IsDir() || !ok || sys.Uid != 0 || st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is not a directory only root may write", parent)
+	}
+	if st, err := os.Lstat(dir); err == nil && !st.IsDir() {
+		if err := os.Remove(dir); err != nil {
 			return err
 		}
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return err
+	}
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Fchown(fd, uid, gid); err != nil {
+		return err
+	}
+	return syscall.Fchmod(fd, 0o700)
 }

@@ -300,3 +300,20 @@ func (e *env) noSecretIn(secret string) {
 		})
 	}
 }
+
+// TestLeaseCredentialHostileSandbox: the directory is the sandbox user's,
+// and the writer runs as the sandbox's root: a link the user plants where
+// the token goes is replaced, never followed, so root's files stay root's.
+func TestLeaseCredentialHostileSandbox(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", map[string]any{"ttlSec": 600})
+	e.sh("acme", id, "cp /etc/passwd /tmp/before; rm -f /run/sandbox/token; ln -s /etc/passwd /run/sandbox/token")
+	e.must(200, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": 900})
+	out := e.sh("acme", id, "stat -c %u /etc/passwd /run/sandbox/token; test -L /run/sandbox/token || echo not-a-link; cmp /etc/passwd /tmp/before && echo same")
+	if out != "0\n1000\nnot-a-link\nsame\n" {
+		t.Errorf("after a planted link (passwd's owner and kind; the token's; passwd unchanged): %q", out)
+	}
+	if tok := e.credentialIn("acme", id); e.verifyPublished(tok).Sandbox != id {
+		t.Error("the credential was not written again")
+	}
+}
