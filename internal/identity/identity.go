@@ -54,6 +54,10 @@ type Config struct {
 	ClientSecretFile string
 	// NoCredential turns the lease credential off.
 	NoCredential bool
+	// CredentialTTL, when set, caps how long one credential this issuer
+	// mints lives (it is refreshed before it expires, while the lease
+	// lives); zero: it lives until the lease's end.
+	CredentialTTL time.Duration
 }
 
 // Defaults and bounds of the Config fields.
@@ -82,6 +86,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExchangeURL, "token-exchange-url", "", "an external RFC 8693 token endpoint that exchanges the lease credential instead of this server's own issuer")
 	fs.StringVar(&c.ClientSecretFile, "sandbox-client-secret-file", "", "the secret of the \"sandbox\" client that requests lease credentials (default DATA/identity/sandbox-client.secret, made on the first start)")
 	fs.BoolVar(&c.NoCredential, "no-lease-credential", false, "hand leases no credential (/run/sandbox/token)")
+	fs.DurationVar(&c.CredentialTTL, "lease-credential-ttl", 0, "the longest one lease credential lives; it is refreshed before it expires while the lease lives (0: until the lease's end)")
 }
 
 // Validate refuses settings that cannot work.
@@ -104,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if c.Leeway < 0 || c.Leeway > MaxLeeway {
 		errs = append(errs, fmt.Errorf("--oidc-leeway %v: give 0 to %v", c.Leeway, MaxLeeway))
+	}
+	if c.CredentialTTL < 0 || (c.CredentialTTL > 0 && c.CredentialTTL < 2*time.Second) {
+		errs = append(errs, fmt.Errorf("--lease-credential-ttl %v: give 0 or at least 2s", c.CredentialTTL))
 	}
 	if c.Rotation < 0 || (c.Rotation > 0 && c.Rotation < time.Second) {
 		errs = append(errs, fmt.Errorf("--issuer-key-rotation %v: give at least 1s", c.Rotation))

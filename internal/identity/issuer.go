@@ -238,6 +238,11 @@ func (is *Issuer) Exchange(ctx context.Context, req ExchangeRequest, trusted boo
 	if client && !req.ExpiresAt.IsZero() {
 		end = earliest(end, req.ExpiresAt)
 	}
+	if is.cfg.CredentialTTL > 0 {
+		end = earliest(end, now.Add(is.cfg.CredentialTTL))
+	}
+	// A JWT's exp is whole seconds: the answer's end is the token's.
+	end = end.Truncate(time.Second)
 	if !end.After(now.Add(time.Second)) {
 		return nil, oauthErr(400, "invalid_target", "the lease of %s has ended", id)
 	}

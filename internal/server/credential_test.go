@@ -16,6 +16,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/sandboxd/sandbox/internal/identity"
+	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/service"
 )
 
@@ -316,4 +317,27 @@ func TestLeaseCredentialHostileSandbox(t *testing.T) {
 	if tok := e.credentialIn("acme", id); e.verifyPublished(tok).Sandbox != id {
 		t.Error("the credential was not written again")
 	}
+}
+
+// TestLeaseCredentialRefreshedOnRunsc: a credential shorter than its
+// lease (--lease-credential-ttl) is exchanged again before it expires,
+// for as long as the lease lives.
+func TestLeaseCredentialRefreshedOnRunsc(t *testing.T) {
+	e := newEnvConfig(t, server.Config{Identity: identity.Config{CredentialTTL: 3 * time.Second}})
+	id := e.lease("acme", map[string]any{"ttlSec": 600})
+	first := e.verifyPublished(e.credentialIn("acme", id))
+	if life := time.Until(first.Expiry.Time()); life > 3*time.Second {
+		t.Fatalf("the credential lives %v, past its TTL", life)
+	}
+	seen := map[int64]bool{first.Expiry.Time().Unix(): true}
+	deadline := time.Now().Add(12 * time.Second)
+	for len(seen) < 3 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		c := e.verifyPublished(e.credentialIn("acme", id)) // valid now: refreshed before it expired
+		seen[c.Expiry.Time().Unix()] = true
+	}
+	if len(seen) < 3 {
+		t.Errorf("in 12 s a 3 s credential was refreshed %d times", len(seen)-1)
+	}
+	e.must(200, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 }

@@ -52,6 +52,24 @@ type creds struct {
 	mu      sync.Mutex
 	m       map[string]*identity.Token
 	writing map[string]chan struct{} // closed when the sandbox's latest write ends
+	refresh map[string]*time.Timer   // a credential that ends before its lease is exchanged again
+}
+
+// schedule replaces id's refresh timer.
+func (c *creds) schedule(id string, t *time.Timer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refresh == nil {
+		c.refresh = map[string]*time.Timer{}
+	}
+	if old := c.refresh[id]; old != nil {
+		old.Stop()
+	}
+	if t == nil {
+		delete(c.refresh, id)
+		return
+	}
+	c.refresh[id] = t
 }
 
 // begin queues a write into id: it may run once prev is closed, and
@@ -106,6 +124,10 @@ func (c *creds) set(id string, t *identity.Token) {
 	}
 	if t == nil {
 		delete(c.m, id)
+		if r := c.refresh[id]; r != nil {
+			r.Stop()
+			delete(c.refresh, id)
+		}
 		return
 	}
 	c.m[id] = t
@@ -132,12 +154,13 @@ func (s *Service) handCredential(ctx context.Context, sb *sandbox.Sandbox, inher
 		if prev != nil {
 			<-prev
 		}
-		s.credential(ctx, sb, inherited)
+		s.credential(ctx, sb, inherited, true)
 	}()
 }
 
-// credential is handCredential's work.
-func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited bool) {
+// credential is handCredential's work; without write the credential is
+// only kept (a sleeping sandbox's, written by its wake).
+func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited, write bool) {
 	p, _ := sandbox.PrincipalFrom(ctx)
 	var tok *identity.Token
 	var err error
@@ -163,13 +186,41 @@ func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited
 		return
 	}
 	s.creds.set(sb.ID, tok)
-	if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
-		s.log.Warn("writing the sandbox's credential", "sandbox", sb.ID, "err", err)
+	if write {
+		if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
+			s.log.Warn("writing the sandbox's credential", "sandbox", sb.ID, "err", err)
+		}
+	}
+	// One that ends before its lease (an issuer's --lease-credential-ttl,
+	// an external issuer's own lifetime) is exchanged again, for itself,
+	// when two thirds of what is left of its life have gone.
+	if left := tok.Expires.Sub(s.now()); tok.Expires.Before(sb.ExpiresAt) && left > 0 {
+		org, id, token := p.Org, sb.ID, tok.AccessToken
+		s.creds.schedule(id, time.AfterFunc(left*2/3, func() { s.refreshCredential(org, id, token) }))
+	}
+}
+
+// refreshCredential exchanges a sandbox's credential for its successor,
+// while the lease lives.
+func (s *Service) refreshCredential(org, id, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx = sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "credential refresh", Token: token})
+	sb, err := s.d.Store.Get(ctx, id)
+	switch {
+	case err != nil:
+		return // ended
+	case sb.Status == sandbox.StatusRunning:
+		s.handCredential(ctx, sb, false)
+	case sb.Status == sandbox.StatusSleeping:
+		// Kept for the wake to write: the exchange needs a live subject.
+		s.credential(ctx, sb, false, false)
 	}
 }
 
 // rewriteCredential writes sb's last credential in again after a wake,
-// if it still lives: a container started without its memory lost it.
+// if it still lives: a container started without its memory lost it, and
+// one restored from its memory may hold one refreshed since.
 func (s *Service) rewriteCredential(ctx context.Context, sb *sandbox.Sandbox) {
 	if tok := s.creds.get(sb.ID); tok == nil || !tok.Expires.After(s.now()) {
 		return

@@ -198,9 +198,7 @@ func (s *Service) wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	}
 	// The answer says whether the memory came back.
 	sb.Woken, sb.MemoryKept = true, restored
-	if !restored {
-		s.rewriteCredential(startCtx, sb)
-	}
+	s.rewriteCredential(startCtx, sb)
 	log.Info("sandbox woken", "memoryKept", restored)
 	return sb, nil
 }
