@@ -30,7 +30,7 @@ func (s *Server) issuerRoutes() {
 	s.public("GET "+identity.PathMetadata, s.Issuer.ServeDiscovery, doc{Summary: "The same document as OAuth 2.0 authorization server metadata (RFC 8414)", AnswerRaw: "application/json"})
 	s.public("GET "+identity.PathJWKS, s.Issuer.ServeJWKS, doc{Summary: "The issuer's public keys (JWKS); a rotated key stays listed while tokens it signed live", AnswerRaw: "application/json"})
 	s.public("POST "+identity.PathToken, s.Issuer.ServeToken, doc{Summary: "RFC 8693 token exchange (a form). Client \"sandbox\": with its secret it exchanges a caller's token for a sandbox's credential; with none, a sandbox's credential for a narrower one (fewer scopes, never longer). No refresh token is ever issued, and nothing is minted for the operator org",
-		BodyRaw: "application/x-www-form-urlencoded", AnswerRaw: "application/json", Errors: []int{400, 401}})
+		BodyRaw: "application/x-www-form-urlencoded", AnswerRaw: "application/json", Errors: []int{400, 401, 429}})
 }
 
 // confine refuses what a sandbox's credential may not do: a route that

@@ -52,6 +52,11 @@ type RemoteExchanger struct {
 // LeaseCredential posts the exchange and checks the answer: a bearer JWT
 // that expires no later than end, and no refresh token.
 func (x *RemoteExchanger) LeaseCredential(ctx context.Context, subjectToken, id string, end time.Time) (*Token, error) {
+	if !IsJWT(subjectToken) {
+		// An API key of this server means nothing there, and is no one
+		// else's to see.
+		return nil, errors.New("identity: the caller's credential is an API key of this server; only a JWT is sent to --token-exchange-url")
+	}
 	form := url.Values{
 		"grant_type": {GrantTokenExchange}, "subject_token": {subjectToken}, "subject_token_type": {subjectType(subjectToken)},
 		"requested_token_type": {TokenTypeJWT}, "resource": {Resource(id)}, "sandbox_expires_at": {strconv.FormatInt(end.Unix(), 10)},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 )
@@ -63,6 +64,17 @@ func (is *Issuer) ServeJWKS(w http.ResponseWriter, r *http.Request) {
 // (then only a lease credential may be exchanged, and only narrowed).
 func (is *Issuer) ServeToken(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
+	// The endpoint is anyone's and each exchange is an RSA signature: a
+	// few at once, the rest told to come back (a flood costs the server
+	// its cores, never its other work).
+	select {
+	case is.exchanging <- struct{}{}:
+		defer func() { <-is.exchanging }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeOAuth(w, oauthErr(http.StatusTooManyRequests, "temporarily_unavailable", "too many token exchanges at once; retry"))
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		writeOAuth(w, oauthErr(400, "invalid_request", "the body must be an application/x-www-form-urlencoded form under 64 KiB"))
@@ -83,7 +95,7 @@ func (is *Issuer) ServeToken(w http.ResponseWriter, r *http.Request) {
 		ActorToken: f.Get("actor_token"), RequestedTokenType: f.Get("requested_token_type"),
 		Resource: f.Get("resource"), Audience: f.Get("audience"), Scope: f.Get("scope"),
 	}
-	if id, secret, ok := r.BasicAuth(); ok {
+	if id, secret, ok := basicAuth(r); ok {
 		if req.ClientID != "" && req.ClientID != id || req.ClientSecret != "" {
 			writeOAuth(w, oauthErr(400, "invalid_request", "authenticate the client one way: HTTP Basic or the form"))
 			return
@@ -111,6 +123,18 @@ func (is *Issuer) ServeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, tok)
+}
+
+// basicAuth is the client's id and secret from HTTP Basic, each
+// form-urlencoded inside it (RFC 6749 §2.3.1).
+func basicAuth(r *http.Request) (string, string, bool) {
+	id, secret, ok := r.BasicAuth()
+	if !ok {
+		return "", "", false
+	}
+	id, err1 := url.QueryUnescape(id)
+	secret, err2 := url.QueryUnescape(secret)
+	return id, secret, ok && err1 == nil && err2 == nil
 }
 
 func writeOAuth(w http.ResponseWriter, e *OAuthError) {

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -49,9 +50,14 @@ type Config struct {
 	// ExchangeURL, when set, is an external RFC 8693 token endpoint that
 	// performs the lease credential's exchange instead of this server.
 	ExchangeURL string
-	// ClientSecretFile holds the "sandbox" client's secret; empty means
-	// DATA/identity/sandbox-client.secret, made on the first start.
+	// ClientSecretFile holds the "sandbox" client's secret at this
+	// server's own issuer; empty means DATA/identity/sandbox-client.secret,
+	// made on the first start.
 	ClientSecretFile string
+	// ExchangeSecretFile holds the "sandbox" client's secret at the
+	// external ExchangeURL: another secret than this issuer's, so that
+	// whoever runs that endpoint cannot act as this server's client here.
+	ExchangeSecretFile string
 	// NoCredential turns the lease credential off.
 	NoCredential bool
 	// CredentialTTL, when set, caps how long one credential this issuer
@@ -84,7 +90,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.URL, "issuer-url", "", "this server's URL as its tokens' issuer (default http://LISTEN)")
 	fs.DurationVar(&c.Rotation, "issuer-key-rotation", DefaultRotation, "age at which the issuer's signing key is replaced (the old one stays published while its tokens live)")
 	fs.StringVar(&c.ExchangeURL, "token-exchange-url", "", "an external RFC 8693 token endpoint that exchanges the lease credential instead of this server's own issuer")
-	fs.StringVar(&c.ClientSecretFile, "sandbox-client-secret-file", "", "the secret of the \"sandbox\" client that requests lease credentials (default DATA/identity/sandbox-client.secret, made on the first start)")
+	fs.StringVar(&c.ClientSecretFile, "sandbox-client-secret-file", "", "the secret of the \"sandbox\" client at this server's own token endpoint (default DATA/identity/sandbox-client.secret, made on the first start)")
+	fs.StringVar(&c.ExchangeSecretFile, "token-exchange-secret-file", "", "the \"sandbox\" client's secret at --token-exchange-url (required with it; never this server's own)")
 	fs.BoolVar(&c.NoCredential, "no-lease-credential", false, "hand leases no credential (/run/sandbox/token)")
 	fs.DurationVar(&c.CredentialTTL, "lease-credential-ttl", 0, "the longest one lease credential lives; it is refreshed before it expires while the lease lives (0: until the lease's end)")
 }
@@ -98,13 +105,18 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.URL != "" {
-		if err := checkURL(c.URL); err != nil {
-			errs = append(errs, fmt.Errorf("--issuer-url %q: %w", c.URL, err))
+		// This server's own name: http is the operator's choice (behind a
+		// proxy that terminates TLS, say).
+		if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("--issuer-url %q: give an absolute http(s) URL with no query", c.URL))
 		}
 	}
 	if c.ExchangeURL != "" {
 		if err := checkURL(c.ExchangeURL); err != nil {
 			errs = append(errs, fmt.Errorf("--token-exchange-url %q: %w", c.ExchangeURL, err))
+		}
+		if c.ExchangeSecretFile == "" {
+			errs = append(errs, errors.New("--token-exchange-url needs --token-exchange-secret-file (the sandbox client's secret there)"))
 		}
 	}
 	if c.Leeway < 0 || c.Leeway > MaxLeeway {
@@ -139,14 +151,27 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// checkURL accepts an absolute http(s) URL with a host and no query.
+// checkURL accepts an absolute https URL with a host and no query, or
+// http to this machine's loopback: keys fetched, or secrets sent, in the
+// clear across a network would let anyone on the path forge callers.
 func checkURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return err
 	}
 	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return errors.New("give an absolute http(s) URL with no query")
+		return errors.New("give an absolute https URL with no query")
+	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		return errors.New("plain http is taken for a loopback address only; use https")
 	}
 	return nil
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

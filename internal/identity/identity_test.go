@@ -87,8 +87,8 @@ func TestExchangeRules(t *testing.T) {
 		trusted bool
 		code    string
 	}{
-		"operator key":       {func(r *ExchangeRequest) { r.SubjectToken, r.SubjectTokenType = "sbk_system", TokenTypeAccess }, true, "invalid_request"},
-		"key without secret": {func(r *ExchangeRequest) { r.SubjectToken, r.SubjectTokenType = "sbk_acme", TokenTypeAccess }, false, "invalid_client"},
+		"operator key":       {func(r *ExchangeRequest) { r.SubjectToken, r.SubjectTokenType = "sbk_system", TokenTypeAccess }, true, "invalid_grant"},
+		"key without secret": {func(r *ExchangeRequest) { r.SubjectToken, r.SubjectTokenType = "sbk_acme", TokenTypeAccess }, false, "invalid_grant"},
 		"wrong secret":       {func(r *ExchangeRequest) { r.ClientSecret = "nope" }, false, "invalid_client"},
 		"other sandbox":      {func(r *ExchangeRequest) { r.Resource = Resource("sb_2") }, false, "invalid_target"},
 		"unknown sandbox by key": {func(r *ExchangeRequest) {

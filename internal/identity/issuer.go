@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"time"
@@ -66,6 +67,8 @@ type Issuer struct {
 	// (they verify tokens this issuer signed).
 	Subjects Subjects
 	Leases   Leases
+
+	exchanging chan struct{} // the token endpoint's exchanges in flight
 }
 
 // NewIssuer opens the issuer's keys in data (made on the first start).
@@ -90,7 +93,8 @@ func NewIssuer(cfg Config, data, operatorOrg string, log *slog.Logger) (*Issuer,
 	if err != nil {
 		return nil, err
 	}
-	return &Issuer{cfg: cfg, ring: r, secret: secret, operator: operatorOrg, log: log}, nil
+	return &Issuer{cfg: cfg, ring: r, secret: secret, operator: operatorOrg, log: log,
+		exchanging: make(chan struct{}, 2*goruntime.GOMAXPROCS(0))}, nil
 }
 
 // URL is the issuer's URL (its tokens' iss).
@@ -199,15 +203,23 @@ func (is *Issuer) Exchange(ctx context.Context, req ExchangeRequest, trusted boo
 	if req.SubjectToken == "" {
 		return nil, oauthErr(400, "invalid_request", "subject_token is required")
 	}
+	// Without the client's secret the endpoint is anyone's: it takes a
+	// sandbox's own credential only, looks up no API key, and refuses
+	// every other subject alike (it tells no valid key from a wrong one).
+	notSandbox := oauthErr(400, "invalid_grant", "without the client's secret the subject token must be a live sandbox's own credential")
+	if !client && !IsJWT(req.SubjectToken) {
+		return nil, notSandbox
+	}
 	p, err := is.Subjects.Principal(ctx, req.SubjectToken)
-	if err != nil {
+	switch {
+	case err != nil && !client:
+		return nil, notSandbox
+	case err != nil:
 		return nil, oauthErr(400, "invalid_grant", "the subject token is not valid: %s", sandbox.Message(err))
-	}
-	if p.Org == is.operator {
-		return nil, oauthErr(400, "invalid_request", "the sandbox client never mints for the reserved operator org")
-	}
-	if !client && !p.Confined() {
-		return nil, oauthErr(401, "invalid_client", "without the client's secret only a sandbox's own credential may be exchanged (for a narrower one)")
+	case !client && !p.Confined():
+		return nil, notSandbox
+	case p.Org == is.operator:
+		return nil, oauthErr(400, "invalid_grant", "the sandbox client never mints for the reserved operator org")
 	}
 	scopes, err := narrowScopes(req.Scope, p)
 	if err != nil {

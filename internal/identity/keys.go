@@ -158,6 +158,18 @@ func (r *ring) lookup(kid string) (jose.JSONWebKey, bool) {
 	return jose.JSONWebKey{}, false
 }
 
+// ReadSecret reads a client secret that must exist (0600 or stricter).
+func ReadSecret(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("identity: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("identity: %s is readable by others (mode %v); chmod 600 it", path, st.Mode().Perm())
+	}
+	return loadSecret(path)
+}
+
 // loadSecret reads the client secret at path, making one on the first
 // start.
 func loadSecret(path string) (string, error) {

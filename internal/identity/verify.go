@@ -259,7 +259,16 @@ type remoteKeys struct {
 	fetched time.Time
 }
 
-const refetchEvery = 2 * time.Second
+const (
+	refetchEvery = 2 * time.Second
+	keysMaxAge   = 15 * time.Minute
+)
+
+func (k *remoteKeys) stale() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !k.fetched.IsZero() && time.Since(k.fetched) > keysMaxAge
+}
 
 func (k *remoteKeys) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
 	algs := make([]jose.SignatureAlgorithm, len(k.algs))
@@ -274,6 +283,11 @@ func (k *remoteKeys) VerifySignature(ctx context.Context, raw string) ([]byte, e
 		return nil, errors.New("one signature expected")
 	}
 	kid := jws.Signatures[0].Header.KeyID
+	if k.stale() {
+		// A key the issuer withdrew stops being taken within keysMaxAge,
+		// however often a token names it.
+		k.refetch(ctx)
+	}
 	key, ok := k.find(kid)
 	if !ok {
 		if err := k.refetch(ctx); err != nil {
@@ -298,13 +312,16 @@ func (k *remoteKeys) find(kid string) (jose.JSONWebKey, bool) {
 	return jose.JSONWebKey{}, false
 }
 
+// refetch fetches the JWKS, outside the lock: verifications with the
+// keys held go on meanwhile.
 func (k *remoteKeys) refetch(ctx context.Context) error {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if time.Since(k.fetched) < refetchEvery {
+		k.mu.Unlock()
 		return nil
 	}
 	k.fetched = time.Now()
+	k.mu.Unlock()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(fctx, "GET", k.url, nil)
@@ -323,7 +340,9 @@ func (k *remoteKeys) refetch(ctx context.Context) error {
 	if err := json.NewDecoder(http.MaxBytesReader(nil, res.Body, 1<<20)).Decode(&set); err != nil {
 		return fmt.Errorf("the JWKS does not parse: %w", err)
 	}
+	k.mu.Lock()
 	k.keys = set.Keys
+	k.mu.Unlock()
 	return nil
 }
 

@@ -118,9 +118,10 @@ type ExecRequest struct {
 	// Root runs the program as the sandbox's root with only the
 	// capabilities to own and place files (CAP_CHOWN, CAP_DAC_OVERRIDE,
 	// CAP_FOWNER), the sandbox user's ids in $SANDBOX_UID and
-	// $SANDBOX_GID: for the server's own fixed commands (writing the lease
-	// credential under /run), never a caller's. A backend whose programs
-	// cannot change user (a pod's securityContext) runs it as the user.
+	// $SANDBOX_GID and none of the image's environment: for the server's
+	// own static programs (writing the lease credential under /run), never
+	// a caller's, never a shell. A backend whose programs cannot change
+	// user (a pod's securityContext) runs it as the user.
 	Root bool
 }
 

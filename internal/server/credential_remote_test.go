@@ -3,6 +3,9 @@ package server_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,7 +39,7 @@ func TestLeaseCredentialExchangedElsewhereOnRunsc(t *testing.T) {
 	other := testenv.ServeBin(t, gvisor.DefaultRunsc(), testenv.Binaries(t), nil,
 		"--oidc-issuer", idp.Issuer(), "--sandbox-client-secret-file", secret)
 	e := newEnvConfig(t, server.Config{Identity: identity.Config{
-		Issuers: []string{idp.Issuer(), other.URL}, ExchangeURL: other.URL + identity.PathToken, ClientSecretFile: secret,
+		Issuers: []string{idp.Issuer(), other.URL}, ExchangeURL: other.URL + identity.PathToken, ExchangeSecretFile: secret,
 	}})
 
 	caller := idp.Token(t, "acme", "sandbox")
@@ -72,12 +75,13 @@ func TestLeaseCredentialExchangedElsewhereOnRunsc(t *testing.T) {
 	// The caller's own JWT reaches the sandbox nowhere.
 	e.noSecretIn(caller)
 	e.noSecretIn(tok)
-	// A caller the other issuer cannot verify (this server's API key)
-	// gets a sandbox with no credential, not a failed lease.
+	// A caller with this server's API key gets a sandbox with no
+	// credential, not a failed lease: the key is never sent to another
+	// issuer.
 	if got := e.credentialIn("acme", neighbour); got != "" {
 		t.Errorf("a credential the exchange should have refused: %.30s…", got)
 	}
-	if !strings.Contains(e.logs.String(), "invalid_grant") {
+	if !strings.Contains(e.logs.String(), "only a JWT is sent to --token-exchange-url") {
 		t.Errorf("the log does not say why the neighbour has no credential")
 	}
 	e.must(200, "DELETE", "/v1/sandbox/"+id, caller, nil)
@@ -87,5 +91,32 @@ func TestLeaseCredentialExchangedElsewhereOnRunsc(t *testing.T) {
 	}
 	if r := e.do("GET", "/v1/sandbox/"+id, tok, nil); r.Status != 401 {
 		t.Errorf("the credential of an ended lease: %d", r.Status)
+	}
+}
+
+// TestLeaseCredentialRefusesAnOrdinaryToken: an exchange endpoint that
+// answers with an ordinary access token of the caller (a real JWT of the
+// trusted provider, as a plain RFC 8693 server would mint) is refused:
+// inside the sandbox it would be the org's whole power, not one lease's.
+func TestLeaseCredentialRefusesAnOrdinaryToken(t *testing.T) {
+	idp := testenv.NewOIDCProvider(t)
+	ordinary := idp.Token(t, "acme", "sandbox")
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"access_token": ordinary, "token_type": "Bearer",
+			"issued_token_type": identity.TokenTypeJWT, "expires_in": 60})
+	}))
+	defer endpoint.Close()
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
+	e := newEnvConfig(t, server.Config{Identity: identity.Config{
+		Issuers: []string{idp.Issuer()}, ExchangeURL: endpoint.URL, ExchangeSecretFile: secret,
+	}})
+	id := e.lease(idp.Token(t, "acme", "sandbox"), map[string]any{"ttlSec": 600})
+	if got := e.credentialIn("acme", id); got != "" {
+		t.Errorf("an ordinary access token was written into the sandbox: %.30s…", got)
+	}
+	if !strings.Contains(e.logs.String(), "is not this sandbox's own credential") {
+		t.Errorf("the log does not say why: %.3000s", e.logs.String())
 	}
 }

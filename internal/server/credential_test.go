@@ -219,7 +219,7 @@ func TestLeaseCredentialOnRunsc(t *testing.T) {
 	opForm := with(with(form, "subject_token", e.keys["system"]), "subject_token_type", identity.TokenTypeAccess)
 	opForm.Del("scope")
 	opForm.Del("client_id")
-	if st, ans := e.exchange(opForm, "sandbox", secret); st != 400 || ans["error"] != "invalid_request" {
+	if st, ans := e.exchange(opForm, "sandbox", secret); st != 400 || ans["error"] != "invalid_grant" {
 		t.Errorf("the operator's key exchanged by the sandbox client: %d %v", st, ans)
 	}
 	if st, ans := e.exchange(opForm, "sandbox", "wrong-secret-wrong-secret"); st != 401 || ans["error"] != "invalid_client" {

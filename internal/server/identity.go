@@ -7,6 +7,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/keywatch"
+	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
 )
@@ -18,6 +19,20 @@ type wiredIdentity struct {
 	cfg       identity.Config
 	issuer    *identity.Issuer
 	exchanger service.Exchanger
+	// verify is the authenticator as the service checks a credential it
+	// was handed: the service is built first (the verifier asks it
+	// whether a lease lives), so it is filled in by authenticator.
+	verify lateVerify
+}
+
+// lateVerify is an authenticator set after its holder is built.
+type lateVerify struct{ a *identity.Authenticator }
+
+func (l *lateVerify) Principal(ctx context.Context, token string) (sandbox.Principal, error) {
+	if l.a == nil {
+		return sandbox.Principal{}, sandbox.Errorf(sandbox.KindUnavailable, "the server is starting")
+	}
+	return l.a.Principal(ctx, token)
 }
 
 func operatorOrg(cfg Config) string {
@@ -39,9 +54,9 @@ func newIdentity(cfg Config, log *slog.Logger) (*wiredIdentity, error) {
 	switch {
 	case cfg.Identity.NoCredential:
 	case cfg.Identity.ExchangeURL != "":
-		secret := ""
-		if w.issuer != nil {
-			secret = w.issuer.ClientSecret()
+		secret, err := identity.ReadSecret(cfg.Identity.ExchangeSecretFile)
+		if err != nil {
+			return nil, err
 		}
 		aud := cfg.Identity.Audience
 		if aud == "" {
@@ -65,6 +80,7 @@ func (w *wiredIdentity) authenticator(st *store.Store, svc *service.Service, log
 	if w.issuer != nil {
 		w.issuer.Subjects, w.issuer.Leases = a, svc
 	}
+	w.verify.a = a
 	return a
 }
 

@@ -324,9 +324,27 @@ func TestSnapshotOnRunsc(t *testing.T) {
 	if r["scope"] != "org" || !strings.HasPrefix(r["digest"].(string), "sha256:") {
 		t.Fatalf("snapshot: %v", r)
 	}
+	// The sandbox's credential is not in the image: it would start every
+	// sandbox of it with this one's.
+	tok := e.credentialIn("acme", id)
+	sig := tok[strings.LastIndexByte(tok, '.')+1:]
+	filepath.WalkDir(images, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, "/run/sandbox") {
+			t.Errorf("the image holds the credential's directory: %s", p)
+		}
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(sig)) {
+				t.Errorf("%s holds the sandbox's credential", p)
+			}
+		}
+		return nil
+	})
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 
 	again := e.lease("acme", map[string]any{"image": "withpkg"})
+	if c := e.verifyPublished(e.credentialIn("acme", again)); c.Sandbox != again {
+		t.Errorf("a lease of the template holds the credential of %s", c.Sandbox)
+	}
 	if out := e.sh("acme", again, "python3 -c 'import fakepkg; print(fakepkg.VALUE)'; cat notes.txt; ls ~/.cache"); out != "42\ndata\n" {
 		t.Errorf("a lease of the template: %q", out)
 	}

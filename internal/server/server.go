@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	svc := service.New(cfg.Service, service.Deps{
-		Credentials: id.exchanger, OperatorOrg: operatorOrg(cfg),
+		Credentials: id.exchanger, Verify: &id.verify, OperatorOrg: operatorOrg(cfg),
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,

@@ -28,18 +28,15 @@ type Exchanger interface {
 const CredentialPath = "/run/sandbox/token"
 
 // credentialScript writes stdin to CredentialPath whole (a rename), or
-// removes it when stdin is empty. As the sandbox's root (gVisor) it owns
-// the directory and file to the sandbox user; as the user (a pod) the
-// directory is already the user's.
+// removes it when stdin is empty: where there is no runner (a pod), as the
+// sandbox user, in a directory that is already the user's. It is never
+// run as root: a shell's names can be swapped under it by the user.
 const credentialScript = `set -e
 umask 077
 d=/run/sandbox
-mkdir -p "$d"
-if [ "$(id -u)" = 0 ] && [ -n "$SANDBOX_UID" ]; then chown "$SANDBOX_UID:$SANDBOX_GID" "$d"; chmod 700 "$d"; fi
-t="$d/.token.$$"
+t=$(mktemp "$d/.token.XXXXXX")
 cat > "$t"
 if [ ! -s "$t" ]; then rm -f "$t" "$d/token"; exit 0; fi
-if [ "$(id -u)" = 0 ] && [ -n "$SANDBOX_UID" ]; then chown "$SANDBOX_UID:$SANDBOX_GID" "$t"; fi
 mv -f "$t" "$d/token"`
 
 // creds are the credentials handed, by sandbox id, kept in memory only
@@ -170,18 +167,32 @@ func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited
 	case p.Token == "":
 		err = errors.New("the call carried no bearer to exchange")
 	default:
-		tok, err = s.d.Credentials.LeaseCredential(ctx, p.Token, sb.ID, sb.ExpiresAt)
+		subject := p.Token
+		// A sandbox renewing itself may hold a narrowed credential: its
+		// successor is exchanged for the sandbox's own, so a renew never
+		// narrows what the sandbox holds.
+		if c := s.creds.get(sb.ID); p.Confined() && c != nil && c.Expires.After(s.now()) {
+			subject = c.AccessToken
+		}
+		tok, err = s.d.Credentials.LeaseCredential(ctx, subject, sb.ID, sb.ExpiresAt)
 	}
-	if err == nil && tok.Expires.After(sb.ExpiresAt) {
-		err = errors.New("the exchanged credential would outlive the lease")
+	if err == nil {
+		err = s.checkCredential(ctx, tok, sb, p.Org)
 	}
 	if err != nil {
-		s.log.Info("the sandbox has no credential", "sandbox", sb.ID, "reason", err.Error())
+		reason := err.Error()
+		if len(reason) > 200 { // an external issuer's words, bounded
+			reason = reason[:200] + "…"
+		}
+		s.log.Info("the sandbox has no credential", "sandbox", sb.ID, "reason", reason)
+		if !inherited && s.creds.get(sb.ID) != nil {
+			return // a refresh or renew that failed: the one in place stays until it expires
+		}
 		s.creds.set(sb.ID, nil)
-		if inherited {
-			if werr := s.writeCredential(ctx, sb, ""); werr != nil {
-				s.log.Warn("removing a fork's inherited credential", "sandbox", sb.ID, "err", werr)
-			}
+		// Whatever the container holds goes: a fork's copy of its
+		// parent's, an image's stray one.
+		if werr := s.writeCredential(ctx, sb, ""); werr != nil {
+			s.log.Warn("removing a credential the sandbox must not keep", "sandbox", sb.ID, "err", werr)
 		}
 		return
 	}
@@ -198,6 +209,27 @@ func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited
 		org, id, token := p.Org, sb.ID, tok.AccessToken
 		s.creds.schedule(id, time.AfterFunc(left*2/3, func() { s.refreshCredential(org, id, token) }))
 	}
+}
+
+// checkCredential refuses an exchanged token that is not sb's own: it
+// must verify here (a trusted issuer's), be confined to sb of org, and end
+// with the lease at the latest. An external endpoint's ordinary access
+// token for the caller would be the org's whole power inside the sandbox.
+func (s *Service) checkCredential(ctx context.Context, tok *identity.Token, sb *sandbox.Sandbox, org string) error {
+	if tok.Expires.After(sb.ExpiresAt) {
+		return errors.New("the exchanged credential would outlive the lease")
+	}
+	if s.d.Verify == nil {
+		return nil
+	}
+	got, err := s.d.Verify.Principal(ctx, tok.AccessToken)
+	if err != nil {
+		return errors.New("the exchanged token does not verify here (trust its issuer with --oidc-issuer): " + sandbox.Message(err))
+	}
+	if !got.Confined() || got.Sandbox != sb.ID || got.Org != org || got.Expires.After(sb.ExpiresAt) {
+		return errors.New("the exchanged token is not this sandbox's own credential (it must name the org and sandbox_id, and end with the lease)")
+	}
+	return nil
 }
 
 // refreshCredential exchanges a sandbox's credential for its successor,
@@ -250,13 +282,13 @@ func (s *Service) writeCredential(ctx context.Context, sb *sandbox.Sandbox, toke
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	errBuf := NewOutput(4 << 10)
-	argv := []string{"/bin/sh", "-c", credentialScript}
+	req := runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", credentialScript}, Dir: "/", Stdin: strings.NewReader(token), Stderr: errBuf}
 	if s.d.Runner != "" {
-		argv = []string{s.d.Runner, "credential"} // one process, and no shell needed in the image
+		// One static process, no shell in the image needed, and the one
+		// writer trusted to run as the sandbox's root.
+		req.Argv, req.Root = []string{s.d.Runner, "credential"}, true
 	}
-	err := s.d.Runtime.Exec(wctx, sb.Name, runtime.ExecRequest{
-		Argv: argv, Dir: "/", Root: true, Stdin: strings.NewReader(token), Stderr: errBuf,
-	})
+	err := s.d.Runtime.Exec(wctx, sb.Name, req)
 	if err != nil {
 		return errors.New(err.Error() + ": " + errBuf.String())
 	}

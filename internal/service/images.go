@@ -212,7 +212,9 @@ func (s *Service) Snapshot(ctx context.Context, id string, req SnapshotRequest) 
 	}
 	defer done()
 	start := time.Now()
-	layers := []func(io.Writer) error{func(w io.Writer) error { return s.d.Runtime.RootfsChanges(work, sb.Name, w) }}
+	layers := []func(io.Writer) error{func(w io.Writer) error {
+		return withoutCredential(w, func(w io.Writer) error { return s.d.Runtime.RootfsChanges(work, sb.Name, w) })
+	}}
 	if req.Workdir {
 		layers = append(layers, func(w io.Writer) error { return s.workdirLayer(ctx, sb, w) })
 	}
@@ -230,6 +232,37 @@ func (s *Service) Snapshot(ctx context.Context, id string, req SnapshotRequest) 
 	s.log.Info("sandbox snapshot", "org", org, "sandbox", sb.ID, "image", req.Name, "digest", p.Digest, "bytes", p.SizeBytes, "took", time.Since(start))
 	info := infoOf(im)
 	return &info, nil
+}
+
+// withoutCredential copies the layer produce writes to w, without the
+// sandbox's credential directory: an image outlives the lease, and every
+// sandbox of it would start with that sandbox's credential.
+func withoutCredential(w io.Writer, produce func(io.Writer) error) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(produce(pw)) }()
+	defer pr.Close()
+	dir := strings.TrimPrefix(path.Dir(CredentialPath), "/")
+	tr, tw := tar.NewReader(pr), tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			io.Copy(io.Discard, pr)
+			return tw.Close()
+		}
+		if err != nil {
+			return err
+		}
+		if name := strings.TrimPrefix(path.Clean("/"+h.Name), "/"); name == dir || strings.HasPrefix(name, dir+"/") ||
+			strings.HasPrefix(name, path.Dir(dir)+"/.wh."+path.Base(dir)) {
+			continue
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
 }
 
 // SeedDir is where an image keeps the workdir a snapshot saved: the

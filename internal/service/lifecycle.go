@@ -225,12 +225,12 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 			return nil, nil
 		}
 	}
+	unlock := s.lock(id)
+	defer unlock()
 	// A checkpoint taken mid-write would keep half a credential.
 	if err := s.creds.wait(ctx, id); err != nil {
 		return nil, err
 	}
-	unlock := s.lock(id)
-	defer unlock()
 	sb, err := s.d.Store.Get(ctx, id)
 	if err != nil {
 		return nil, err

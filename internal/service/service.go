@@ -228,6 +228,11 @@ type Deps struct {
 	// Credentials exchange a caller's token for each lease's own
 	// credential (CredentialPath); nil hands none.
 	Credentials Exchanger
+	// Verify checks an exchanged credential the way every door will (it
+	// must be the sandbox's own); nil takes the exchanger's word.
+	Verify interface {
+		Principal(ctx context.Context, token string) (sandbox.Principal, error)
+	}
 	// OperatorOrg is the reserved org, whose leases start unprivileged:
 	// no credential is ever obtained for it.
 	OperatorOrg string

@@ -47,8 +47,10 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		dir = m.Workdir
 	}
 	if req.Root {
+		// Never the image's environment (PATH, LD_PRELOAD): an org's image
+		// may point them at what its user can write.
 		u := r.user(m)
-		env = append(env, "SANDBOX_UID="+strconv.Itoa(u["uid"]), "SANDBOX_GID="+strconv.Itoa(u["gid"]))
+		env = append(r.baseEnv(), "SANDBOX_UID="+strconv.Itoa(u["uid"]), "SANDBOX_GID="+strconv.Itoa(u["gid"]))
 	}
 	proc := r.process(m, req.Argv, env, dir)
 	proc.Terminal = req.TTY
