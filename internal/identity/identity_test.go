@@ -8,6 +8,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"log/slog"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -230,5 +232,40 @@ func FuzzBearer(f *testing.F) {
 		}
 		IsJWT(token)
 		IssuerOf(token)
+	})
+}
+
+// FuzzTokenEndpoint: whatever the form, the endpoint answers an OAuth
+// error or, only for a form that is a valid exchange, a token; never a
+// 500, never a panic, never a refresh token.
+func FuzzTokenEndpoint(f *testing.F) {
+	fx := newFixture(f)
+	good, _ := fx.is.LeaseCredential(context.Background(), "sbk_acme", "sb_1", fx.end)
+	valid := url.Values{"grant_type": {GrantTokenExchange}, "client_id": {ClientID}, "subject_token": {good.AccessToken},
+		"subject_token_type": {TokenTypeJWT}, "resource": {Resource("sb_1")}, "scope": {"lease:read"}}.Encode()
+	for _, s := range []string{valid, "", "grant_type=x", valid + "&scope=lease:read", valid + "&sandbox_expires_at=-1", "%zz", strings.Repeat("a=b&", 100)} {
+		f.Add(s, "")
+	}
+	f.Add(valid, "c2FuZGJveDp3cm9uZw==")
+	f.Fuzz(func(t *testing.T, body, basic string) {
+		r := httptest.NewRequest("POST", PathToken, strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if basic != "" {
+			r.Header.Set("Authorization", "Basic "+basic)
+		}
+		w := httptest.NewRecorder()
+		fx.is.ServeToken(w, r)
+		var ans map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &ans); err != nil {
+			t.Fatalf("%d, not JSON: %q", w.Code, w.Body.String())
+		}
+		switch {
+		case w.Code >= 500:
+			t.Fatalf("a 5xx for %q: %v", body, ans)
+		case w.Code == 200 && (ans["access_token"] == nil || ans["refresh_token"] != nil):
+			t.Fatalf("a 200 that is not a token: %v", ans)
+		case w.Code != 200 && ans["error"] == nil:
+			t.Fatalf("%d without an error: %v", w.Code, ans)
+		}
 	})
 }
