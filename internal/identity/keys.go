@@ -57,6 +57,13 @@ func openRing(dir string, rotation, keep time.Duration) (*ring, error) {
 		return nil, err
 	}
 	for _, n := range names {
+		st, err := os.Stat(n)
+		if err != nil {
+			return nil, fmt.Errorf("identity: %w", err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("identity: the signing key %s is readable by others (mode %v): it must be the server's alone (0600)", n, st.Mode().Perm())
+		}
 		b, err := os.ReadFile(n)
 		if err != nil {
 			return nil, fmt.Errorf("identity: %w", err)
@@ -118,12 +125,8 @@ func (r *ring) make(now time.Time) (ringKey, error) {
 	if err != nil {
 		return ringKey{}, err
 	}
-	tmp := filepath.Join(r.dir, "."+k.ID+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return ringKey{}, fmt.Errorf("identity: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(r.dir, k.ID+".json")); err != nil {
-		return ringKey{}, fmt.Errorf("identity: %w", err)
+	if err := writeSynced(filepath.Join(r.dir, k.ID+".json"), b); err != nil {
+		return ringKey{}, err
 	}
 	return k, nil
 }
@@ -190,12 +193,38 @@ func loadSecret(path string) (string, error) {
 	raw := make([]byte, 32)
 	rand.Read(raw)
 	s := hex.EncodeToString(raw)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("identity: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("identity: %w", err)
+	if err := writeSynced(path, []byte(s+"\n")); err != nil {
+		return "", err
 	}
 	return s, nil
+}
+
+// writeSynced writes b to path whole or not at all: a temporary file of
+// 0600, synced, then renamed, then the directory synced — a crash leaves
+// the old file or the new one, never an empty one the next start would
+// refuse.
+func writeSynced(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }

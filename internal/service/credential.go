@@ -196,6 +196,9 @@ func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited
 		}
 		return
 	}
+	if _, err := s.LeaseEnd(ctx, p.Org, sb.ID); err != nil {
+		return // ended while the exchange ran: nothing to keep, nothing to refresh
+	}
 	s.creds.set(sb.ID, tok)
 	if write {
 		if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
