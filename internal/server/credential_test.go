@@ -341,3 +341,21 @@ func TestLeaseCredentialRefreshedOnRunsc(t *testing.T) {
 	}
 	e.must(200, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 }
+
+// TestLeaseCredentialSurvivesRestartOnRunsc: the issuer's keys are the
+// data directory's, so a credential handed before a restart still works
+// after it, and the next renew hands a new one.
+func TestLeaseCredentialSurvivesRestartOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", map[string]any{"ttlSec": 600})
+	tok := e.credentialIn("acme", id)
+	before := e.verifyPublished(tok)
+	e.restart(t)
+	e.must(200, "GET", "/v1/sandbox/"+id, tok, nil)
+	e.verifyPublished(tok) // the same key is still published
+	e.must(200, "POST", "/v1/sandbox/"+id+"/renew", tok, map[string]any{"ttlSec": 900})
+	after := e.verifyPublished(e.credentialIn("acme", id))
+	if !after.Expiry.Time().After(before.Expiry.Time()) || after.Sandbox != id {
+		t.Errorf("after a restart and a renew: %+v (before %+v)", after, before)
+	}
+}

@@ -3,9 +3,8 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
-	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -25,13 +26,31 @@ import (
 // as a process restart would.
 func (e *env) restart(t *testing.T) {
 	t.Helper()
+	// The same address: it is the issuer's URL, which the lease
+	// credentials handed before the restart name.
+	addr := e.http.Listener.Addr().String()
 	e.http.Close()
 	e.srv.Close()
-	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), Runner: runnerBin(t), GVisor: gvisor.Options{Runsc: gvisor.DefaultRunsc()}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), Runner: runnerBin(t), GVisor: gvisor.Options{Runsc: gvisor.DefaultRunsc()},
+		Identity: identity.Config{URL: "http://" + addr}}, slog.New(slog.NewTextHandler(e.logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv, e.http = srv, httptest.NewServer(srv.Handler)
+	var ln net.Listener
+	for range 50 {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv.Handler)
+	ts.Listener.Close()
+	ts.Listener = ln
+	ts.Start()
+	e.srv, e.http = srv, ts
 }
 
 // orphan starts a container that carries the sandbox label but that no row
