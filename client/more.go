@@ -105,7 +105,7 @@ func (c *Client) Download(ctx context.Context, session, path string) (io.ReadClo
 // Event is one entry of a session's live log.
 type Event struct {
 	Seq  int64     `json:"seq"`
-	Kind string    `json:"kind"` // start, stdout, stderr, exit, error, truncated
+	Kind string    `json:"kind"` // start, stdout, stderr, exit, error, truncated, note
 	Text string    `json:"text"`
 	At   time.Time `json:"at"`
 }
