@@ -131,10 +131,36 @@ type ExitError struct{ Code int }
 
 func (e *ExitError) Error() string { return "exit status " + strconv.Itoa(e.Code) }
 
+// StartError reports a sandbox its backend was refused by the machinery
+// under it (a cluster's scheduler or kubelet) before it ran, in that
+// machinery's words, so a caller hears why and whether waiting helps.
+// Reason is the short code (Unschedulable, ImagePullBackOff, ...); Message
+// is the account, already made safe to show the sandbox's owner by the
+// backend: one line, bounded, naming none of the backend's own objects
+// (pods, claims, namespace, nodes). Capacity means the cluster lacks the
+// room for it now (CPU, memory, pods), which waiting may free; otherwise
+// the refusal is the setup's and a retry meets it again.
+//
+// A backend returns it wrapped (errors.As finds it) with the detail its
+// log wants, and, as for any failed Create, leaves nothing behind.
+type StartError struct {
+	Reason   string
+	Message  string
+	Capacity bool
+}
+
+func (e *StartError) Error() string {
+	if e.Message == "" {
+		return "start refused: " + e.Reason
+	}
+	return "start refused: " + e.Reason + ": " + e.Message
+}
+
 // Runtime is the isolation backend.
 type Runtime interface {
 	// Create starts a sandbox and returns once it runs. On failure it leaves
-	// nothing behind.
+	// nothing behind; when what runs the sandboxes refused it (no room, an
+	// image that cannot be pulled), the error wraps a *StartError.
 	Create(ctx context.Context, spec Spec) (Object, error)
 	// Exec runs a program and returns nil on exit 0, *ExitError on another
 	// exit, or any other error when the channel itself broke. Cancelling ctx

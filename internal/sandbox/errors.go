@@ -37,7 +37,9 @@ type Error struct {
 	Kind Kind
 	Msg  string // safe for the client
 	Err  error  // internal detail; never sent
-	// RetryAfter is a hint in seconds for KindLimit.
+	// RetryAfter is a hint in seconds (the answer's Retry-After) for
+	// KindLimit, and for a KindUnavailable that waiting may clear (a host
+	// or cluster short of room).
 	RetryAfter int
 }
 

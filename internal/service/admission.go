@@ -13,6 +13,8 @@ const (
 	retryAfterQuota   = 30 // a live sandbox ends, a lease expires
 	retryAfterCommand = 2  // commands are short
 	retryAfterHost    = 30
+	// The cluster had no room for a sandbox: others end, or it grows.
+	retryAfterCapacity = 10
 )
 
 // policy is org's quota policy: the server's under the operator's

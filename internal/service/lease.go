@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/meter"
@@ -45,7 +46,9 @@ var recordTimeout = 30 * time.Second
 // present, project free, quotas (live per class, projects, disk, CPU,
 // memory), fee, runtime, host headroom — each refusing with nothing left
 // behind; then writes the row pending, starts the container, and marks the
-// row running (or error with the reason, 503).
+// row running — or error with the reason (503; the cluster's own, safe
+// form, when it refused the start), or, when the cluster had no room for
+// it, ends the row as if it had never been (503 with Retry-After).
 func (s *Service) Lease(ctx context.Context, req LeaseRequest) (*sandbox.Sandbox, error) {
 	if req.Run {
 		if err := s.canRun(ctx, req.Image); err != nil {
@@ -232,9 +235,29 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		}
 		return nil, sandbox.Errorf(sandbox.KindUnsupported, "this server's backend cannot fork a running sandbox: it cannot checkpoint memory")
 	}
+	if says, room := clusterSays(err); room {
+		// Nothing runs, and the caller is told to come back: the row ends
+		// (an error row would hold no quota, only wait for the reaper and
+		// crowd the caller's list), the fee is refunded (charged is still
+		// set), and a project this lease made goes with its volume, so
+		// that the retry makes (and seeds) it anew and the projects and
+		// disk quotas do not count a project nothing ever ran on.
+		log.Warn("the cluster has no room for the sandbox", "err", err)
+		if uerr := s.transition(recordCtx, sb, moved(sb, sandbox.StatusEnded)); uerr != nil {
+			log.Error("removing the row of a lease the cluster had no room for", "err", uerr)
+		} else if newProject && from == nil {
+			s.dropNewProject(recordCtx, sb)
+		}
+		e := sandbox.Wrap(sandbox.KindUnavailable, err, "the cluster cannot place the sandbox now: "+says+"; retry later")
+		e.RetryAfter = retryAfterCapacity
+		return nil, e
+	}
 	if err != nil {
 		log.Error("sandbox start failed", "err", err)
 		reason := "the sandbox could not be started"
+		if says, _ := clusterSays(err); says != "" {
+			reason += ": the cluster says: " + says
+		}
 		next := moved(sb, sandbox.StatusError)
 		next.Error = reason
 		if uerr := s.transition(recordCtx, sb, next); uerr != nil {
@@ -264,6 +287,40 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	}
 	log.Info("sandbox leased", "expiresAt", sb.ExpiresAt)
 	return sb, nil
+}
+
+// clusterSays is the safe account of the refusal err wraps (a
+// *runtime.StartError: what runs the sandboxes refused to start one), and
+// whether it is for want of room; "" when err is no refusal.
+func clusterSays(err error) (says string, room bool) {
+	var se *runtime.StartError
+	if !errors.As(err, &se) {
+		return "", false
+	}
+	msg := strings.TrimRight(se.Message, ". ")
+	switch {
+	case se.Capacity && msg != "":
+		return msg, true
+	case msg == "":
+		return se.Reason, se.Capacity
+	}
+	return se.Reason + ": " + msg, false
+}
+
+// dropNewProject forgets the project sb's lease made and deletes its
+// volume, when nothing ever ran on it: the volume first, so that a
+// failure keeps the record that names it (and the caller can delete it).
+// (On Kubernetes a pre-made PersistentVolume the claim had bound to is
+// released by this, as by a purge; a provisioner's volume goes with it.)
+func (s *Service) dropNewProject(ctx context.Context, sb *sandbox.Sandbox) {
+	log := s.log.With("sandbox", sb.ID, "project", sb.Project)
+	if err := s.d.Runtime.DeleteVolume(ctx, sb.Volume); err != nil {
+		log.Error("deleting the volume of a project no sandbox ran on", "err", err)
+		return
+	}
+	if _, err := s.d.Store.DropProject(ctx, sb.Project, true); err != nil {
+		log.Error("forgetting a project no sandbox ran on", "err", err)
+	}
 }
 
 // volumeName is the runtime volume of sb: per sandbox for scratch, or per

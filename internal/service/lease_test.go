@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,64 @@ func TestLeaseStartFails(t *testing.T) {
 	}
 	// The error row is ended (by the reaper, or a caller); it frees nothing
 	// it did not hold.
+	if _, err := h.svc.End(acme, rows[0].ID, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaseClusterRefusals: a start the cluster refused answers its safe
+// reason at once. For want of room it is a 503 with Retry-After that leaves
+// nothing — no row, fee, or the project (and volume) the lease made, which
+// the retry makes anew — but an older project; for any other reason the row
+// is kept as error, with the cluster's reason.
+func TestLeaseClusterRefusals(t *testing.T) {
+	h := newHarness(t, withFees(map[string]string{"SANDBOX_FEE_CENTS_DEV": "10"}))
+	h.st.Credit(context.Background(), "acme", 100)
+	noRoom := &runtime.StartError{Reason: "Unschedulable", Message: "0/1 nodes are available: 1 Insufficient cpu.", Capacity: true}
+	h.rt.Set(func(r *fakeRT) { r.CreateErr = fmt.Errorf("kube: pod sbx-x cannot start: %w", noRoom) })
+	projects := func() int {
+		ps, err := h.st.Projects(acme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ps)
+	}
+	_, err := h.svc.Lease(acme, service.LeaseRequest{Class: "dev", Project: "p"})
+	wantKind(t, err, sandbox.KindUnavailable)
+	var e *sandbox.Error
+	if !errors.As(err, &e) || e.RetryAfter != 10 || e.Msg != "the cluster cannot place the sandbox now: 0/1 nodes are available: 1 Insufficient cpu; retry later" {
+		t.Errorf("no room: %+v", e)
+	}
+	if n := len(h.rows(acme)); n != 0 || projects() != 0 || h.balance("acme") != 100 || len(h.rt.Objects()) != 0 || len(h.rt.Volumes()) != 0 {
+		t.Errorf("no room left rows %d, projects %d, balance %d, objects %v, volumes %v", n, projects(), h.balance("acme"), h.rt.Objects(), h.rt.Volumes())
+	}
+	if c := h.rt.Calls(); !strings.HasPrefix(c[len(c)-1], "delete-volume project-") {
+		t.Errorf("the new project's volume was not deleted: %v", c)
+	}
+	h.rt.Set(func(r *fakeRT) { r.CreateErr = nil })
+	sb := h.lease(acme, service.LeaseRequest{Class: "dev", Project: "p"})
+	if _, err := h.svc.End(acme, sb.ID, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// An older project is the caller's: it stays, volume and all.
+	h.rt.Set(func(r *fakeRT) { r.CreateErr = noRoom })
+	_, err = h.svc.Lease(acme, service.LeaseRequest{Class: "dev", Project: "p"})
+	wantKind(t, err, sandbox.KindUnavailable)
+	if n := len(h.rows(acme)); n != 0 || projects() != 1 || len(h.rt.Volumes()) != 1 || h.balance("acme") != 90 {
+		t.Errorf("no room for an older project: rows %d, projects %d, volumes %v, balance %d", n, projects(), h.rt.Volumes(), h.balance("acme"))
+	}
+
+	// Not for want of room: the error row keeps the cluster's reason.
+	unbound := &runtime.StartError{Reason: "Unschedulable", Message: "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. (no StorageClass)"}
+	h.rt.Set(func(r *fakeRT) { r.CreateErr = fmt.Errorf("kube: %w", unbound) })
+	_, err = h.svc.Lease(acme, service.LeaseRequest{Class: "dev", Project: "p"})
+	wantKind(t, err, sandbox.KindUnavailable)
+	want := "the sandbox could not be started: the cluster says: Unschedulable: 0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. (no StorageClass)"
+	rows := h.rows(acme)
+	if !errors.As(err, &e) || e.RetryAfter != 0 || !strings.HasPrefix(e.Msg, want+"; it is kept as ") || len(rows) != 1 || rows[0].Status != sandbox.StatusError || rows[0].Error != want {
+		t.Errorf("unbound claim: %+v; rows %+v", e, rows)
+	}
 	if _, err := h.svc.End(acme, rows[0].ID, false); err != nil {
 		t.Fatal(err)
 	}

@@ -182,6 +182,15 @@ func (s *Service) wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	}
 	if err != nil {
 		log.Error("waking sandbox", "err", err)
+		says, room := clusterSays(err)
+		switch {
+		case room:
+			e := sandbox.Wrap(sandbox.KindUnavailable, err, "the cluster cannot place the sandbox now: "+says+"; it sleeps on, retry later")
+			e.RetryAfter = retryAfterCapacity
+			return nil, e
+		case says != "":
+			return nil, sandbox.Wrap(sandbox.KindUnavailable, err, "the sandbox could not be woken: the cluster says: "+says+"; try again")
+		}
 		return nil, sandbox.Wrap(sandbox.KindUnavailable, err, "the sandbox could not be woken; try again")
 	}
 	next.UID = obj.UID

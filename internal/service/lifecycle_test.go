@@ -196,6 +196,32 @@ func TestSleepFallbacks(t *testing.T) {
 			t.Errorf("row after a failed wake: %+v", got)
 		}
 	})
+	t.Run("the cluster refuses the wake: its reason, still sleeping", func(t *testing.T) {
+		h := newHarness(t)
+		h.rt.Set(func(r *fakeRT) { r.NoCheckpoint = true })
+		sb := h.lease(acme, service.LeaseRequest{})
+		h.svc.Sleep(acme, sb.ID)
+		for _, tc := range []struct {
+			se         *runtime.StartError
+			msg        string
+			retryAfter int
+		}{
+			{&runtime.StartError{Reason: "Unschedulable", Message: "0/1 nodes are available: 1 Insufficient memory.", Capacity: true},
+				"the cluster cannot place the sandbox now: 0/1 nodes are available: 1 Insufficient memory; it sleeps on, retry later", 10},
+			{&runtime.StartError{Reason: "ErrImageNeverPull", Message: `Container image "sandbox/exec:local" is not present with pull policy of Never`},
+				`the sandbox could not be woken: the cluster says: ErrImageNeverPull: Container image "sandbox/exec:local" is not present with pull policy of Never; try again`, 0},
+		} {
+			h.rt.Set(func(r *fakeRT) { r.CreateErr = tc.se })
+			_, err := h.svc.Resume(acme, sb.ID)
+			var e *sandbox.Error
+			if !errors.As(err, &e) || e.Kind != sandbox.KindUnavailable || e.Msg != tc.msg || e.RetryAfter != tc.retryAfter {
+				t.Errorf("wake refused: %+v, want %q (retry after %d)", e, tc.msg, tc.retryAfter)
+			}
+			if got := h.row(acme, sb.ID); got.Status != sandbox.StatusSleeping {
+				t.Errorf("row after a refused wake: %+v", got)
+			}
+		}
+	})
 	t.Run("container cannot be removed: still running", func(t *testing.T) {
 		h := newHarness(t)
 		sb := h.lease(acme, service.LeaseRequest{})

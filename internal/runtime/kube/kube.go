@@ -282,8 +282,10 @@ func pullPolicy(image string) corev1.PullPolicy {
 // Create ensures the project PVC, creates the pod, waits for Running, and
 // gives it its egress NetworkPolicy when spec has one (see network.go). A
 // pod that does not get there is deleted, and the error carries the
-// cluster's own reason. A policy with domain rules is refused before
-// anything is made (CheckNetwork).
+// cluster's own reason: a *runtime.StartError as soon as the cluster
+// refuses it (no room, an unbound claim, an image it cannot pull; see
+// judge), else the last status at the start timeout. A policy with domain
+// rules is refused before anything is made (CheckNetwork).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object, error) {
 	if spec.Restore != "" {
 		return runtime.Object{}, runtime.ErrUnsupported
@@ -303,7 +305,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	ref := runtime.Ref{Name: created.Name, UID: string(created.UID)}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
-	p, err := r.waitRunning(wctx, created.Name)
+	claim := ""
+	if !spec.Volume.Scratch {
+		claim = spec.Volume.Name
+	}
+	p, err := r.waitRunning(wctx, created.Name, claim)
 	if err == nil && spec.Network != nil {
 		if nerr := r.applyNetwork(wctx, p, spec.Network); nerr != nil {
 			err = nerr
@@ -320,9 +326,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	return object(p), nil
 }
 
-// waitRunning polls the pod until it runs, fails, or ctx ends.
-func (r *Runtime) waitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
+// waitRunning polls the pod until it runs, the cluster refuses it (judge:
+// a *runtime.StartError, at once), or ctx ends. claim is the pod's project
+// claim, "" for scratch.
+func (r *Runtime) waitRunning(ctx context.Context, name, claim string) (*corev1.Pod, error) {
 	var last *corev1.Pod
+	var readClaim time.Time // when the claim is read next; zero: not held for it
 	for {
 		p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
@@ -331,11 +340,24 @@ func (r *Runtime) waitRunning(ctx context.Context, name string) (*corev1.Pod, er
 			if running(p) {
 				return p, nil
 			}
-			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-				return nil, fmt.Errorf("kube: pod %s stopped before running: %s", name, reason(p))
+			v := judge(p)
+			if v != nil && v.claim && claim != "" {
+				if readClaim.IsZero() {
+					readClaim = time.Now().Add(claimGrace)
+				}
+				if time.Now().Before(readClaim) {
+					break
+				}
+				readClaim = time.Now().Add(claimGrace)
+				if v, err = r.confirmClaim(ctx, claim, v); err != nil {
+					if ctx.Err() != nil {
+						break
+					}
+					return nil, err
+				}
 			}
-			if hopeless(p) {
-				return nil, fmt.Errorf("kube: pod %s cannot start: %s", name, reason(p))
+			if v != nil {
+				return nil, fmt.Errorf("kube: pod %s cannot start (%s): %w", name, reason(p), r.refused(p, v))
 			}
 		case ctx.Err() != nil:
 		default:
@@ -353,21 +375,6 @@ func (r *Runtime) waitRunning(ctx context.Context, name string) (*corev1.Pod, er
 	}
 }
 
-// hopeless reports a pod whose container waits for something that will not
-// come by itself (an image that is never pulled, a bad spec): failing now
-// beats a lease hanging until the start timeout.
-func hopeless(p *corev1.Pod) bool {
-	for _, c := range p.Status.ContainerStatuses {
-		if w := c.State.Waiting; w != nil {
-			switch w.Reason {
-			case "ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-				return true
-			}
-		}
-	}
-	return false
-}
-
 func running(p *corev1.Pod) bool {
 	if p.Status.Phase != corev1.PodRunning {
 		return false
@@ -380,35 +387,33 @@ func running(p *corev1.Pod) bool {
 	return false
 }
 
-// reason is the cluster's own account of a pod that does not run.
-func reason(p *corev1.Pod) string {
-	for _, c := range p.Status.ContainerStatuses {
-		if w := c.State.Waiting; w != nil && w.Reason != "" {
-			return strings.TrimSpace(w.Reason + ": " + w.Message)
-		}
-		if t := c.State.Terminated; t != nil {
-			return strings.TrimSpace(fmt.Sprintf("%s (exit %d): %s", t.Reason, t.ExitCode, t.Message))
-		}
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Status != corev1.ConditionTrue && c.Message != "" {
-			return fmt.Sprintf("%s: %s", c.Reason, c.Message)
-		}
-	}
-	return "phase " + string(p.Status.Phase)
-}
-
 func object(p *corev1.Pod) runtime.Object {
 	return runtime.Object{Name: p.Name, UID: string(p.UID), Labels: p.Labels, Created: p.CreationTimestamp.Time, Running: running(p)}
 }
 
-// ensureClaim creates the project's PVC when it does not exist yet.
+// ensureClaim creates the project's PVC when it does not exist yet, or
+// once the one being deleted is gone.
 func (r *Runtime) ensureClaim(ctx context.Context, v runtime.Volume) error {
 	claims := r.cfg.Client.CoreV1().PersistentVolumeClaims(r.ns)
-	if _, err := claims.Get(ctx, v.Name, metav1.GetOptions{}); err == nil {
-		return nil
-	} else if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("kube: reading claim %s: %w", v.Name, err)
+	for {
+		c, err := claims.Get(ctx, v.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("kube: reading claim %s: %w", v.Name, err)
+		}
+		if c.DeletionTimestamp == nil {
+			return nil
+		}
+		// A claim on its way out (the new project of a lease the cluster
+		// had no room for, dropped a moment ago) would hold the pod: it
+		// goes once no pod uses it, then it is made anew.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube: claim %s is still being deleted: %w", v.Name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	c := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: v.Name, Namespace: r.ns, Labels: map[string]string{"sandbox.dev/volume": "project"}},
