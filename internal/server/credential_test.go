@@ -147,6 +147,15 @@ func TestLeaseCredentialOnRunsc(t *testing.T) {
 		t.Error("two sandboxes share a credential")
 	}
 
+	// No answer but the token endpoint's carries it: not the lease, not a
+	// listing, not a stat.
+	sig := tok[strings.LastIndexByte(tok, '.')+1:]
+	for _, path := range []string{"/v1/sandbox/" + id, "/v1/sandbox", "/v1/sandbox/" + id + "/stats"} {
+		if r := e.must(200, "GET", path, "acme", nil); strings.Contains(string(r.Body), sig) {
+			t.Errorf("GET %s answers the credential", path)
+		}
+	}
+
 	// What it can do: its own lease, and nothing else.
 	e.must(200, "GET", "/v1/sandbox/"+id, tok, nil)
 	e.must(200, "GET", "/v1/sandboxes/"+id, tok, nil)
