@@ -19,11 +19,15 @@ type serveConfig struct {
 	server.Config
 	Listen string
 	Debug  bool
+	// Grace is how long calls in flight may take to finish after
+	// SIGTERM before their connections are cut.
+	Grace time.Duration
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
 	fs.BoolVar(&c.Debug, "debug", false, "log every request")
+	fs.DurationVar(&c.Grace, "shutdown-grace", 25*time.Second, "on SIGTERM, how long calls in flight may take to finish (event streams and consoles end at once, told to reconnect); under Kubernetes' terminationGracePeriodSeconds")
 	c.Config.RegisterFlags(fs)
 }
 
@@ -37,6 +41,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve takes no arguments, got %q (flags come before them: sandbox serve -h)", fs.Args())
+	}
+	if cfg.Grace < 0 {
+		return fmt.Errorf("--shutdown-grace %v: give 0 or more", cfg.Grace)
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -84,9 +91,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case <-ctx.Done():
 	}
 	// Sandboxes outlive the server on purpose: a restart re-adopts them.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Not ready, streams and consoles ended with a reason to reconnect,
+	// no new connection taken, the calls in flight given the grace.
+	log.Info("shutting down", "grace", cfg.Grace)
+	app.Drain()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.Grace)
 	defer cancel()
-	return srv.Shutdown(shutdownCtx)
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("calls still in flight at the grace's end were cut", "grace", cfg.Grace)
+		srv.Close()
+	}
+	return nil
 }
 
 // issuerURL is the issuer URL --listen implies: its tokens' iss and its

@@ -319,7 +319,15 @@ func (s *Server) routes() {
 		}), doc{Summary: "Prometheus metrics (an admin key of the operator org)", AnswerRaw: "text/plain", Errors: []int{401, 403, 429}})
 	}
 	s.public("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }, doc{Summary: "The process answers", AnswerRaw: "text/plain"})
-	s.public("GET /readyz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }, doc{Summary: "The server serves", AnswerRaw: "text/plain"})
+	s.public("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.closing.Err() != nil {
+			e := sandbox.Errorf(sandbox.KindUnavailable, "draining for a shutdown")
+			e.RetryAfter = 1
+			s.writeError(w, r, e)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	}, doc{Summary: "The server serves (503 while it drains for a shutdown)", AnswerRaw: "text/plain", Errors: []int{503}})
 	s.public("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(s.document)
@@ -354,6 +362,9 @@ func (s *Server) raw(pattern string, h http.Handler, d doc) {
 	}
 	s.methods[path] = append(s.methods[path], method)
 	s.docs = append(s.docs, route{pattern: pattern, doc: d})
+	if strings.Contains(d.AnswerRaw, "text/event-stream") {
+		h = s.drainable(h)
+	}
 	s.mux.Handle(pattern, h)
 }
 
@@ -381,10 +392,39 @@ func (s *Server) notAllowed() {
 	}
 }
 
-// Close ends every open terminal and screen connection and waits for them.
+// restartReason is what a connection the drain ends is told.
+const restartReason = "the server is restarting; reconnect"
+
+// Drain starts the server's shutdown: /readyz answers 503 (a balancer
+// stops sending calls), new streams and consoles are refused with 503 and
+// Retry-After, and the open ones end now — an event stream closes (its
+// client reconnects after the retry it was given, resuming from its last
+// event id), a terminal or screen closes with 1012 (service restart) and
+// a reason. Calls in flight go on: the HTTP server's Shutdown waits for
+// them. The sandboxes are untouched.
+func (s *Server) Drain() { s.stopConsoles() }
+
+// Close drains, then waits for every console connection to end.
 func (s *Server) Close() {
-	s.stopConsoles()
+	s.Drain()
 	s.live.Wait()
+}
+
+// drainable ends a long stream when the server drains, and refuses a new
+// one once it does.
+func (s *Server) drainable(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.closing.Err() != nil {
+			e := sandbox.Errorf(sandbox.KindUnavailable, restartReason)
+			e.RetryAfter = 1
+			s.writeError(w, r, e)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(s.closing, cancel)()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -41,6 +41,7 @@ type apiEnv struct {
 	rt   *fake.Runtime
 	keys map[string]string
 	doc  *apicheck.Checker
+	h    *api.Server
 }
 
 func newAPI(t *testing.T, cfg ...api.Config) *apiEnv {
@@ -59,7 +60,7 @@ func newAPI(t *testing.T, cfg ...api.Config) *apiEnv {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)
-	e := &apiEnv{t: t, url: srv.URL, st: st, rt: rt, keys: map[string]string{}}
+	e := &apiEnv{t: t, url: srv.URL, st: st, rt: rt, keys: map[string]string{}, h: h}
 	for _, org := range []string{"acme", "globex", "system"} {
 		create := st.CreateKey
 		if org == "system" {
@@ -657,4 +658,24 @@ func TestStatsUnavailable(t *testing.T) {
 	e.must(200, "POST", "/v1/sandbox/"+sb.ID+"/pause", "acme", "")
 	e.must(409, "GET", "/v1/sandbox/"+sb.ID+"/stats", "acme", "")
 	e.must(404, "GET", "/v1/sandbox/"+sb.ID+"/stats", "globex", "")
+}
+
+// TestDrain: once the server drains for a shutdown, /readyz is a 503 (a
+// balancer stops routing), a new event stream is refused with a retry,
+// and plain calls still answer (those in flight finish).
+func TestDrain(t *testing.T) {
+	e := newAPI(t)
+	if a := e.do("GET", "/readyz", "", ""); a.status != 200 {
+		t.Fatalf("readyz before: %d", a.status)
+	}
+	e.h.Drain()
+	if a := e.do("GET", "/readyz", "", ""); a.status != 503 || a.header.Get("Retry-After") != "1" {
+		t.Errorf("readyz while draining: %d %v", a.status, a.header)
+	}
+	if a := e.do("GET", "/v1/sessions/s1/events", "acme", ""); a.status != 503 || a.header.Get("Retry-After") == "" {
+		t.Errorf("a new event stream while draining: %d %s", a.status, a.body)
+	}
+	if a := e.do("GET", "/v1/sandbox", "acme", ""); a.status != 200 {
+		t.Errorf("a plain call while draining: %d %s", a.status, a.body)
+	}
 }

@@ -84,6 +84,9 @@ type socket struct {
 	done   func()
 	// revoked says the caller's key was revoked while connected.
 	revoked atomic.Bool
+	// restarting says the server is draining: the close says so, and
+	// that a reconnect (to this server's successor) works.
+	restarting atomic.Bool
 }
 
 // open spends the ticket (refusing with 401 and no upgrade), then upgrades.
@@ -122,6 +125,10 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 				c.Close(websocket.StatusPolicyViolation, sandbox.Message(keywatch.ErrRevoked))
 				cancel()
 			}
+		case <-s.closing.Done():
+			k.restarting.Store(true)
+			c.Close(websocket.StatusServiceRestart, restartReason)
+			cancel()
 		case <-ctx.Done():
 		}
 	}()
@@ -211,6 +218,8 @@ func (k *socket) Write(p []byte) (int, error) {
 func (k *socket) close(code websocket.StatusCode, reason string) {
 	if k.revoked.Load() {
 		code, reason = websocket.StatusPolicyViolation, sandbox.Message(keywatch.ErrRevoked)
+	} else if k.restarting.Load() {
+		code, reason = websocket.StatusServiceRestart, restartReason
 	}
 	if len(reason) > 120 { // cut on a character boundary: a browser fails a close with invalid UTF-8
 		reason = strings.ToValidUTF8(reason[:120], "")

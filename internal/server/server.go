@@ -293,6 +293,11 @@ func (s *Server) Run(ctx context.Context) {
 	s.Reaper.Run(ctx)
 }
 
+// Drain starts a shutdown: not ready, long streams and consoles ended
+// with a reason to reconnect, calls in flight left to finish (see
+// api.Server.Drain).
+func (s *Server) Drain() { s.api.Drain() }
+
 // Close stores the session events still queued and closes the store.
 // Sandboxes keep running: a restart re-adopts them.
 func (s *Server) Close() error {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,32 @@ type Server struct {
 	// runsc is the runsc binary (gvisor.DefaultRunsc, passed in: this
 	// package imports no backend).
 	runsc string
+
+	waitOnce sync.Once
+	waitErr  error
+}
+
+// Signal sends sig to the server process and waits for it to exit:
+// its exit (nil for 0) and how long it took.
+func (s *Server) Signal(sig os.Signal) (time.Duration, error) {
+	start := time.Now()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return 0, err
+	}
+	err := s.wait()
+	return time.Since(start), err
+}
+
+// Runsc runs runsc on the server's state, for a test that looks past
+// the server (`list -quiet`: a container's id per line).
+func (s *Server) Runsc(args ...string) (string, error) {
+	out, err := exec.Command(s.runsc, append([]string{"--root", filepath.Join(s.Data, "runtime", "runsc")}, args...)...).Output()
+	return string(out), err
+}
+
+func (s *Server) wait() error {
+	s.waitOnce.Do(func() { s.waitErr = s.cmd.Wait() })
+	return s.waitErr
 }
 
 // OperatorOrg is the server's operator org (serve's default, which Serve
@@ -173,7 +200,7 @@ func (s *Server) stop() {
 	}
 	s.cmd.Process.Signal(os.Interrupt)
 	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
+	go func() { s.wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
