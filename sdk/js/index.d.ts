@@ -197,6 +197,8 @@ export class Sandbox {
   stop(): Promise<number>;
   setMetadata(metadata: Record<string, string>): Promise<void>;
   stats(): Promise<{ id: string; cpuSeconds?: number; memoryBytes?: number; processes?: number; unavailable?: string; disk: { path: string; usedBytes: number; sizeBytes: number }[] }>;
+  /** Append a note (an event of kind "note") to a session's live log in the org. */
+  narrate(session: string, text: string): Promise<void>;
   logs(session: string, opts?: { after?: number; signal?: AbortSignal }): AsyncGenerator<Event>;
   /** Start a background process; resolves at once (it runs on, its output kept: the last 1 MiB). */
   startProcess(cmd: string | string[], opts?: ProcessOptions): Promise<ProcessInfo>;

@@ -355,6 +355,11 @@ export class Sandbox {
     return (await this.http.json("POST", `/v1/sandbox/${this.id}/stop`)).stopped;
   }
 
+  /** Append a note (an event of kind "note") to a session's live log in the org. */
+  async narrate(session, text) {
+    await this.http.json("POST", `/v1/sessions/${encodeURIComponent(session)}/events`, { json: { text } });
+  }
+
   /** Follow a session's live log: the backlog, then each event as it comes. */
   async *logs(session, { after, signal } = {}) {
     const res = await this.http.request("GET", `/v1/sessions/${encodeURIComponent(session)}/events`, { query: { after }, signal });

@@ -133,6 +133,10 @@ class AsyncSandbox:
         t = await self._http.json("POST", f"/v1/sandbox/{self.id}/terminal/ticket")
         return await AsyncPty.open(ws_url(self._http.url, self.id, t["ticket"], session))
 
+    async def narrate(self, session: str, text: str) -> None:
+        """Append a note to a session's live log (``Sandbox.narrate``)."""
+        await self._http.json("POST", f"/v1/sessions/{session}/events", json={"text": text})
+
     async def logs(self, session: str, after: int = 0) -> AsyncIterator[Event]:
         params = {"after": str(after)} if after else None
         async with self._http.client.stream("GET", f"/v1/sessions/{session}/events", params=params, timeout=None) as res:

@@ -298,6 +298,10 @@ class Sandbox:
         """Stop every command running in it; returns how many."""
         return self._http.json("POST", f"/v1/sandbox/{self.id}/stop")["stopped"]
 
+    def narrate(self, session: str, text: str) -> None:
+        """Append a note (an event of kind "note") to a session's live log in the org."""
+        self._http.json("POST", f"/v1/sessions/{session}/events", json={"text": text})
+
     def logs(self, session: str, after: int = 0) -> Iterator[Event]:
         """Follow a session's live log: the backlog, then each event as it comes."""
         params = {"after": str(after)} if after else None

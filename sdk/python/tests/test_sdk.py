@@ -60,12 +60,13 @@ def test_sync_sandbox():
         pty.close()
 
         sbx.commands.run("echo narrated", session="build")
+        sbx.narrate("build", "built")
         kinds = []
         for e in sbx.logs("build"):
             kinds.append(e.kind)
-            if e.kind == "exit":
+            if e.kind == "note":
                 break
-        assert "stdout" in kinds
+        assert "stdout" in kinds and "exit" in kinds
 
         sbx.set_timeout(600)
         assert sbx.info.expires_at - time.time() > 590
