@@ -451,10 +451,19 @@ start() {
 		return 0
 	fi
 	printf '\n==== %s start %s\n' "$(date -u +%FT%TZ)" "$*" >>"$ROOT/logs/$name.log"
-	# own session (survives the caller's terminal), without the lock's fd 9
-	setsid "$@" >>"$ROOT/logs/$name.log" 2>&1 </dev/null 9>&- &
-	echo $! >"$ROOT/run/$name.pid"
-	step "$name started (pid $!, log $ROOT/logs/$name.log)"
+	# Own session (survives the caller's terminal), without the lock's fd 9.
+	# The process writes its own pid before it becomes the program: under job
+	# control a background job leads its process group, so setsid forks and
+	# $! is a parent that exits at once.
+	local pidf=$ROOT/run/$name.pid
+	rm -f "$pidf"
+	setsid sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$pidf" "$@" >>"$ROOT/logs/$name.log" 2>&1 </dev/null 9>&- &
+	for _ in $(seq 50); do
+		[ -s "$pidf" ] && break
+		sleep 0.1
+	done
+	[ -s "$pidf" ] || die "$name did not start (log $ROOT/logs/$name.log)"
+	step "$name started (pid $(cat "$pidf"), log $ROOT/logs/$name.log)"
 }
 # alive NAME: fail with the log's tail when NAME died.
 alive() {
