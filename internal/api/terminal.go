@@ -111,9 +111,16 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 	c.SetReadLimit(maxFrame)
 	watched, stopWatch := keywatch.Watch(ctx, s.Keys)
 	ctx, cancel := context.WithCancel(ctx)
-	stopOnClose := context.AfterFunc(s.closing, cancel)
 	pr, pw := io.Pipe()
-	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8), done: func() { stopOnClose(); stopWatch() }}
+	k := &socket{c: c, ctx: ctx, cancel: cancel, stdin: pr, resize: make(chan runtime.Size, 8)}
+	// A drain closes the connection with a frame that says so, sent before
+	// the socket's context goes: cancelling first would drop it with none.
+	stopOnClose := context.AfterFunc(s.closing, func() {
+		k.restarting.Store(true)
+		c.Close(websocket.StatusServiceRestart, restartReason)
+		cancel()
+	})
+	k.done = func() { stopOnClose(); stopWatch() }
 	// A revoked key ends the connection with a close frame that says so,
 	// sent before the socket's context goes (cancelling a read would drop
 	// the connection without one).
@@ -125,10 +132,6 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request, kind string, resiz
 				c.Close(websocket.StatusPolicyViolation, sandbox.Message(keywatch.ErrRevoked))
 				cancel()
 			}
-		case <-s.closing.Done():
-			k.restarting.Store(true)
-			c.Close(websocket.StatusServiceRestart, restartReason)
-			cancel()
 		case <-ctx.Done():
 		}
 	}()
