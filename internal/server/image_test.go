@@ -327,7 +327,7 @@ func TestSnapshotOnRunsc(t *testing.T) {
 	// The sandbox's credential is not in the image: it would start every
 	// sandbox of it with this one's.
 	tok := e.credentialIn("acme", id)
-	sig := tok[strings.LastIndexByte(tok, '.')+1:]
+	sig := signature(tok)
 	filepath.WalkDir(images, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && strings.HasSuffix(p, "/run/sandbox") {
 			t.Errorf("the image holds the credential's directory: %s", p)

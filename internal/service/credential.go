@@ -141,17 +141,23 @@ func (s *Service) handCredential(ctx context.Context, sb *sandbox.Sandbox, inher
 	if s.d.Credentials == nil {
 		return
 	}
+	s.queueCredential(ctx, sb, func(ctx context.Context, sb *sandbox.Sandbox) { s.credential(ctx, sb, inherited, true) })
+}
+
+// queueCredential runs work on a copy of sb in the background, after the
+// sandbox's credential writes queued before it and before any command
+// into the sandbox (see creds), under a deadline of its own.
+func (s *Service) queueCredential(ctx context.Context, sb *sandbox.Sandbox, work func(context.Context, *sandbox.Sandbox)) {
 	copied := *sb // the caller goes on with its own (a wake's answer, say)
-	sb = &copied
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	prev, done := s.creds.begin(sb.ID)
+	prev, done := s.creds.begin(copied.ID)
 	go func() {
 		defer cancel()
-		defer s.creds.end(sb.ID, done)
+		defer s.creds.end(copied.ID, done)
 		if prev != nil {
 			<-prev
 		}
-		s.credential(ctx, sb, inherited, true)
+		work(ctx, &copied)
 	}()
 }
 
@@ -260,23 +266,14 @@ func (s *Service) rewriteCredential(ctx context.Context, sb *sandbox.Sandbox) {
 	if tok := s.creds.get(sb.ID); tok == nil || !tok.Expires.After(s.now()) {
 		return
 	}
-	copied := *sb // the caller goes on with its own (a wake's answer, say)
-	sb = &copied
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	prev, done := s.creds.begin(sb.ID)
-	go func() {
-		defer cancel()
-		defer s.creds.end(sb.ID, done)
-		if prev != nil {
-			<-prev
-		}
+	s.queueCredential(ctx, sb, func(ctx context.Context, sb *sandbox.Sandbox) {
 		// The latest, read after the writes before it.
 		if tok := s.creds.get(sb.ID); tok != nil && tok.Expires.After(s.now()) {
 			if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
 				s.log.Warn("writing the sandbox's credential after a wake", "sandbox", sb.ID, "err", err)
 			}
 		}
-	}()
+	})
 }
 
 // writeCredential writes token (or, empty, removes the file) over the

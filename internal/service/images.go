@@ -238,22 +238,31 @@ func (s *Service) Snapshot(ctx context.Context, id string, req SnapshotRequest) 
 // sandbox's credential directory: an image outlives the lease, and every
 // sandbox of it would start with that sandbox's credential.
 func withoutCredential(w io.Writer, produce func(io.Writer) error) error {
+	dir := strings.TrimPrefix(path.Dir(CredentialPath), "/")
+	return rewriteLayer(w, produce, func(h *tar.Header) bool {
+		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		return name != dir && !strings.HasPrefix(name, dir+"/") && !strings.HasPrefix(name, path.Dir(dir)+"/.wh."+path.Base(dir))
+	})
+}
+
+// rewriteLayer copies the tar produce writes to w, each header through
+// edit first (which may change it); an entry edit answers false for is
+// left out.
+func rewriteLayer(w io.Writer, produce func(io.Writer) error, edit func(*tar.Header) bool) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(produce(pw)) }()
 	defer pr.Close()
-	dir := strings.TrimPrefix(path.Dir(CredentialPath), "/")
 	tr, tw := tar.NewReader(pr), tar.NewWriter(w)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			io.Copy(io.Discard, pr)
+			io.Copy(io.Discard, pr) // the archive's padding: its writer must not fail
 			return tw.Close()
 		}
 		if err != nil {
 			return err
 		}
-		if name := strings.TrimPrefix(path.Clean("/"+h.Name), "/"); name == dir || strings.HasPrefix(name, dir+"/") ||
-			strings.HasPrefix(name, path.Dir(dir)+"/.wh."+path.Base(dir)) {
+		if !edit(h) {
 			continue
 		}
 		if err := tw.WriteHeader(h); err != nil {
@@ -273,36 +282,19 @@ const SeedDir = ".sandbox-seed"
 // workdirLayer writes sb's workdir as a layer: the archive of it, each
 // entry under SeedDir.
 func (s *Service) workdirLayer(ctx context.Context, sb *sandbox.Sandbox, w io.Writer) error {
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(s.Archive(ctx, sb.ID, "", false, func(string) io.Writer { return pw }))
-	}()
-	defer pr.Close()
-	prefix := SeedDir
-	tr, tw := tar.NewReader(pr), tar.NewWriter(w)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			io.Copy(io.Discard, pr) // the archive's padding: its writer must not fail
-			return tw.Close()
-		}
-		if err != nil {
-			return err
-		}
-		h.Name = path.Join(prefix, h.Name)
+	archive := func(pw io.Writer) error {
+		return s.Archive(ctx, sb.ID, "", false, func(string) io.Writer { return pw })
+	}
+	return rewriteLayer(w, archive, func(h *tar.Header) bool {
+		h.Name = path.Join(SeedDir, h.Name)
 		if h.Typeflag == tar.TypeDir {
 			h.Name += "/"
 		}
 		if h.Typeflag == tar.TypeLink {
-			h.Linkname = path.Join(prefix, h.Linkname)
+			h.Linkname = path.Join(SeedDir, h.Linkname)
 		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return err
-		}
-	}
+		return true
+	})
 }
 
 // imageUser is the user sb's image asks for (nil for class images and
