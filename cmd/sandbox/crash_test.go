@@ -170,7 +170,18 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 			}
 		}(w)
 	}
-	time.Sleep(2500 * time.Millisecond)
+	// The kill comes once a few leases have been answered (a fixed wait
+	// proved nothing on a loaded machine), with the workers' next calls in
+	// flight.
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		n := len(leased)
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
 	srv.cmd.Process.Signal(syscall.SIGKILL)
 	srv.cmd.Wait()
 	close(stop)
