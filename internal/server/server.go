@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/host"
@@ -51,6 +52,11 @@ type Config struct {
 	// sandbox for the code interpreter; empty runs interpreter programs
 	// through a shell script instead (slower, same answers).
 	Runner string
+	// BootstrapKeyFile holds an API key (store.CheckKeyFormat) that the
+	// server makes an admin key of the operator org at every start (see
+	// ensureBootstrapKey); empty: none. The Helm chart mounts its Secret
+	// here, so a fresh install has a key without a shell in the pod.
+	BootstrapKeyFile string
 
 	GVisor   gvisor.Options
 	Kube     kube.Options
@@ -73,6 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Backend, "runtime", BackendGVisor, "where sandboxes run: gvisor (runsc on this machine) or kube (pods on a cluster)")
 	c.Runner = DefaultRunner()
 	fs.Var((*runnerFlag)(&c.Runner), "runner", "the code interpreter's in-sandbox runner (cmd/sandbox-runner; default: beside this binary, else "+InstalledRunner+"); \"none\" runs programs through sh instead")
+	fs.StringVar(&c.BootstrapKeyFile, "bootstrap-key-file", "", "a file holding one API key (sbk_ and 52 characters of a-z, 2-7, as `sandbox keys create` prints) that every start makes an admin key of the operator org (--operator-org) if it is not one yet: the first key of an install that has no shell (the Helm chart mounts its Secret here). Its mode is not checked (a Kubernetes Secret volume is group-readable): keep the file where only the server can read it. A revoked bootstrap key is made again at the next start: to retire it, change the file's key or drop the flag")
 	c.Service.RegisterFlags(fs)
 	c.Reaper.RegisterFlags(fs)
 	c.API.RegisterFlags(fs)
@@ -173,6 +180,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	// The links' secret is made on the first start and kept in the data
 	// directory: links outlive a restart, and never appear in an answer.
+	if err := ensureBootstrapKey(ctx, st, cfg.BootstrapKeyFile, operatorOrg(cfg), log); err != nil {
+		st.Close()
+		return nil, err
+	}
 	signer, err := preview.LoadKey(cfg.Data)
 	if err != nil {
 		st.Close()
@@ -217,6 +228,33 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
 		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: svc.Ceiling(), Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
+}
+
+// BootstrapSubject is the subject recorded beside the bootstrap key.
+const BootstrapSubject = "bootstrap"
+
+// ensureBootstrapKey makes the key in path an admin key of the operator
+// org unless it is one already (idempotent: a restart changes nothing).
+// A malformed key refuses the start with the file's name and what is
+// wrong, never the key; so does a key that is another org's or scope's.
+func ensureBootstrapKey(ctx context.Context, st *store.Store, path, org string, log *slog.Logger) error {
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--bootstrap-key-file: %w", err)
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return fmt.Errorf("--bootstrap-key-file %s is empty: put one key in it (sandbox keys create prints the shape)", path)
+	}
+	k, created, err := st.EnsureKey(ctx, org, BootstrapSubject, store.ScopeAdmin, secret)
+	if err != nil {
+		return fmt.Errorf("--bootstrap-key-file %s: %w", path, err)
+	}
+	log.Info("bootstrap key ensured", "key", k.ID, "org", org, "scope", k.Scope, "created", created)
+	return nil
 }
 
 // DefaultRunner finds cmd/sandbox-runner: beside the running executable

@@ -490,7 +490,7 @@ func (s *Store) MintKey(ctx context.Context, org, subject, scope string, expires
 	}
 	b := make([]byte, 32)
 	rand.Read(b)
-	secret := "sbk_" + keyEncoding.EncodeToString(b)
+	secret := KeyPrefix + keyEncoding.EncodeToString(b)
 	h := hashKey(secret)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	exp := int64(0)
@@ -507,6 +507,74 @@ func (s *Store) MintKey(ctx context.Context, org, subject, scope string, expires
 		k.ExpiresAt = fromMillis(exp)
 	}
 	return secret, k, nil
+}
+
+// KeyPrefix begins every API key, and keyChars follow it: MintKey's 32
+// random bytes in keyEncoding (a-z, 2-7), 256 bits.
+const (
+	KeyPrefix = "sbk_"
+	keyChars  = 52
+)
+
+// CheckKeyFormat is nil for a secret shaped as MintKey makes them: KeyPrefix
+// and 52 characters of a-z and 2-7. Else KindInvalid, in words that never
+// repeat the secret. Only the shape is checked: a key brought by the
+// operator (EnsureKey) must come from a random source, as the chart's does.
+func CheckKeyFormat(secret string) error {
+	rest, ok := strings.CutPrefix(secret, KeyPrefix)
+	if !ok {
+		return sandbox.Errorf(sandbox.KindInvalid, "an API key begins with %q", KeyPrefix)
+	}
+	if len(rest) != keyChars {
+		return sandbox.Errorf(sandbox.KindInvalid, "an API key is %q and %d characters, not %d", KeyPrefix, keyChars, len(rest))
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return sandbox.Errorf(sandbox.KindInvalid, "an API key's characters after %q are a-z and 2-7 only (character %d is not)", KeyPrefix, len(KeyPrefix)+i+1)
+		}
+	}
+	return nil
+}
+
+// EnsureKey makes secret an API key of org with scope and no expiry, the
+// way MintKey would have stored it (only its hash), unless it already is
+// one: then nothing changes, so a server that ensures its bootstrap key at
+// every start keeps one row. created says which. KindInvalid for a
+// malformed secret (CheckKeyFormat) or scope; KindConflict when the secret
+// is already a key of another org or scope (it is never moved or widened).
+// A key that was revoked is made again: the caller's word is that it works.
+func (s *Store) EnsureKey(ctx context.Context, org, subject, scope, secret string) (Key, bool, error) {
+	if strings.TrimSpace(org) == "" || len(org) > 128 {
+		return Key{}, false, sandbox.Errorf(sandbox.KindInvalid, "org must be 1-128 characters")
+	}
+	if err := CheckScope(scope); err != nil {
+		return Key{}, false, err
+	}
+	if err := CheckKeyFormat(secret); err != nil {
+		return Key{}, false, err
+	}
+	h := hashKey(secret)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	res, err := s.control.ExecContext(ctx, `INSERT INTO api_keys (hash, org, subject, prefix, scope, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, 0)
+		ON CONFLICT (hash) DO NOTHING`, h, org, subject, secret[:10], scope, millis(now))
+	if err != nil {
+		return Key{}, false, fmt.Errorf("store: ensure key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return Key{ID: keyID(h), Org: org, Subject: subject, Prefix: secret[:10], Scope: scope, CreatedAt: now}, true, nil
+	}
+	k := Key{ID: keyID(h), Prefix: secret[:10]}
+	var created, exp int64
+	err = s.control.QueryRowContext(ctx, `SELECT org, subject, scope, created_at, expires_at FROM api_keys WHERE hash = ?`, h).
+		Scan(&k.Org, &k.Subject, &k.Scope, &created, &exp)
+	if err != nil {
+		return Key{}, false, fmt.Errorf("store: ensure key: %w", err)
+	}
+	k.CreatedAt = fromMillis(created)
+	if k.Org != org || k.Scope != scope || exp != 0 {
+		return Key{}, false, sandbox.Errorf(sandbox.KindConflict, "the key %s is already a %s key of org %q (expiring: %v), not a %s key of %q without expiry: give another secret", k.ID, k.Scope, k.Org, exp != 0, scope, org)
+	}
+	return k, false, nil
 }
 
 // touchEvery bounds how often a key's last use is written.
