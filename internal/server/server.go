@@ -79,7 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Backend, "runtime", BackendGVisor, "where sandboxes run: gvisor (runsc on this machine) or kube (pods on a cluster)")
 	c.Runner = DefaultRunner()
 	fs.Var((*runnerFlag)(&c.Runner), "runner", "the code interpreter's in-sandbox runner (cmd/sandbox-runner; default: beside this binary, else "+InstalledRunner+"); \"none\" runs programs through sh instead")
-	fs.StringVar(&c.BootstrapKeyFile, "bootstrap-key-file", "", "a file holding one API key (sbk_ and 52 characters of a-z, 2-7, as `sandbox keys create` prints) that every start makes an admin key of the operator org (--operator-org) if it is not one yet: the first key of an install that has no shell (the Helm chart mounts its Secret here). Its mode is not checked (a Kubernetes Secret volume is group-readable): keep the file where only the server can read it. A revoked bootstrap key is made again at the next start: to retire it, change the file's key or drop the flag")
+	fs.StringVar(&c.BootstrapKeyFile, "bootstrap-key-file", "", "a file holding one API key (sbk_ and 52 characters of a-z, 2-7, as sandbox keys create prints) that every start makes an admin key of the operator org (--operator-org) if it is not one yet: the first key of an install that has no shell (the Helm chart mounts its Secret here). Its mode is not checked (a Kubernetes Secret volume is group-readable): keep the file where only the server can read it. A revoked bootstrap key is made again at the next start: to retire it, change the file's key or drop the flag")
 	c.Service.RegisterFlags(fs)
 	c.Reaper.RegisterFlags(fs)
 	c.API.RegisterFlags(fs)

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# helm.sh — real Helm (helm.sh/helm/v3 v3.22.0, cmd/helm), built from the Go
+# module proxy into ROOT/bin/helm, for the chart deploy/helm/sandbox and its
+# tests (SANDBOX_TEST_HELM).
+#
+#   scripts/helm.sh [ROOT]          # ROOT defaults to /var/lib/sandbox/kube
+#   ROOT/bin/helm version
+#
+# Idempotent: a second run rebuilds nothing when ROOT/bin/.stamp-helm holds
+# this version (the pattern of scripts/kube-up.sh's builds). The module lives
+# in ROOT/src/helm, never in this repository's go.mod, and the build uses
+# scripts/kube-up.sh's Go caches (ROOT/go/mod, ROOT/go/cache): most of helm's
+# dependencies (client-go, apimachinery, ...) are the Kubernetes build's.
+#
+# Measured on 2 cores: cold (empty Go caches, a fresh ROOT) 229 s; with
+# scripts/kube-up.sh's caches already filled by the Kubernetes build 164 s;
+# a second run (the stamp matches) 0 s.
+#
+# The version is stamped with -X helm.sh/helm/v3/internal/version.version
+# (else `helm version` says v3.x-dev and charts' kubeVersion checks misjudge it).
+set -euo pipefail
+
+HELM=v3.22.0
+
+T0=$(date +%s)
+step() { printf '[helm %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
+die() {
+	printf '[helm] error: %s\n' "$*" >&2
+	exit 1
+}
+
+case ${1:-} in -h | --help)
+	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+esac
+ROOT=${1:-/var/lib/sandbox/kube}
+[ $# -le 1 ] || die "usage: $0 [ROOT]"
+case $ROOT in /*) ;; *) ROOT=$(pwd)/$ROOT ;; esac
+ROOT=${ROOT%/}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+mkdir -p "$ROOT"/{bin,src/helm,logs,go}
+
+. "$REPO/scripts/lib.sh"
+gobin=$(find_go) || die "no Go >= 1.21 found: run scripts/deps.sh first"
+PATH="$(dirname "$gobin"):$PATH"
+export PATH
+export GOMODCACHE=$ROOT/go/mod GOCACHE=$ROOT/go/cache GOPATH=$ROOT/go
+export GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
+
+# need_build NAME STAMP BIN...: true when a binary is missing or the stamp
+# recorded for NAME differs from STAMP (as in scripts/kube-up.sh).
+need_build() {
+	local name=$1 stamp=$2 b
+	shift 2
+	for b in "$@"; do [ -x "$ROOT/bin/$b" ] || return 0; done
+	[ "$(cat "$ROOT/bin/.stamp-$name" 2>/dev/null)" != "$stamp" ]
+}
+set_stamp() { printf '%s\n' "$2" >"$ROOT/bin/.stamp-$1"; }
+# quiet CMD...: run a go command with its output in ROOT/logs/build.log,
+# shown only when it fails.
+quiet() {
+	printf '\n==== %s %s (in %s)\n' "$(date -u +%FT%TZ)" "$*" "$(pwd)" >>"$ROOT/logs/build.log"
+	"$@" >>"$ROOT/logs/build.log" 2>&1 && return 0
+	tail -n 40 "$ROOT/logs/build.log" >&2
+	die "failed: $* (log $ROOT/logs/build.log)"
+}
+
+if need_build helm "$HELM" helm; then
+	step "go: build helm $HELM into $ROOT/bin/helm"
+	(
+		cd "$ROOT/src/helm"
+		# A module of its own that requires helm: helm's go.mod (its
+		# versions, its replace-free graph) decides every dependency.
+		printf 'module sandboxkube/helm\n\ngo 1.25.0\n\nrequire helm.sh/helm/v3 %s\n' "$HELM" >go.mod
+		printf '//go:build tools\n\npackage tools\n\nimport _ "helm.sh/helm/v3/cmd/helm"\n' >tools.go
+		quiet go mod tidy
+		# Build to a temporary name and rename: a failed or interrupted
+		# build never leaves a half-written helm that the stamp vouches for.
+		quiet go build -trimpath \
+			-ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM" \
+			-o "$ROOT/bin/.helm.tmp" helm.sh/helm/v3/cmd/helm
+		mv -f "$ROOT/bin/.helm.tmp" "$ROOT/bin/helm"
+	)
+	got=$("$ROOT/bin/helm" version --template '{{.Version}}')
+	[ "$got" = "$HELM" ] || die "built helm says $got, want $HELM"
+	set_stamp helm "$HELM"
+else
+	step "helm $HELM present ($ROOT/bin/helm)"
+fi
+step "done in $(($(date +%s) - T0)) s"
