@@ -22,6 +22,7 @@ const (
 	GVisor  = "gvisor"  // root, the pinned runsc and the built images
 	Browser = "browser" // a real Chromium
 	Kube    = "kube"    // a real cluster (SANDBOX_TEST_KUBECONFIG)
+	Helm    = "helm"    // a real helm binary (SANDBOX_TEST_HELM)
 )
 
 // Required reports whether CI requires part to be here.
@@ -84,6 +85,20 @@ func NeedKube(t testing.TB) string {
 		Missing(t, Kube, "a cluster: SANDBOX_TEST_KUBECONFIG (scripts/test.sh starts one with scripts/kube-up.sh)")
 	}
 	return k
+}
+
+// NeedHelm answers the path of a real helm (SANDBOX_TEST_HELM, which
+// scripts/helm.sh builds), or skips (fails).
+func NeedHelm(t testing.TB) string {
+	t.Helper()
+	h := os.Getenv("SANDBOX_TEST_HELM")
+	if h == "" {
+		Missing(t, Helm, "helm: SANDBOX_TEST_HELM (scripts/test.sh builds it with scripts/helm.sh)")
+	}
+	if st, err := os.Stat(h); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		Missing(t, Helm, "helm at SANDBOX_TEST_HELM="+h+" is not an executable file (scripts/helm.sh builds it)")
+	}
+	return h
 }
 
 // P50 is the median of latencies (zero for none), as the suites that

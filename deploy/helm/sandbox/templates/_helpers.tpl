@@ -149,3 +149,20 @@ owns is refused in server.flags, so there is one place to set each.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+"foreign" when the cluster already has the object (list ROOT APIVERSION
+KIND NAMESPACE NAME) and this release did not make it: the chart then
+leaves it as it is rather than fail the install (Helm will not adopt an
+object another installer made). On a cluster set up by scripts/kube-up.sh
+that is the RuntimeClass gvisor, and whatever a server run on the host made
+in the sandbox namespace. helm template without a cluster finds nothing.
+*/}}
+{{- define "sandbox.foreign" -}}
+{{- $root := index . 0 }}
+{{- $o := lookup (index . 1) (index . 2) (index . 3) (index . 4) }}
+{{- if $o }}
+{{- $a := $o.metadata.annotations | default dict }}
+{{- if not (and (eq (get $a "meta.helm.sh/release-name") $root.Release.Name) (eq (get $a "meta.helm.sh/release-namespace") $root.Release.Namespace)) }}foreign{{ end }}
+{{- end }}
+{{- end }}
