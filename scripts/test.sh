@@ -58,12 +58,15 @@ for a in "$@"; do
 done
 # The kube suite needs a real cluster: bring one up (about 7 minutes cold,
 # one minute warm), import the images it runs, and tear it down at the end.
-kubeconfig=
+kubeconfig= helm=
 if [ "${SANDBOX_KUBE:-1}" = 1 ]; then
 	KROOT=${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}
 	trap 'bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
 	log "scripts/kube-up.sh $KROOT"
 	KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT"
+	log "scripts/helm.sh $KROOT (the chart's suite: real helm)"
+	bash scripts/helm.sh "$KROOT"
+	helm=$KROOT/bin/helm
 	for name in exec dev desktop; do
 		log "import sandbox/$name:local into the cluster"
 		bash scripts/kube-image.sh "$KROOT" "sandbox/$name:local" "$IMAGES/$name/rootfs"
@@ -75,7 +78,8 @@ fi
 # skip for a missing part fails instead (internal/testenv).
 require=gvisor,browser,registry
 [ -n "$kubeconfig" ] && require=$require,kube
-export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_REQUIRE=$require
+[ -n "$helm" ] && require=$require,helm
+export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_HELM=$helm SANDBOX_TEST_REQUIRE=$require
 
 log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
 go test -count=1 -timeout 60m "$@" "${pkgs[@]}"
