@@ -93,7 +93,7 @@ func NeedHelm(t testing.TB) string {
 	t.Helper()
 	h := os.Getenv("SANDBOX_TEST_HELM")
 	if h == "" {
-		Missing(t, Helm, "helm: SANDBOX_TEST_HELM (scripts/test.sh builds it with scripts/helm.sh)")
+		Missing(t, Helm, "SANDBOX_TEST_HELM, a helm binary (scripts/helm.sh builds one)")
 	}
 	if st, err := os.Stat(h); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 		Missing(t, Helm, "helm at SANDBOX_TEST_HELM="+h+" is not an executable file (scripts/helm.sh builds it)")
