@@ -3,8 +3,9 @@
 #
 #   sudo scripts/kube-down.sh [--purge] [ROOT]     # ROOT defaults to /var/lib/sandbox/kube
 #
-# Deletes the pods (so their sandboxes end cleanly), stops
-# kube-controller-manager, kube-scheduler, kubelet, containerd, then
+# Stops kube-controller-manager and kube-scheduler, deletes the pods (so
+# their sandboxes end cleanly), stops kubelet, kube-proxy (and removes its
+# iptables rules), containerd, then
 # kube-apiserver before etcd (the apiserver hangs on shutdown when etcd goes
 # first), each with SIGTERM and SIGKILL after 10 s; then kills what is left of
 # the containers this containerd started (shims, runsc sandboxes and gofers,
@@ -90,17 +91,24 @@ pids_matching() {
 export KUBECONFIG=$ROOT/etc/admin.kubeconfig
 CTR=("$ROOT/bin/ctr" -a "$ROOT/run/containerd/containerd.sock" -n k8s.io)
 
-# 1. Pods: delete them through the apiserver while the kubelet runs.
+# 1. Pods: delete them through the apiserver while the kubelet runs, with
+#    the controllers stopped first so that no Deployment (the add-ons, the
+#    sandbox server) makes them again.
+stop controller-manager
+stop scheduler
 if pid_of apiserver >/dev/null && pid_of kubelet >/dev/null && [ -x "$ROOT/bin/kubecheck" ]; then
 	step "deleting all pods"
 	timeout 40 "$ROOT/bin/kubecheck" deletepods -timeout 30s ||
 		step "pods not all gone in 30 s (the rest is killed below)"
 fi
 
-# 2. Controllers and the kubelet (nothing recreates containers after this).
-stop controller-manager
-stop scheduler
+# 2. The kubelet (nothing recreates containers after this), and kube-proxy
+#    with its iptables rules.
 stop kubelet
+stop kube-proxy
+if [ -x "$ROOT/bin/kube-proxy" ] && iptables -w -S KUBE-SERVICES -t nat >/dev/null 2>&1; then
+	"$ROOT/bin/kube-proxy" --cleanup >>"$ROOT/logs/kube-proxy.log" 2>&1 && step "removed kube-proxy's iptables rules"
+fi
 
 # 3. Containers still known to containerd, then containerd.
 if pid_of containerd >/dev/null; then

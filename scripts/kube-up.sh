@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # kube-up.sh — a real single-node Kubernetes on this machine, for the kube
 # runtime: etcd (Debian), kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet (v1.37.2), containerd v2.4.2 with runc and gVisor
-# (runsc + containerd-shim-runsc-v1), RuntimeClasses gvisor (handler runsc)
-# and runc, and a NetworkPolicy implementation (sigs.k8s.io/kube-network-policies
-# v0.8.0, as kube-netpol). Everything is built from the Go module proxy into
-# ROOT and runs in the background (logs in ROOT/logs, pid files in ROOT/run).
+# kube-scheduler, kubelet, kube-proxy (v1.37.2), containerd v2.4.2 with runc
+# and gVisor (runsc + containerd-shim-runsc-v1), RuntimeClasses gvisor
+# (handler runsc) and runc, a NetworkPolicy implementation
+# (sigs.k8s.io/kube-network-policies v0.8.0, as kube-netpol), and as pods
+# (scripts/kube/addons.yaml) cluster DNS (CoreDNS v1.15.0, the kube-dns
+# Service) and a storage provisioner (rancher's local-path-provisioner
+# v0.0.30, the default StorageClass local-path, volumes in ROOT/var/local-path).
+# Everything is built from the Go module proxy into ROOT; the processes run
+# in the background (logs in ROOT/logs, pid files in ROOT/run).
+#
+# A pod reaches the apiserver as on any cluster: through the kubernetes
+# Service (kube-proxy routes 10.96.0.1:443 to the apiserver's address on the
+# pods' bridge, 10.244.0.1:6443), with its service account's token.
 #
 # Network: pods sit on an isolated bridge whose host end is their gateway,
 # so a NetworkPolicy that allows a destination is what lets them reach it.
@@ -16,7 +24,11 @@
 # for packets to the host), and the host forwards their packets only to one
 # another and to interfaces named sbxt* (a test's own network namespace),
 # never out of the machine. ip_forward is turned on for that (and restored
-# by kube-down.sh).
+# by kube-down.sh). The one way in to the host is the apiserver reached
+# through its Service, and that too is judged by the pod's NetworkPolicies
+# (the guard queues it to kube-netpol): a sandbox pod under deny-all cannot
+# reach it. The apiserver listens on every address, and the guard keeps its
+# port shut to all but loopback and the pods.
 #
 #   sudo scripts/kube-up.sh [ROOT]          # ROOT defaults to /var/lib/sandbox/kube
 #   scripts/kube-image.sh ROOT sandbox/exec:local /var/lib/sandbox/images/exec/rootfs
@@ -56,6 +68,11 @@ POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
 PAUSE_IMAGE=registry.k8s.io/pause:sandbox-local
 NETPOL=v0.8.0
+NETPOL_QUEUE=100
+COREDNS=v1.15.0
+LOCALPATH=v0.0.30
+POD_GW=10.244.0.1 # the bridge's host end: the apiserver's address for pods
+DNS_IP=10.96.0.10
 
 T0=$(date +%s)
 step() { printf '[kube-up %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
@@ -118,7 +135,7 @@ quiet() {
 srchash() { cat "$@" | sha256sum | cut -c1-16; }
 
 # ---------------------------------------------------------------- apt
-pkgs=(runc etcd-server containernetworking-plugins iproute2 iptables openssl util-linux)
+pkgs=(runc etcd-server containernetworking-plugins iproute2 iptables openssl util-linux busybox-static)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -130,7 +147,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
 	step "apt packages present (${pkgs[*]})"
 fi
-for b in runc etcd iptables /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
+for b in runc etcd iptables /bin/busybox /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
 	command -v "$b" >/dev/null || die "$b not found after apt-get install"
 done
 
@@ -158,30 +175,40 @@ k8s_module() {
 		} >go.mod
 		{
 			printf '//go:build tools\n\npackage tools\n\nimport (\n'
-			printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl
+			printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl
 			printf ')\n'
 		} >tools.go
 		quiet go mod tidy
 	)
 }
 
-if need_build k8s "$K8S_STAMP" "${K8S_BINS[@]}" || need_build kubecheck "$KC_STAMP" kubecheck; then
+if need_build k8s "$K8S_STAMP" "${K8S_BINS[@]}" || need_build kubecheck "$KC_STAMP" kubecheck ||
+	need_build kube-proxy "$K8S_STAMP" kube-proxy; then
 	step "go: module for kubernetes $K8S (staging $STAGING)"
 	k8s_module
 fi
-if need_build k8s "$K8S_STAMP" "${K8S_BINS[@]}"; then
-	step "go build: ${K8S_BINS[*]} (the long step, ~5 min cold)"
+k8s_ldflags() {
+	local minor v ld="-s -w"
 	minor=$(echo "$K8S" | cut -d. -f2)
-	ld="-s -w"
 	for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		ld+=" -X $v.gitVersion=$K8S -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 	done
+	printf '%s' "$ld"
+}
+if need_build k8s "$K8S_STAMP" "${K8S_BINS[@]}"; then
+	step "go build: ${K8S_BINS[*]} (the long step, ~5 min cold)"
 	pkgs=()
 	for b in "${K8S_BINS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-	(cd "$ROOT/src/k8s" && quiet go build -trimpath -ldflags="$ld" -o "$ROOT/bin/" "${pkgs[@]}")
+	(cd "$ROOT/src/k8s" && quiet go build -trimpath -ldflags="$(k8s_ldflags)" -o "$ROOT/bin/" "${pkgs[@]}")
 	set_stamp k8s "$K8S_STAMP"
 else
 	step "kubernetes $K8S binaries up to date"
+fi
+# kube-proxy on a stamp of its own, so that adding it rebuilt nothing else.
+if need_build kube-proxy "$K8S_STAMP" kube-proxy; then
+	step "go build: kube-proxy $K8S"
+	(cd "$ROOT/src/k8s" && quiet go build -trimpath -ldflags="$(k8s_ldflags)" -o "$ROOT/bin/" k8s.io/kubernetes/cmd/kube-proxy)
+	set_stamp kube-proxy "$K8S_STAMP"
 fi
 if need_build kubecheck "$KC_STAMP" kubecheck; then
 	step "go build: kubecheck (scripts/kube/kubecheck)"
@@ -287,6 +314,45 @@ else
 	step "kube-netpol ($NETPOL) up to date"
 fi
 
+# CoreDNS with the plugins the cluster DNS uses (scripts/kube/coredns), and
+# the local-path provisioner, both against the Kubernetes build's client-go.
+DNS_STAMP="$COREDNS $STAGING src=$(srchash "$KUBE_SRC/coredns/main.go")"
+if need_build coredns "$DNS_STAMP" coredns; then
+	step "go build: CoreDNS $COREDNS (scripts/kube/coredns; ~2.5 min cold)"
+	d=$ROOT/src/coredns
+	mkdir -p "$d"
+	cp "$KUBE_SRC/coredns/main.go" "$d/main.go"
+	(
+		cd "$d"
+		{
+			printf 'module sandboxkube/coredns\n\ngo 1.26.0\n\nrequire (\n\tgithub.com/coredns/coredns %s\n' "$COREDNS"
+			printf '\t%s %s\n' k8s.io/api "$STAGING" k8s.io/apimachinery "$STAGING" k8s.io/client-go "$STAGING"
+			printf ')\n'
+		} >go.mod
+		quiet go mod tidy
+		quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/coredns" .
+	)
+	set_stamp coredns "$DNS_STAMP"
+fi
+LP_STAMP="$LOCALPATH $STAGING"
+if need_build local-path "$LP_STAMP" local-path-provisioner; then
+	step "go build: local-path-provisioner $LOCALPATH"
+	d=$ROOT/src/local-path
+	mkdir -p "$d"
+	(
+		cd "$d"
+		{
+			printf 'module sandboxkube/localpath\n\ngo 1.26.0\n\nrequire (\n\tgithub.com/rancher/local-path-provisioner %s\n' "$LOCALPATH"
+			printf '\t%s %s\n' k8s.io/api "$STAGING" k8s.io/apimachinery "$STAGING" k8s.io/client-go "$STAGING"
+			printf ')\n'
+		} >go.mod
+		printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/rancher/local-path-provisioner"\n' >tools.go
+		quiet go mod tidy
+		quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/local-path-provisioner" github.com/rancher/local-path-provisioner
+	)
+	set_stamp local-path "$LP_STAMP"
+fi
+
 TOOLS_STAMP="src=$(srchash "$KUBE_SRC/imgtar/main.go" "$KUBE_SRC/pause/main.go")"
 if need_build tools "$TOOLS_STAMP" imgtar pause; then
 	step "go build: imgtar, pause (scripts/kube)"
@@ -321,7 +387,7 @@ cert() {
 cert apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:${SERVICE_CIDR%.0.0/*}.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+subjectAltName=IP:127.0.0.1,IP:${SERVICE_CIDR%.0.0/*}.0.1,IP:$POD_GW,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 # The apiserver's client certificate towards the kubelet (exec, logs).
 cert kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
@@ -429,6 +495,8 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.availa
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: ""
+clusterDNS: [$DNS_IP]
+clusterDomain: cluster.local
 podLogsDir: $ROOT/var/log/pods
 EOF
 
@@ -472,7 +540,7 @@ alive() {
 	die "$1 is not running (log $ROOT/logs/$1.log)"
 }
 
-for port in 2379 2380 6443 10250 10257 10259; do
+for port in 2379 2380 6443 10249 10250 10256 10257 10259; do
 	owner=$(ss -Hltnp "sport = :$port" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n1)
 	[ -z "$owner" ] && continue
 	grep -qF "$ROOT/" "/proc/$owner/cmdline" 2>/dev/null ||
@@ -484,8 +552,11 @@ start etcd etcd --name sandbox-kube --data-dir "$ROOT/var/etcd" \
 	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 	--initial-cluster sandbox-kube=http://127.0.0.1:2380
+# Every address (the pods reach it on the bridge, which comes up with the
+# first pod); the host guard keeps the port shut to anything but loopback
+# and the pods. The kubernetes Service's endpoint is the bridge's address.
 start apiserver "$ROOT/bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
-	--bind-address=127.0.0.1 --secure-port=6443 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+	--bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$POD_GW" \
 	--tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
 	--token-auth-file="$P/tokens.csv" --authorization-mode=Node,RBAC \
 	--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
@@ -528,14 +599,31 @@ guard() {
 	iptables -w -A SBXKUBE-FWD -i 'sbxt+' -o "$BRIDGE" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
 	iptables -w -A SBXKUBE-FWD -i "$BRIDGE" -j DROP
 	iptables -w -A SBXKUBE-FWD -o "$BRIDGE" -j DROP
-	# to the host itself: only answers to what the host started
+	# to the host itself: answers to what the host started, and the
+	# apiserver through its Service, as kube-netpol judges it (the queue has
+	# no bypass: with no enforcer reading it, nothing passes)
 	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -d "$POD_GW" -p tcp --dport 6443 -m conntrack --ctstate NEW \
+		--ctorigdst "${SERVICE_CIDR%.0.0/*}.0.1" --ctorigdstport 443 -j NFQUEUE --queue-num "$NETPOL_QUEUE"
 	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -j DROP
-	iptables -w -C FORWARD -j SBXKUBE-FWD 2>/dev/null || iptables -w -I FORWARD 1 -j SBXKUBE-FWD
-	iptables -w -C INPUT -j SBXKUBE-IN 2>/dev/null || iptables -w -I INPUT 1 -j SBXKUBE-IN
+	# the apiserver listens on every address: only loopback and the pods
+	# (whose packets were judged above)
+	iptables -w -A SBXKUBE-IN -i lo -p tcp --dport 6443 -j RETURN
+	iptables -w -A SBXKUBE-IN -p tcp --dport 6443 -j DROP
+	guard_first
+}
+# guard_first: the guard's chains are jumped to first, before kube-proxy's
+# (which it prepends when it starts).
+guard_first() {
+	local hook c
+	for hook in FORWARD:SBXKUBE-FWD INPUT:SBXKUBE-IN; do
+		c=${hook#*:}
+		while iptables -w -D "${hook%%:*}" -j "$c" 2>/dev/null; do :; done
+		iptables -w -I "${hook%%:*}" 1 -j "$c"
+	done
 }
 step "host guard (iptables SBXKUBE-FWD, SBXKUBE-IN), ip_forward"
-guard || die "installing the host guard failed"
+guard # under set -e: a rule that fails stops the script
 [ -s "$ROOT/run/ip_forward.before" ] || cat /proc/sys/net/ipv4/ip_forward >"$ROOT/run/ip_forward.before"
 echo 1 >/proc/sys/net/ipv4/ip_forward
 
@@ -548,7 +636,8 @@ kubecheck readyz -timeout 2m || {
 	die "apiserver not ready"
 }
 # The enforcer before the kubelet: no pod runs before its policies do.
-start netpol "$ROOT/bin/kube-netpol" -kubeconfig="$ROOT/etc/admin.kubeconfig" -hostname-override="$NODE"
+start netpol "$ROOT/bin/kube-netpol" -kubeconfig="$ROOT/etc/admin.kubeconfig" -hostname-override="$NODE" \
+	-nfqueue-id="$NETPOL_QUEUE"
 for _ in $(seq 150); do
 	"$ROOT/bin/kube-netpol" -check && break
 	alive netpol
@@ -565,6 +654,14 @@ start controller-manager "$ROOT/bin/kube-controller-manager" --kubeconfig="$ROOT
 	--leader-elect=false --bind-address=127.0.0.1 --profiling=false \
 	--service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --use-service-account-credentials=false
 
+# Service routing in iptables mode. No NodePort on loopback (that needs
+# route_localnet, which would let the pods' packets reach 127.0.0.1), and a
+# NodePort from outside meets the host guard. No conntrack sysctls: this VM
+# may not let them be set.
+start kube-proxy "$ROOT/bin/kube-proxy" --kubeconfig="$ROOT/etc/admin.kubeconfig" --hostname-override="$NODE" \
+	--proxy-mode=iptables --cluster-cidr="$POD_CIDR" --conntrack-max-per-core=0 --iptables-localhost-nodeports=false \
+	--metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256
+
 step "waiting for node $NODE Ready and the default service account"
 if ! kubecheck wait -node "$NODE" -since "$since" -timeout 3m; then
 	for p in kubelet controller-manager containerd netpol; do alive "$p"; done
@@ -572,12 +669,51 @@ if ! kubecheck wait -node "$NODE" -since "$since" -timeout 3m; then
 	die "node $NODE not Ready"
 fi
 kubecheck runtimeclasses gvisor=runsc runc=runc
-for p in etcd apiserver containerd netpol kubelet scheduler controller-manager; do alive "$p"; done
+for p in etcd apiserver containerd netpol kubelet scheduler controller-manager kube-proxy; do alive "$p"; done
+guard_first
+
+# The add-ons' images (imported only when their binaries changed) and the
+# add-ons themselves.
+mkimage() { # mkimage REF DIR: import DIR as REF
+	bash "$REPO/scripts/kube-image.sh" "$ROOT" "$1" "$2" >>"$ROOT/logs/addons.log" 2>&1 || {
+		tail -n 20 "$ROOT/logs/addons.log" >&2
+		die "importing $1 failed (log $ROOT/logs/addons.log)"
+	}
+}
+r=$ROOT/images/coredns-rootfs
+if ! cmp -s "$ROOT/bin/coredns" "$r/coredns"; then
+	rm -rf "$r" && mkdir -p "$r/etc"
+	cp -p "$ROOT/bin/coredns" "$r/coredns"
+fi
+mkimage sandbox/coredns:local "$r" -- /coredns
+# The provisioner and, for its helper pods, a shell (busybox: the setup and
+# teardown scripts need sh, mkdir and rm; the rest serves checks).
+r=$ROOT/images/local-path-rootfs
+links="sh mkdir rm chmod ls cat sleep nc nslookup"
+if ! cmp -s "$ROOT/bin/local-path-provisioner" "$r/usr/local/bin/local-path-provisioner" ||
+	! cmp -s /bin/busybox "$r/bin/busybox" || [ "$(cat "$r/.links" 2>/dev/null)" != "$links" ]; then
+	rm -rf "$r" && mkdir -p "$r/usr/local/bin" "$r/bin" "$r/tmp"
+	cp -p "$ROOT/bin/local-path-provisioner" "$r/usr/local/bin/"
+	cp -p /bin/busybox "$r/bin/busybox"
+	for a in $links; do ln -s busybox "$r/bin/$a"; done
+	echo "$links" >"$r/.links"
+fi
+mkimage sandbox/local-path:local "$r" -- /usr/local/bin/local-path-provisioner
+mkdir -p "$ROOT/var/local-path"
+sed -e "s|@DNS_IP@|$DNS_IP|g" -e "s|@LOCAL_PATH_DIR@|$ROOT/var/local-path|g" "$KUBE_SRC/addons.yaml" >"$ROOT/etc/addons.yaml"
+step "add-ons: CoreDNS (kube-dns $DNS_IP), local-path-provisioner (default StorageClass local-path)"
+kubecheck apply "$ROOT/etc/addons.yaml"
+kubecheck rollout -timeout 3m kube-system/coredns local-path-storage/local-path-provisioner || {
+	tail -n 20 "$ROOT/logs/kube-proxy.log" >&2
+	die "the add-ons did not come up (is the apiserver reachable from pods? log $ROOT/logs/kube-proxy.log)"
+}
 
 step "cluster ready"
 cat <<EOF
   node:        $NODE (RuntimeClasses gvisor -> runsc, runc -> runc)
   policies:    kube-network-policies $NETPOL (kube-netpol), host guard SBXKUBE-FWD/SBXKUBE-IN
+  services:    kube-proxy (iptables), cluster DNS $DNS_IP (CoreDNS $COREDNS)
+  storage:     default StorageClass local-path ($ROOT/var/local-path)
   kubeconfig:  $ROOT/etc/admin.kubeconfig
   binaries:    $ROOT/bin (kubecheck, ctr$( [ -x "$ROOT/bin/kubectl" ] && echo ", kubectl"))
   logs:        $ROOT/logs

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ import (
 // (The runtime's full matrix is internal/runtime/kube's TestKubeEgressEnforced.)
 func TestKubeAPINetwork(t *testing.T) {
 	cfg := server.Config{}
-	cfg.Service.NetworkAllow = []string{"198.51.100.0/24", "203.0.113.0/24", "*"}
+	cfg.Service.NetworkAllow = []string{"198.51.100.0/24", "203.0.113.0/24", "internet", "*"}
 	e, c, ns := newKubeEnvConfig(t, cfg)
 	testenv.NewRoutedInternet(t)
 	get := func(id, url string) string {
@@ -64,6 +65,37 @@ func TestKubeAPINetwork(t *testing.T) {
 	if r.Status != http.StatusNotImplemented {
 		t.Errorf("a domain rule on kube: %d %s", r.Status, r.Body)
 	}
+
+	// The cluster's own services stay out of reach, even for a sandbox with
+	// the whole internet: the apiserver through the kubernetes Service
+	// (kube-proxy routes it to the host, where kube-netpol judges it), the
+	// apiserver's own address, and the cluster DNS.
+	open := func(id, host string, port int) bool {
+		t.Helper()
+		a := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c",
+			"import socket,sys\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM if sys.argv[3]=='udp' else socket.SOCK_STREAM)\ns.settimeout(3)\n" +
+				"try:\n s.connect((sys.argv[1], int(sys.argv[2])))\n if sys.argv[3]=='udp':\n  s.send(bytes.fromhex('abcd010000010000000000000a6b756265726e657465730764656661756c740373766307636c7573746572056c6f63616c0000010001')); s.recv(512)\n print('open')\nexcept Exception: print('shut')",
+			host, strconv.Itoa(port), map[bool]string{true: "udp", false: "tcp"}[port == 53]}})
+		return strings.TrimSpace(a.Stdout) == "open"
+	}
+	wide := e.lease("acme", map[string]any{"ttlSec": 300, "network": map[string]any{"allow": []string{"internet"}}})
+	if got := get(wide, "http://"+testenv.RoutedA+"/"); !strings.HasPrefix(got, "internet ") {
+		t.Errorf("a sandbox with the internet does not reach it: %q", got)
+	}
+	if !open(wide, testenv.RoutedA, 80) {
+		t.Fatal("the probe does not see an open port the sandbox may reach")
+	}
+	for _, to := range []struct {
+		host string
+		port int
+	}{{"10.96.0.1", 443}, {"10.244.0.1", 6443}, {"10.96.0.10", 53}} {
+		for _, sb := range []string{id, wide} {
+			if open(sb, to.host, to.port) {
+				t.Errorf("sandbox %s reaches the cluster's %s:%d", sb, to.host, to.port)
+			}
+		}
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+wide, "acme", nil)
 
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 	if nps, _ := c.NetworkingV1().NetworkPolicies(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "sandbox.dev/id=" + id}); len(nps.Items) != 0 {

@@ -19,11 +19,13 @@ import (
 const refusalBound = 20 * time.Second
 
 // newKubeEnvSlowStart is newKubeEnv whose starts may take minutes, and a
-// count of the pods in its namespace.
-func newKubeEnvSlowStart(t *testing.T) (*env, func() int) {
+// count of the pods in its namespace; storageClass names the project
+// volumes' StorageClass (empty: the cluster's default).
+func newKubeEnvSlowStart(t *testing.T, storageClass string) (*env, func() int) {
 	t.Helper()
 	cfg := server.Config{}
 	cfg.Service.StartTimeout = 5 * time.Minute
+	cfg.Kube.StorageClass = storageClass
 	e, c, ns := newKubeEnvConfig(t, cfg)
 	return e, func() int {
 		t.Helper()
@@ -35,12 +37,12 @@ func newKubeEnvSlowStart(t *testing.T) (*env, func() int) {
 	}
 }
 
-// TestKubeUnboundClaim: a project lease on a cluster with no storage
-// provisioner (the test cluster has none: the claim never binds) is
-// answered at once with the cluster's reason and what is missing, leaves
-// no pod, and is kept as an error row saying the same.
+// TestKubeUnboundClaim: a project lease whose claim no provisioner serves
+// (a StorageClass the cluster does not have; its default one, local-path,
+// would bind it) is answered at once with the cluster's reason and what is
+// missing, leaves no pod, and is kept as an error row saying the same.
 func TestKubeUnboundClaim(t *testing.T) {
-	e, pods := newKubeEnvSlowStart(t)
+	e, pods := newKubeEnvSlowStart(t, "sbt-nobody-serves-this")
 	start := time.Now()
 	r := e.do("POST", "/v1/sandbox", "acme", map[string]any{"class": "dev", "project": "nopv", "ttlSec": 300})
 	took := time.Since(start)
@@ -48,7 +50,7 @@ func TestKubeUnboundClaim(t *testing.T) {
 	t.Logf("answered %d in %v: %s", r.Status, took.Round(time.Millisecond), msg)
 	if r.Status != http.StatusServiceUnavailable || took > refusalBound || r.Header.Get("Retry-After") != "" ||
 		!strings.HasPrefix(msg, "the sandbox could not be started: the cluster says: Unschedulable: ") ||
-		!strings.Contains(msg, "unbound immediate PersistentVolumeClaims") || !strings.Contains(msg, "no StorageClass") {
+		!strings.Contains(msg, "unbound immediate PersistentVolumeClaims") || !strings.Contains(msg, `no provisioner serves StorageClass "sbt-nobody-serves-this"`) {
 		t.Errorf("a project lease with no provisioner: %d after %v, Retry-After %q: %q", r.Status, took, r.Header.Get("Retry-After"), msg)
 	}
 	if n := pods(); n != 0 {
@@ -71,7 +73,7 @@ func TestKubeUnboundClaim(t *testing.T) {
 // scheduler's "Insufficient cpu", answered at once, leaving no pod and no
 // row; ending one sandbox makes the retry succeed.
 func TestKubeNoRoom(t *testing.T) {
-	e, pods := newKubeEnvSlowStart(t)
+	e, pods := newKubeEnvSlowStart(t, "")
 	var ids []string
 	defer func() {
 		for _, id := range ids {

@@ -7,6 +7,12 @@
 //	kubecheck [-kubeconfig F] runtimeclasses NAME=HANDLER...
 //	kubecheck [-kubeconfig F] deletepods [-timeout D]
 //	kubecheck [-kubeconfig F] smoke -image IMG [-runtime-class RC] [-uid N] [-namespace NS] [-check 'CMD=>WANT']...
+//	kubecheck [-kubeconfig F] apply FILE...
+//	kubecheck [-kubeconfig F] rollout [-timeout D] NAMESPACE/DEPLOYMENT...
+//
+// apply server-side applies every object of the YAML files (field manager
+// kube-up, conflicts forced), as kubectl apply --server-side would; rollout
+// waits until each Deployment has all its replicas updated and available.
 //
 // smoke creates a pod (imagePullPolicy Never, no service account token,
 // command sleep 3600), waits for Running, runs each check through the
@@ -16,9 +22,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -26,12 +34,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/rand"
+	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/utils/ptr"
@@ -45,7 +61,7 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 func main() {
 	kc := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: kubecheck [-kubeconfig F] readyz|wait|runtimeclasses|deletepods|smoke [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kubecheck [-kubeconfig F] readyz|wait|runtimeclasses|deletepods|smoke|apply|rollout [flags]")
 	}
 	flag.Parse()
 	if flag.NArg() < 1 {
@@ -92,10 +108,104 @@ func main() {
 			must(errors.New("smoke: -image is required"))
 		}
 		must(smoke(cfg, cs, o))
+	case "apply":
+		must(apply(cfg, args))
+	case "rollout":
+		fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+		timeout := fs.Duration("timeout", 3*time.Minute, "")
+		must(fs.Parse(args))
+		must(rollout(cs, fs.Args(), *timeout))
 	default:
 		flag.Usage()
 		os.Exit(2)
 	}
+}
+
+// apply server-side applies each object in files.
+func apply(cfg *rest.Config, files []string) error {
+	if len(files) == 0 {
+		return errors.New("apply: name at least one YAML file")
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		dec := yamlutil.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+		for {
+			var obj unstructured.Unstructured
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			gvk := obj.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				return fmt.Errorf("%s: %s %s: %w", f, gvk.Kind, obj.GetName(), err)
+			}
+			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == meta.RESTScopeNameNamespace {
+				ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+			}
+			body, err := json.Marshal(obj.Object)
+			if err != nil {
+				return err
+			}
+			if _, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, body,
+				metav1.PatchOptions{FieldManager: "kube-up", Force: ptr.To(true)}); err != nil {
+				return fmt.Errorf("%s: apply %s %s: %w", f, gvk.Kind, obj.GetName(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// rollout waits for each NAMESPACE/NAME Deployment to be fully rolled out.
+func rollout(cs *kubernetes.Clientset, names []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, n := range names {
+		ns, name, ok := strings.Cut(n, "/")
+		if !ok {
+			return fmt.Errorf("rollout: %q is not NAMESPACE/DEPLOYMENT", n)
+		}
+		err := poll(ctx, "deployment "+n+" rolled out", func() (bool, error) {
+			d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			want := int32(1)
+			if d.Spec.Replicas != nil {
+				want = *d.Spec.Replicas
+			}
+			s := d.Status
+			return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want &&
+				s.AvailableReplicas == want && s.Replicas == want, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func must(err error) {
