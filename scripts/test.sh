@@ -79,7 +79,7 @@ fi
 require=gvisor,browser,registry
 [ -n "$kubeconfig" ] && require=$require,kube
 [ -n "$helm" ] && require=$require,helm
-export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_HELM=$helm SANDBOX_TEST_REQUIRE=$require
+export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_KUBE_ROOT=${KROOT:-} SANDBOX_TEST_HELM=$helm SANDBOX_TEST_REQUIRE=$require
 
 log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
 go test -count=1 -timeout 60m "$@" "${pkgs[@]}"

@@ -157,8 +157,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 	}
 	b.Run("python", func(b *testing.B) {
-		venv := installPython(b)
-		script(b, "python", filepath.Join(venv, "bin", "python"), "-c", fmt.Sprintf(`
+		script(b, "python", testenv.PythonSDK(b, "./python"), "-c", fmt.Sprintf(`
 import time, statistics
 from sandboxd import Sandbox
 ms = []

@@ -3,41 +3,11 @@ package sdk
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
-
-// python is Debian's interpreter, which has the SDK's dependencies
-// (python3-httpx, python3-websockets, python3-pytest); a python3 earlier
-// on PATH (pyenv) may not.
-const python = "/usr/bin/python3"
-
-// installPython makes a venv with the system's site packages and installs
-// sdk/python into it with the README's one pip command; its directory.
-func installPython(t testing.TB) string {
-	t.Helper()
-	for _, mod := range []string{"httpx", "websockets", "pytest"} {
-		if err := exec.Command(python, "-c", "import "+mod).Run(); err != nil {
-			testenv.Missing(t, testenv.GVisor, "python3-"+mod+" (scripts/deps.sh installs it for the tests)")
-		}
-	}
-	venv := filepath.Join(t.TempDir(), "venv")
-	if out, err := exec.Command(python, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
-		t.Fatalf("venv: %v %s", err, out)
-	}
-	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "-q", "--no-build-isolation", "--no-index", "./python")
-	pip.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
-	if out, err := pip.CombinedOutput(); err != nil {
-		t.Fatalf("pip install: %v %s", err, out)
-	}
-	// pip builds in the source tree: leave it as it was.
-	os.RemoveAll("python/build")
-	os.RemoveAll("python/sandboxd.egg-info")
-	return venv
-}
 
 // serve starts the server for an SDK suite, with an images directory of
 // its own and, where the machine has a registry, a tiny image pushed to it
@@ -62,9 +32,8 @@ func serve(t *testing.T) []string {
 // needs no package index, then runs its pytest suite on a real server.
 func TestPython(t *testing.T) {
 	env := serve(t)
-	venv := installPython(t)
-	// The tests import the installed package, not the source tree.
-	cmd := exec.Command(filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "python/tests")
+	py := testenv.PythonSDK(t, "./python")
+	cmd := exec.Command(py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "python/tests")
 	cmd.Env = append(env, "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest:\n%s", out)

@@ -165,8 +165,11 @@ type Server struct {
 	stopSessions context.CancelFunc
 }
 
-// Version is what the server says it is (MCP's implementation version).
-const Version = "0.2.0"
+// Version is what the server says it is (MCP's implementation version,
+// the OpenAPI document's info.version). A build may stamp its own:
+// go build -ldflags "-X github.com/sandboxd/sandbox/internal/server.Version=0.2.0+abc"
+// (scripts/server-image.sh does, so an upgrade can be told apart).
+var Version = "0.2.0"
 
 // New opens the store and the runtime and builds the handler.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
