@@ -94,6 +94,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Not ready, streams and consoles ended with a reason to reconnect,
 	// no new connection taken, the calls in flight given the grace.
 	log.Info("shutting down", "grace", cfg.Grace)
+	start := time.Now()
 	app.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.Grace)
 	defer cancel()
@@ -101,6 +102,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Warn("calls still in flight at the grace's end were cut", "grace", cfg.Grace)
 		srv.Close()
 	}
+	log.Info("drained", "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
