@@ -33,10 +33,13 @@ func BenchmarkHelmInstallUpgrade(b *testing.B) {
 		install += r.install("helm-a")
 		e := r.env()
 		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		old := r.follow(r.serverPod().Name)
 		p := poll(r.url(), id, e.keys["acme"])
 		r.upgrade("helm-b")
 		r.ready(r.url())
-		down += p.end()
+		d := p.end()
+		down += d
+		b.Logf("downtime %v; the old server: %s", d.Round(time.Millisecond), grepLines(old(), "drain"))
 		refused += p.refused
 		e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil)
 		r.run("uninstall", "sandbox", "--wait", "--timeout", "2m")

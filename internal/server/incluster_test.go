@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +54,10 @@ func newRelease(t testing.TB) *release {
 	r.ns = "sbt-helm-" + strings.ToLower(sandbox.NewID()[3:11])
 	r.sbns = r.ns + "-sb"
 	t.Cleanup(func() {
+		// The keep-alive connections to the release's Service: no server
+		// ends them here (an env's own httptest server closes its own).
+		http.DefaultClient.CloseIdleConnections()
+		clusterProbe.CloseIdleConnections()
 		exec.Command(r.helm, "--kubeconfig", r.kube, "-n", r.ns, "uninstall", "sandbox", "--wait", "--timeout", "2m").Run()
 		for _, n := range []string{r.sbns, r.ns} {
 			r.c.CoreV1().Namespaces().Delete(context.Background(), n, metav1.DeleteOptions{})
@@ -142,7 +148,10 @@ func (r *release) env() *env {
 // there: bounded in all (a request) and in its dial, which net/http
 // otherwise lets run on past the request, for as long as the kernel
 // retries a SYN to an address nobody serves.
-var clusterProbe = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: time.Second}).DialContext}}
+// Each request on a connection of its own, as a new client would come:
+// what a poll measures is the Service, not one old connection's fate.
+var clusterProbe = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+	DialContext: (&net.Dialer{Timeout: time.Second}).DialContext, DisableKeepAlives: true}}
 
 // ready waits for the server behind the Service to answer /readyz.
 func (r *release) ready(url string) {
@@ -150,14 +159,17 @@ func (r *release) ready(url string) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		res, err := clusterProbe.Get(url + "/readyz")
+		last := fmt.Sprint(err)
 		if err == nil {
+			b, _ := io.ReadAll(res.Body)
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
 				return
 			}
+			last = fmt.Sprintf("%d %s", res.StatusCode, b)
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("%s/readyz never answered 200 (last: %v)", url, err)
+			r.t.Fatalf("%s/readyz never answered 200 (last: %s)", url, last)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -196,6 +208,37 @@ func (r *release) logs(pod string) string {
 		r.t.Fatal(err)
 	}
 	return string(b)
+}
+
+// follow streams a server pod's log until it ends; the answer is what it
+// wrote so far (an upgrade's old pod is gone before anyone could ask).
+func (r *release) follow(pod string) func() string {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	r.t.Cleanup(cancel)
+	go func() {
+		rc, err := r.c.CoreV1().Pods(r.ns).GetLogs(pod, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+		if err != nil {
+			return
+		}
+		defer rc.Close()
+		b := make([]byte, 4096)
+		for {
+			n, err := rc.Read(b)
+			mu.Lock()
+			buf.Write(b[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.String()
+	}
 }
 
 // poller asks /readyz and GET /v1/sandbox/{id} every 100 ms until stopped,
@@ -430,11 +473,13 @@ func TestHelmInCluster(t *testing.T) {
 		}
 	}()
 	time.Sleep(time.Second) // the exec is in the server's hands
+	old := r.follow(first.Name)
 	p := poll(url, w.ticker, e.keys["acme"])
 	r.upgrade("helm-b")
 	r.ready(url)
 	down := p.end()
-	t.Logf("helm upgrade: %d of %d polled requests refused, downtime %v", p.refused, p.asked, down.Round(time.Millisecond))
+	t.Logf("helm upgrade: %d of %d polled requests refused, downtime %v; the old server: %s", p.refused, p.asked, down.Round(time.Millisecond),
+		grepLines(old(), "drain"))
 	if a, ok := <-inflight; !ok || a.ExitCode != 0 || a.Stdout != "finished\n" {
 		t.Errorf("the exec in flight at the upgrade: %+v (answered: %v)", a, ok)
 	}
