@@ -166,13 +166,14 @@ fi
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip link del "$BRIDGE" && step "removed bridge $BRIDGE"
 fi
-if command -v iptables >/dev/null; then
+for t in iptables ip6tables; do
+	command -v $t >/dev/null || continue
 	for hc in FORWARD:SBXKUBE-FWD INPUT:SBXKUBE-IN; do
 		h=${hc%%:*} c=${hc#*:}
-		while iptables -w -D "$h" -j "$c" 2>/dev/null; do :; done
-		iptables -w -F "$c" 2>/dev/null && iptables -w -X "$c" && step "removed host guard chain $c"
+		while $t -w -D "$h" -j "$c" 2>/dev/null; do :; done
+		$t -w -F "$c" 2>/dev/null && $t -w -X "$c" && step "removed host guard chain $c ($t)"
 	done
-fi
+done
 if [ -s "$ROOT/run/ip_forward.before" ]; then
 	cat "$ROOT/run/ip_forward.before" >/proc/sys/net/ipv4/ip_forward
 	rm -f "$ROOT/run/ip_forward.before"

@@ -27,8 +27,10 @@
 # by kube-down.sh). The one way in to the host is the apiserver reached
 # through its Service, and that too is judged by the pod's NetworkPolicies
 # (the guard queues it to kube-netpol): a sandbox pod under deny-all cannot
-# reach it. The apiserver listens on every address, and the guard keeps its
-# port shut to all but loopback and the pods.
+# reach it. The apiserver and the kubelet listen on every address, and the
+# guard keeps their ports shut to all but loopback (and the apiserver's to
+# the pods, as above). The cluster is IPv4: over IPv6 (link-local addresses
+# on the bridge and in every pod) the guard lets no pod packet through.
 #
 #   sudo scripts/kube-up.sh [ROOT]          # ROOT defaults to /var/lib/sandbox/kube
 #   scripts/kube-image.sh ROOT sandbox/exec:local /var/lib/sandbox/images/exec/rootfs
@@ -589,9 +591,11 @@ fi
 # The host guard, before ip_forward is on and before any pod starts (see the
 # top): one chain per hook, jumped to first.
 guard() {
-	local c
-	for c in SBXKUBE-FWD SBXKUBE-IN; do
-		iptables -w -N "$c" 2>/dev/null || iptables -w -F "$c"
+	local c t
+	for t in iptables ip6tables; do
+		for c in SBXKUBE-FWD SBXKUBE-IN; do
+			$t -w -N "$c" 2>/dev/null || $t -w -F "$c"
+		done
 	done
 	# pod to pod (bridged, seen here through br_netfilter): kube-netpol decides
 	iptables -w -A SBXKUBE-FWD -i "$BRIDGE" -o "$BRIDGE" -j RETURN
@@ -606,20 +610,35 @@ guard() {
 	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -d "$POD_GW" -p tcp --dport 6443 -m conntrack --ctstate NEW \
 		--ctorigdst "${SERVICE_CIDR%.0.0/*}.0.1" --ctorigdstport 443 -j NFQUEUE --queue-num "$NETPOL_QUEUE"
 	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -j DROP
-	# the apiserver listens on every address: only loopback and the pods
-	# (whose packets were judged above)
-	iptables -w -A SBXKUBE-IN -i lo -p tcp --dport 6443 -j RETURN
-	iptables -w -A SBXKUBE-IN -p tcp --dport 6443 -j DROP
+	# the apiserver and the kubelet listen on every address: only loopback
+	# (the apiserver reaches the kubelet at the node's address, from this
+	# host) and the pods (whose packets were judged above)
+	iptables -w -A SBXKUBE-IN -i lo -p tcp -m multiport --dports 6443,10250 -j RETURN
+	iptables -w -A SBXKUBE-IN -p tcp -m multiport --dports 6443,10250 -j DROP
+	# IPv6: the cluster is IPv4, but the bridge, every pod's interface and
+	# gVisor's copy of it have link-local addresses, and the apiserver
+	# listens on [::] too. No pod packet over IPv6 goes anywhere (bridged
+	# ones pass here: bridge-nf-call-ip6tables), nor do the two ports
+	# answer off loopback.
+	ip6tables -w -A SBXKUBE-FWD -i "$BRIDGE" -j DROP
+	ip6tables -w -A SBXKUBE-FWD -o "$BRIDGE" -j DROP
+	ip6tables -w -A SBXKUBE-IN -i "$BRIDGE" -j DROP
+	ip6tables -w -A SBXKUBE-IN -i lo -p tcp -m multiport --dports 6443,10250 -j RETURN
+	ip6tables -w -A SBXKUBE-IN -p tcp -m multiport --dports 6443,10250 -j DROP
+	[ "$(cat /proc/sys/net/bridge/bridge-nf-call-ip6tables 2>/dev/null)" = 1 ] ||
+		die "net.bridge.bridge-nf-call-ip6tables is not 1: bridged IPv6 between pods would pass the guard"
 	guard_first
 }
 # guard_first: the guard's chains are jumped to first, before kube-proxy's
-# (which it prepends when it starts).
+# (which it prepends when it starts), in both families.
 guard_first() {
-	local hook c
-	for hook in FORWARD:SBXKUBE-FWD INPUT:SBXKUBE-IN; do
-		c=${hook#*:}
-		while iptables -w -D "${hook%%:*}" -j "$c" 2>/dev/null; do :; done
-		iptables -w -I "${hook%%:*}" 1 -j "$c"
+	local hook c t
+	for t in iptables ip6tables; do
+		for hook in FORWARD:SBXKUBE-FWD INPUT:SBXKUBE-IN; do
+			c=${hook#*:}
+			while $t -w -D "${hook%%:*}" -j "$c" 2>/dev/null; do :; done
+			$t -w -I "${hook%%:*}" 1 -j "$c"
+		done
 	done
 }
 step "host guard (iptables SBXKUBE-FWD, SBXKUBE-IN), ip_forward"
@@ -670,7 +689,17 @@ if ! kubecheck wait -node "$NODE" -since "$since" -timeout 3m; then
 fi
 kubecheck runtimeclasses gvisor=runsc runc=runc
 for p in etcd apiserver containerd netpol kubelet scheduler controller-manager kube-proxy; do alive "$p"; done
+# kube-proxy prepends its jumps when it first syncs: wait for that, then put
+# the guard back in front (it only re-adds a jump that is missing).
+for _ in $(seq 100); do
+	iptables -w -C FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD 2>/dev/null && break
+	sleep 0.2
+done
 guard_first
+for t in iptables ip6tables; do
+	[ "$($t -w -S FORWARD | sed -n 2p)" = "-A FORWARD -j SBXKUBE-FWD" ] && [ "$($t -w -S INPUT | sed -n 2p)" = "-A INPUT -j SBXKUBE-IN" ] ||
+		die "$t: the host guard is not the first rule of FORWARD and INPUT"
+done
 
 # The add-ons' images (imported only when their binaries changed) and the
 # add-ons themselves.
@@ -699,7 +728,10 @@ if ! cmp -s "$ROOT/bin/local-path-provisioner" "$r/usr/local/bin/local-path-prov
 	echo "$links" >"$r/.links"
 fi
 mkimage sandbox/local-path:local "$r" -- /usr/local/bin/local-path-provisioner
+# 0700: the volumes inside are 0777 (the provisioner's helper makes them so
+# for any pod's uid), so their parent keeps this host's other users out.
 mkdir -p "$ROOT/var/local-path"
+chmod 0700 "$ROOT/var/local-path"
 sed -e "s|@DNS_IP@|$DNS_IP|g" -e "s|@LOCAL_PATH_DIR@|$ROOT/var/local-path|g" "$KUBE_SRC/addons.yaml" >"$ROOT/etc/addons.yaml"
 step "add-ons: CoreDNS (kube-dns $DNS_IP), local-path-provisioner (default StorageClass local-path)"
 kubecheck apply "$ROOT/etc/addons.yaml"

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,22 @@ import (
 	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
+
+// linkLocal is the host interface's fe80:: address, or "" if it has none.
+func linkLocal(t *testing.T, name string) string {
+	t.Helper()
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Fatalf("the pods' bridge: %v", err)
+	}
+	addrs, _ := ifc.Addrs()
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() == nil && ip.IP.IsLinkLocalUnicast() {
+			return ip.IP.String()
+		}
+	}
+	return ""
+}
 
 // TestKubeAPINetwork: a lease's network and PUT …/network on the kube
 // backend, through the API, on the real test cluster with
@@ -73,8 +90,8 @@ func TestKubeAPINetwork(t *testing.T) {
 	open := func(id, host string, port int) bool {
 		t.Helper()
 		a := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c",
-			"import socket,sys\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM if sys.argv[3]=='udp' else socket.SOCK_STREAM)\ns.settimeout(3)\n" +
-				"try:\n s.connect((sys.argv[1], int(sys.argv[2])))\n if sys.argv[3]=='udp':\n  s.send(bytes.fromhex('abcd010000010000000000000a6b756265726e657465730764656661756c740373766307636c7573746572056c6f63616c0000010001')); s.recv(512)\n print('open')\nexcept Exception: print('shut')",
+			"import socket,sys\n" +
+				"try:\n f,ty,_,_,a=socket.getaddrinfo(sys.argv[1], int(sys.argv[2]), 0, socket.SOCK_DGRAM if sys.argv[3]=='udp' else socket.SOCK_STREAM)[0]\n s=socket.socket(f, ty)\n s.settimeout(3)\n s.connect(a)\n if sys.argv[3]=='udp':\n  s.send(bytes.fromhex('abcd010000010000000000000a6b756265726e657465730764656661756c740373766307636c7573746572056c6f63616c0000010001')); s.recv(512)\n print('open')\nexcept Exception: print('shut')",
 			host, strconv.Itoa(port), map[bool]string{true: "udp", false: "tcp"}[port == 53]}})
 		return strings.TrimSpace(a.Stdout) == "open"
 	}
@@ -88,12 +105,42 @@ func TestKubeAPINetwork(t *testing.T) {
 	for _, to := range []struct {
 		host string
 		port int
-	}{{"10.96.0.1", 443}, {"10.244.0.1", 6443}, {"10.96.0.10", 53}} {
+	}{{"10.96.0.1", 443}, {"10.244.0.1", 6443}, {"10.244.0.1", 10250}, {"10.96.0.10", 53}} {
 		for _, sb := range []string{id, wide} {
 			if open(sb, to.host, to.port) {
 				t.Errorf("sandbox %s reaches the cluster's %s:%d", sb, to.host, to.port)
 			}
 		}
+	}
+	// Nor over IPv6: the pods' bridge and each pod's interface (gVisor's
+	// copy of it too) have link-local addresses, and the apiserver and the
+	// kubelet listen on [::]. The host's end of the bridge, and the other
+	// sandbox's own address (read inside it), on a port it listens on.
+	if gw := linkLocal(t, "sbxkube0"); gw != "" {
+		for _, port := range []int{6443, 10250} {
+			if open(wide, gw+"%eth0", port) {
+				t.Errorf("a sandbox reaches the host's [%s]:%d over IPv6", gw, port)
+			}
+		}
+	}
+	e.sh("acme", id, "nohup python3 -m http.server -b :: 8000 >/dev/null 2>&1 &")
+	if peer := strings.TrimSpace(e.sh("acme", id, `python3 -c "
+for l in open('/proc/net/if_inet6'):
+    f = l.split()
+    if f[0].startswith('fe80') and f[5] != 'lo':
+        print(':'.join(f[0][i:i+4] for i in range(0, 32, 4))); break"`)); peer != "" {
+		deadline := time.Now().Add(10 * time.Second)
+		for !open(id, "::1", 8000) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !open(id, "::1", 8000) {
+			t.Fatal("the peer's own server does not answer inside it")
+		}
+		if open(wide, peer+"%eth0", 8000) {
+			t.Errorf("a sandbox reaches another's [%s]:8000 over IPv6", peer)
+		}
+	} else {
+		t.Logf("the sandbox has no IPv6 link-local address: nothing to reach over IPv6")
 	}
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+wide, "acme", nil)
 
