@@ -785,4 +785,12 @@ func TestHelmDryRunServer(t *testing.T) {
 		}
 		apply(t, r.objs)
 	})
+	t.Run("a RuntimeClass of another handler", func(t *testing.T) {
+		// The cluster's gvisor runs runsc; a chart told its sandboxes run
+		// under another handler must not take that RuntimeClass as its own.
+		out, err := exec.Command(helm, append(slices.Clone(base), "--dry-run=server", "--kubeconfig", kubeconfig, "--set", "runtimeClass.handler=runc")...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), `RuntimeClass gvisor exists with handler "runsc", not "runc"`) {
+			t.Errorf("rendered over a RuntimeClass of another handler: %v %.300s", err, out)
+		}
+	})
 }

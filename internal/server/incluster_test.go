@@ -459,7 +459,7 @@ func TestHelmInCluster(t *testing.T) {
 	inflight := make(chan execAnswer, 1)
 	go func() {
 		defer close(inflight)
-		body, _ := json.Marshal(map[string]any{"command": "sleep 4; echo finished", "timeoutSec": 60})
+		body, _ := json.Marshal(map[string]any{"command": "sleep 8; echo finished", "timeoutSec": 60})
 		req, _ := http.NewRequest("POST", url+"/v1/sandbox/"+w.ticker+"/exec", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
 		res, err := http.DefaultClient.Do(req)
@@ -483,6 +483,11 @@ func TestHelmInCluster(t *testing.T) {
 	if a, ok := <-inflight; !ok || a.ExitCode != 0 || a.Stdout != "finished\n" {
 		t.Errorf("the exec in flight at the upgrade: %+v (answered: %v)", a, ok)
 	}
+	// It was in flight when the old server was told to go: its drain
+	// waited for it (with nothing in flight a drain takes under 1 ms).
+	if d := drainTook(old()); d < time.Second {
+		t.Errorf("the old server drained in %v: the exec was not in flight at its SIGTERM", d)
+	}
 	if v := version(t, url); v != "0.2.0+helm-b" {
 		t.Errorf("after the upgrade the server says it is %q", v)
 	}
@@ -491,7 +496,7 @@ func TestHelmInCluster(t *testing.T) {
 		t.Fatalf("the upgrade kept pod %s", first.Name)
 	}
 	r.intact(t, e, w, "after helm upgrade")
-	if l := r.logs(second.Name); !strings.Contains(l, fmt.Sprintf("adopted=%d lost=0", len(w.leases))) {
+	if l := r.logs(second.Name); !strings.Contains(l, fmt.Sprintf(" adopted=%d lost=0 ", len(w.leases))) {
 		t.Errorf("the upgraded server's recovery: %s", grepLines(l, "recovered"))
 	}
 
@@ -507,7 +512,7 @@ func TestHelmInCluster(t *testing.T) {
 	}
 	r.ready(url)
 	r.intact(t, e, w, "after the server pod was killed")
-	if l := r.logs(third.Name); !strings.Contains(l, fmt.Sprintf("adopted=%d lost=0", len(w.leases))) {
+	if l := r.logs(third.Name); !strings.Contains(l, fmt.Sprintf(" adopted=%d lost=0 ", len(w.leases))) {
 		t.Errorf("the replacement's recovery: %s", grepLines(l, "recovered"))
 	}
 
@@ -559,6 +564,20 @@ func TestHelmInCluster(t *testing.T) {
 	if l, _ := r.c.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=sandbox"}); len(l.Items) != 0 {
 		t.Errorf("cluster role bindings left: %d", len(l.Items))
 	}
+}
+
+// drainTook is the drain's duration a server logged ("drained took=…"),
+// or -1.
+func drainTook(log string) time.Duration {
+	_, rest, ok := strings.Cut(grepLines(log, "msg=drained"), "took=")
+	if !ok {
+		return -1
+	}
+	d, err := time.ParseDuration(strings.Fields(rest)[0])
+	if err != nil {
+		return -1
+	}
+	return d
 }
 
 // gone waits up to two minutes for done.

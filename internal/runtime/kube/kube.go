@@ -142,25 +142,58 @@ const IsolationPolicy = "sandbox-isolation"
 // network plugin; one without NetworkPolicy support enforces nothing.)
 func (r *Runtime) Isolate(ctx context.Context) error {
 	np := r.cfg.Client.NetworkingV1().NetworkPolicies(r.ns)
-	if _, err := np.Get(ctx, IsolationPolicy, metav1.GetOptions{}); err == nil {
+	want := networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: runtime.LabelSandbox, Operator: metav1.LabelSelectorOpExists},
+		}},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		// No rules: nothing in, nothing out.
+	}
+	cur, err := np.Get(ctx, IsolationPolicy, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		// A policy of that name is only the isolation if it says so: one
+		// someone else made (or changed) to select nothing or allow
+		// something is put back, never trusted by its name.
+		if isolates(cur.Spec) {
+			return nil
+		}
+		cur.Spec = want
+		if _, err := np.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("kube: NetworkPolicy %s/%s is not deny-all and could not be made so: %w", r.ns, IsolationPolicy, err)
+		}
 		return nil
-	} else if !apierrors.IsNotFound(err) {
+	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("kube: reading NetworkPolicy %s/%s: %w", r.ns, IsolationPolicy, err)
 	}
-	_, err := np.Create(ctx, &networkingv1.NetworkPolicy{
+	_, err = np.Create(ctx, &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: IsolationPolicy, Namespace: r.ns},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: runtime.LabelSandbox, Operator: metav1.LabelSelectorOpExists},
-			}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-			// No rules: nothing in, nothing out.
-		},
+		Spec:       want,
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("kube: creating the deny-all NetworkPolicy %s/%s (sandboxes must not reach the network): %w", r.ns, IsolationPolicy, err)
 	}
 	return nil
+}
+
+// isolates reports whether spec is the deny-all of every sandbox pod: it
+// selects each pod with the sandbox label (and no narrower set), covers
+// both directions, and allows nothing.
+func isolates(spec networkingv1.NetworkPolicySpec) bool {
+	sel := spec.PodSelector
+	if len(sel.MatchLabels) != 0 || len(sel.MatchExpressions) != 1 {
+		return false
+	}
+	e := sel.MatchExpressions[0]
+	if e.Key != runtime.LabelSandbox || e.Operator != metav1.LabelSelectorOpExists || len(e.Values) != 0 {
+		return false
+	}
+	in, out := false, false
+	for _, t := range spec.PolicyTypes {
+		in = in || t == networkingv1.PolicyTypeIngress
+		out = out || t == networkingv1.PolicyTypeEgress
+	}
+	return in && out && len(spec.Ingress) == 0 && len(spec.Egress) == 0
 }
 
 // pod is the pod of spec.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -184,6 +185,26 @@ func TestKubeEgressEnforced(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "refused with the deny-all back", func() bool { b, _ := k.get(t, none.Name, "http://"+netA+"/"); return b == "" })
+
+		// A policy of that name that allows everything (made by someone
+		// else, or changed) is not trusted for its name: Isolate puts the
+		// deny-all back.
+		cur, err := nps.Get(context.Background(), kube.IsolationPolicy, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+		if _, err := nps.Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "reached with an allow-all of the isolation's name", func() bool { b, _ := k.get(t, none.Name, "http://"+netA+"/"); return b != "" })
+		if err := k.rt.Isolate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := nps.Get(context.Background(), kube.IsolationPolicy, metav1.GetOptions{}); got == nil || len(got.Spec.Egress) != 0 {
+			t.Fatalf("Isolate kept an allow-all of its name: %+v", got)
+		}
+		eventually(t, "refused with the deny-all put back", func() bool { b, _ := k.get(t, none.Name, "http://"+netA+"/"); return b == "" })
 	})
 	t.Run("allowed CIDR and port", func(t *testing.T) {
 		k.reaches(t, open.Name, "http://"+netA+"/")

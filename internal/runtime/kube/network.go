@@ -230,8 +230,8 @@ func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.
 //   - the ServiceCIDRs (the service ranges, Kubernetes 1.33+);
 //   - every node's addresses and pod CIDRs.
 //
-// What the server may not read (the deploy/kube Role is namespaced) is
-// skipped and logged at debug level: the flag covers it. Private ranges
+// What the server may not read (the chart's Role is namespaced) is
+// skipped with a warning: the flag covers it. Private ranges
 // are never reachable anyway unless the operator opens one; this matters
 // for clusters on public addresses, and for opened private ranges.
 func ClusterNever(ctx context.Context, client kubernetes.Interface, rc *rest.Config, extra []netip.Prefix, log *slog.Logger) []netip.Prefix {
@@ -245,7 +245,10 @@ func ClusterNever(ctx context.Context, client kubernetes.Interface, rc *rest.Con
 	}
 	skip := func(what string, err error) {
 		if err != nil {
-			log.Debug("kube: cannot read "+what+" for the never-reachable ranges (pass --cluster-cidr)", "err", err)
+			// A warning, not a note: with an opened private range (or a
+			// cluster on public addresses) what is missing here is what a
+			// sandbox could reach.
+			log.Warn("kube: cannot read "+what+" for the ranges no sandbox may reach: if a sandbox may reach a private range (--network-private) or the cluster is on public addresses, pass its ranges as --cluster-cidr", "err", err)
 		}
 	}
 	if rc != nil {
