@@ -46,26 +46,8 @@ mkdir -p "$ROOT"/{bin,src/helm,logs,go}
 gobin=$(find_go) || die "no Go >= 1.21 found: run scripts/deps.sh first"
 PATH="$(dirname "$gobin"):$PATH"
 export PATH
-export GOMODCACHE=$ROOT/go/mod GOCACHE=$ROOT/go/cache GOPATH=$ROOT/go
-export GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
+root_go_env
 
-# need_build NAME STAMP BIN...: true when a binary is missing or the stamp
-# recorded for NAME differs from STAMP (as in scripts/kube-up.sh).
-need_build() {
-	local name=$1 stamp=$2 b
-	shift 2
-	for b in "$@"; do [ -x "$ROOT/bin/$b" ] || return 0; done
-	[ "$(cat "$ROOT/bin/.stamp-$name" 2>/dev/null)" != "$stamp" ]
-}
-set_stamp() { printf '%s\n' "$2" >"$ROOT/bin/.stamp-$1"; }
-# quiet CMD...: run a go command with its output in ROOT/logs/build.log,
-# shown only when it fails.
-quiet() {
-	printf '\n==== %s %s (in %s)\n' "$(date -u +%FT%TZ)" "$*" "$(pwd)" >>"$ROOT/logs/build.log"
-	"$@" >>"$ROOT/logs/build.log" 2>&1 && return 0
-	tail -n 40 "$ROOT/logs/build.log" >&2
-	die "failed: $* (log $ROOT/logs/build.log)"
-}
 
 if need_build helm "$HELM" helm; then
 	step "go: build helm $HELM into $ROOT/bin/helm"

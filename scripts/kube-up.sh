@@ -106,8 +106,7 @@ flock -n 9 || die "another kube-up.sh is running on $ROOT"
 gobin=$(find_go) || die "no Go >= 1.21 found: run scripts/deps.sh first"
 PATH="$(dirname "$gobin"):$ROOT/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 export PATH
-export GOMODCACHE=$ROOT/go/mod GOCACHE=$ROOT/go/cache GOPATH=$ROOT/go
-export GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
+root_go_env
 gover=$(cd / && go env GOVERSION)
 gominor=${gover#go1.}
 gominor=${gominor%%[!0-9]*}
@@ -117,23 +116,6 @@ if [ "${gominor:-0}" -lt 26 ]; then
 	step "local $gover is older than go1.26: using GOTOOLCHAIN=$GOTOOLCHAIN"
 fi
 
-# need_build NAME STAMP BIN...: true when a binary is missing or the stamp
-# recorded for NAME differs from STAMP.
-need_build() {
-	local name=$1 stamp=$2 b
-	shift 2
-	for b in "$@"; do [ -x "$ROOT/bin/$b" ] || return 0; done
-	[ "$(cat "$ROOT/bin/.stamp-$name" 2>/dev/null)" != "$stamp" ]
-}
-set_stamp() { printf '%s\n' "$2" >"$ROOT/bin/.stamp-$1"; }
-# quiet CMD...: run a go command with its output in ROOT/logs/build.log,
-# shown only when it fails.
-quiet() {
-	printf '\n==== %s %s (in %s)\n' "$(date -u +%FT%TZ)" "$*" "$(pwd)" >>"$ROOT/logs/build.log"
-	"$@" >>"$ROOT/logs/build.log" 2>&1 && return 0
-	tail -n 40 "$ROOT/logs/build.log" >&2
-	die "failed: $* (log $ROOT/logs/build.log)"
-}
 srchash() { cat "$@" | sha256sum | cut -c1-16; }
 
 # ---------------------------------------------------------------- apt
@@ -689,17 +671,23 @@ if ! kubecheck wait -node "$NODE" -since "$since" -timeout 3m; then
 fi
 kubecheck runtimeclasses gvisor=runsc runc=runc
 for p in etcd apiserver containerd netpol kubelet scheduler controller-manager kube-proxy; do alive "$p"; done
-# kube-proxy prepends its jumps when it first syncs: wait for that, then put
-# the guard back in front (it only re-adds a jump that is missing).
+# kube-proxy prepends its jumps when it first syncs, each family on its own
+# and after the other: put the guard back in front until both are synced and
+# it stays first (kube-proxy only re-adds a jump that is missing).
+guard_is_first() {
+	local t
+	for t in iptables ip6tables; do
+		$t -w -C FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD 2>/dev/null || return 1
+		[ "$($t -w -S FORWARD | sed -n 2p)" = "-A FORWARD -j SBXKUBE-FWD" ] || return 1
+		[ "$($t -w -S INPUT | sed -n 2p)" = "-A INPUT -j SBXKUBE-IN" ] || return 1
+	done
+}
 for _ in $(seq 100); do
-	iptables -w -C FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD 2>/dev/null && break
+	guard_first
 	sleep 0.2
+	guard_is_first && break
 done
-guard_first
-for t in iptables ip6tables; do
-	[ "$($t -w -S FORWARD | sed -n 2p)" = "-A FORWARD -j SBXKUBE-FWD" ] && [ "$($t -w -S INPUT | sed -n 2p)" = "-A INPUT -j SBXKUBE-IN" ] ||
-		die "$t: the host guard is not the first rule of FORWARD and INPUT"
-done
+guard_is_first || die "the host guard is not the first rule of FORWARD and INPUT (iptables and ip6tables) after kube-proxy's sync"
 
 # The add-ons' images (imported only when their binaries changed) and the
 # add-ons themselves.

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# lib.sh — shell functions shared by deps.sh and test.sh (sourced, not run).
+# lib.sh — shell functions shared by deps.sh, test.sh, kube-up.sh and helm.sh
+# (sourced, not run).
 
 # go_ok BIN: BIN is a Go of at least 1.21, the first that can fetch the
 # toolchain go.mod asks for (GOTOOLCHAIN=auto).
@@ -23,4 +24,34 @@ find_go() {
 		fi
 	done
 	return 1
+}
+
+# The builds of kube-up.sh and helm.sh, into ROOT (set by the caller, as is
+# die): one Go cache and module cache under ROOT/go, binaries in ROOT/bin,
+# each stamped with what it was built from.
+
+# root_go_env: the Go environment of those builds (static, no VCS stamps,
+# the local toolchain).
+root_go_env() {
+	export GOMODCACHE=$ROOT/go/mod GOCACHE=$ROOT/go/cache GOPATH=$ROOT/go
+	export GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
+}
+
+# need_build NAME STAMP BIN...: true when a binary is missing or the stamp
+# recorded for NAME differs from STAMP.
+need_build() {
+	local name=$1 stamp=$2 b
+	shift 2
+	for b in "$@"; do [ -x "$ROOT/bin/$b" ] || return 0; done
+	[ "$(cat "$ROOT/bin/.stamp-$name" 2>/dev/null)" != "$stamp" ]
+}
+set_stamp() { printf '%s\n' "$2" >"$ROOT/bin/.stamp-$1"; }
+
+# quiet CMD...: run a go command with its output in ROOT/logs/build.log,
+# shown only when it fails.
+quiet() {
+	printf '\n==== %s %s (in %s)\n' "$(date -u +%FT%TZ)" "$*" "$(pwd)" >>"$ROOT/logs/build.log"
+	"$@" >>"$ROOT/logs/build.log" 2>&1 && return 0
+	tail -n 40 "$ROOT/logs/build.log" >&2
+	die "failed: $* (log $ROOT/logs/build.log)"
 }
