@@ -25,11 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -693,15 +688,7 @@ func TestHelmDryRunServer(t *testing.T) {
 	helm := testenv.NeedHelm(t)
 	kubeconfig := testenv.NeedKube(t)
 	c := kubeClient(t)
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Discovery()))
+	dryRun := newDryRunner(t)
 	ctx := context.Background()
 
 	b := make([]byte, 4)
@@ -732,26 +719,7 @@ func TestHelmDryRunServer(t *testing.T) {
 	apply := func(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Helper()
 		for _, o := range objs {
-			gvk := o.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
-				continue
-			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if o.GetNamespace() != "" {
-				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-			}
-			raw, err := json.Marshal(o.Object)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = ri.Patch(ctx, o.GetName(), types.ApplyPatchType, raw, metav1.PatchOptions{
-				DryRun: []string{metav1.DryRunAll}, FieldManager: "sandbox-helm-test", Force: new(true),
-			})
-			if err != nil {
-				t.Errorf("%s %s/%s refused: %v", gvk.Kind, o.GetNamespace(), o.GetName(), err)
-			}
+			dryRun(t, o)
 		}
 		// Nothing was made: the dry run left the namespaces as they were.
 		if _, err := c.AppsV1().Deployments(ns).Get(ctx, "sandbox", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
