@@ -299,32 +299,104 @@ func (r *Rules) AddrDenied(a netip.Addr, never *netipx.IPSet) bool {
 	return !a.Is4() || never.Contains(a) || slices.ContainsFunc(r.DenyPrefix, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
-// Ranges that no policy reaches: they are this machine, its links, or
-// nobody's on the public internet. Private ranges are in AlwaysPrivate,
-// which an operator may open one by one (Bounds.Private).
-var (
-	alwaysNever = []string{
-		"0.0.0.0/8",      // "this network"
-		"127.0.0.0/8",    // loopback
-		"169.254.0.0/16", // link-local, cloud metadata (169.254.169.254)
-		"224.0.0.0/4",    // multicast
-		"240.0.0.0/4",    // reserved, broadcast
-	}
-	AlwaysPrivate = []string{
-		"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", // RFC 1918
-		"100.64.0.0/10", // shared address space (carrier NAT)
-	}
+// Reach says what a row of Reserved is to a sandbox.
+type Reach int
+
+const (
+	// Unreachable rows are in every never-reachable set.
+	Unreachable Reach = iota
+	// Private rows are never reachable unless the operator opens them
+	// (--network-private, Bounds.Private), one by one.
+	Private
+	// Reachable rows are in the registry but not in the set: IANA marks
+	// them globally reachable (anycast services), or (the documentation
+	// ranges 198.51.100.0/24 and 203.0.113.0/24) they stand for the public
+	// internet in this project's test internets (internal/testenv) and
+	// lead nowhere on the real one.
+	Reachable
 )
 
-// Never is the set of addresses no policy reaches: the fixed ranges, the
-// private ranges but those in open, and extra (the sandboxes' own links, a
-// cluster's pod and service ranges, the apiserver).
+// Range is one row of Reserved.
+type Range struct {
+	Prefix netip.Prefix
+	Name   string
+	RFC    string
+	Reach  Reach
+}
+
+func row(p, name, rfc string, reach Reach) Range {
+	return Range{netip.MustParsePrefix(p), name, rfc, reach}
+}
+
+// Reserved is the one table of the IPv4 ranges a sandbox must not reach:
+// the IANA IPv4 Special-Purpose Address Registry
+// (https://www.iana.org/assignments/iana-ipv4-special-registry, every row,
+// as of 2024-12), multicast (its own registry) and the clouds' metadata
+// and host endpoints that are not link-local (a sandbox's traffic leaves
+// with the VM's address, so the endpoint takes it for the VM's). The
+// link-local metadata addresses (169.254.169.254 of AWS, GCP, Azure,
+// OpenStack, DigitalOcean and others; AWS's 169.254.170.2; Tencent's
+// 169.254.0.23; Scaleway's 169.254.42.42) are inside 169.254.0.0/16. IPv6
+// is refused whole by both backends (no IPv6 egress), AWS's IPv6 metadata
+// fd00:ec2::254 with it. Never is this table's set; the kube backend's
+// NetworkPolicy excepts the same set.
+var Reserved = []Range{
+	row("0.0.0.0/8", "this network", "RFC 791", Unreachable),
+	row("0.0.0.0/32", "this host on this network", "RFC 1122", Unreachable),
+	row("10.0.0.0/8", "private-use", "RFC 1918", Private),
+	row("100.64.0.0/10", "shared address space (carrier-grade NAT)", "RFC 6598", Private),
+	row("127.0.0.0/8", "loopback", "RFC 1122", Unreachable),
+	row("169.254.0.0/16", "link-local (most clouds' metadata, 169.254.169.254)", "RFC 3927", Unreachable),
+	row("172.16.0.0/12", "private-use", "RFC 1918", Private),
+	row("192.0.0.0/24", "IETF protocol assignments", "RFC 6890", Unreachable),
+	row("192.0.0.0/29", "IPv4 service continuity prefix", "RFC 7335", Unreachable),
+	row("192.0.0.8/32", "IPv4 dummy address", "RFC 7600", Unreachable),
+	row("192.0.0.9/32", "port control protocol anycast", "RFC 7723", Unreachable),     // inside 192.0.0.0/24
+	row("192.0.0.10/32", "TURN anycast", "RFC 8155", Unreachable),                     // inside 192.0.0.0/24
+	row("192.0.0.170/32", "NAT64/DNS64 discovery", "RFC 8880, RFC 7050", Unreachable), // inside 192.0.0.0/24
+	row("192.0.0.171/32", "NAT64/DNS64 discovery", "RFC 8880, RFC 7050", Unreachable),
+	row("192.0.2.0/24", "documentation (TEST-NET-1)", "RFC 5737", Unreachable),
+	row("192.31.196.0/24", "AS112-v4", "RFC 7535", Reachable),
+	row("192.52.193.0/24", "AMT", "RFC 7450", Reachable),
+	row("192.88.99.0/24", "deprecated (6to4 relay anycast)", "RFC 7526", Unreachable),
+	row("192.168.0.0/16", "private-use", "RFC 1918", Private),
+	row("192.175.48.0/24", "direct delegation AS112 service", "RFC 7534", Reachable),
+	row("198.18.0.0/15", "benchmarking", "RFC 2544", Unreachable),
+	row("198.51.100.0/24", "documentation (TEST-NET-2)", "RFC 5737", Reachable),
+	row("203.0.113.0/24", "documentation (TEST-NET-3)", "RFC 5737", Reachable),
+	row("224.0.0.0/4", "multicast", "RFC 5771", Unreachable),
+	row("240.0.0.0/4", "reserved", "RFC 1112", Unreachable),
+	row("255.255.255.255/32", "limited broadcast", "RFC 8190, RFC 919", Unreachable),
+	// Metadata and host endpoints, never opened even where the operator
+	// opens the private range around them.
+	row("168.63.129.16/32", "Azure host endpoint (WireServer: agent, health probes, DNS)", "Azure docs", Unreachable),
+	row("100.100.100.200/32", "Alibaba Cloud instance metadata", "Alibaba Cloud docs", Unreachable),
+	row("192.0.0.192/32", "Oracle Cloud instance metadata (legacy)", "Oracle Cloud docs", Unreachable),
+}
+
+// AlwaysPrivate are the Private rows of Reserved, the ranges an operator
+// may open one by one (Bounds.Private).
+var AlwaysPrivate = func() []string {
+	var out []string
+	for _, r := range Reserved {
+		if r.Reach == Private {
+			out = append(out, r.Prefix.String())
+		}
+	}
+	return out
+}()
+
+// Never is the set of addresses no policy reaches: the Unreachable rows of
+// Reserved, the Private rows but what of them open opens, and extra (the
+// sandboxes' own links, a cluster's pod and service ranges, the
+// apiserver). open never opens an Unreachable row, even one inside an
+// opened private range (Alibaba's metadata inside 100.64.0.0/10).
 func Never(open []netip.Prefix, extra ...netip.Prefix) *netipx.IPSet {
-	// Only private ranges open: an operator's 0.0.0.0/0 opens them all,
-	// never loopback or link-local.
 	var priv netipx.IPSetBuilder
-	for _, s := range AlwaysPrivate {
-		priv.AddPrefix(netip.MustParsePrefix(s))
+	for _, r := range Reserved {
+		if r.Reach == Private {
+			priv.AddPrefix(r.Prefix)
+		}
 	}
 	for _, p := range open {
 		priv.RemovePrefix(p)
@@ -332,8 +404,10 @@ func Never(open []netip.Prefix, extra ...netip.Prefix) *netipx.IPSet {
 	privSet, _ := priv.IPSet()
 	var b netipx.IPSetBuilder
 	b.AddSet(privSet)
-	for _, s := range alwaysNever {
-		b.AddPrefix(netip.MustParsePrefix(s))
+	for _, r := range Reserved {
+		if r.Reach == Unreachable {
+			b.AddPrefix(r.Prefix)
+		}
 	}
 	for _, p := range extra {
 		b.AddPrefix(p)

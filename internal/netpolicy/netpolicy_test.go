@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"go4.org/netipx"
 )
 
 func TestParse(t *testing.T) {
@@ -78,7 +80,7 @@ func TestMatching(t *testing.T) {
 		t.Error("ports: want only 443")
 	}
 	inet, _ := Parse(&Policy{Allow: []string{"internet"}, Deny: []string{"evil.example"}})
-	for a, want := range map[string]bool{"192.0.2.1": true, "10.0.0.1": false, "172.16.5.5": false, "192.168.1.1": false, "100.64.0.1": false, "0.1.2.3": false, "224.0.0.1": false, "255.255.255.255": false} {
+	for a, want := range map[string]bool{"203.0.113.1": true, "8.8.8.8": true, "192.0.2.1": false, "198.18.0.1": false, "168.63.129.16": false, "10.0.0.1": false, "172.16.5.5": false, "192.168.1.1": false, "100.64.0.1": false, "0.1.2.3": false, "224.0.0.1": false, "255.255.255.255": false} {
 		if got := inet.AddrAllowed(netip.MustParseAddr(a), never); got != want {
 			t.Errorf("internet AddrAllowed(%s) = %v, want %v", a, got, want)
 		}
@@ -104,6 +106,82 @@ func TestNeverOpensPrivateOnly(t *testing.T) {
 	extra := Never(nil, netip.MustParsePrefix("198.51.100.0/24"))
 	if !extra.Contains(netip.MustParseAddr("198.51.100.77")) {
 		t.Error("extra ranges are never reachable")
+	}
+}
+
+// TestReserved: the never-reachable table is the IANA special-purpose
+// registry's rows and the clouds' metadata endpoints, and Never is built
+// from it: every row is where it says, and an operator's private opening,
+// however wide, opens no metadata endpoint.
+func TestReserved(t *testing.T) {
+	want := map[string]Reach{
+		"0.0.0.0/8": Unreachable, "0.0.0.0/32": Unreachable, "10.0.0.0/8": Private, "100.64.0.0/10": Private,
+		"127.0.0.0/8": Unreachable, "169.254.0.0/16": Unreachable, "172.16.0.0/12": Private,
+		"192.0.0.0/24": Unreachable, "192.0.0.0/29": Unreachable, "192.0.0.8/32": Unreachable, "192.0.0.9/32": Unreachable,
+		"192.0.0.10/32": Unreachable, "192.0.0.170/32": Unreachable, "192.0.0.171/32": Unreachable,
+		"192.0.2.0/24": Unreachable, "192.31.196.0/24": Reachable, "192.52.193.0/24": Reachable,
+		"192.88.99.0/24": Unreachable, "192.168.0.0/16": Private, "192.175.48.0/24": Reachable,
+		"198.18.0.0/15": Unreachable, "198.51.100.0/24": Reachable, "203.0.113.0/24": Reachable,
+		"224.0.0.0/4": Unreachable, "240.0.0.0/4": Unreachable, "255.255.255.255/32": Unreachable,
+		"168.63.129.16/32": Unreachable, "100.100.100.200/32": Unreachable, "192.0.0.192/32": Unreachable,
+	}
+	seen := map[string]bool{}
+	for _, r := range Reserved {
+		s := r.Prefix.String()
+		if seen[s] {
+			t.Errorf("row %s twice", s)
+		}
+		seen[s] = true
+		if w, ok := want[s]; !ok || w != r.Reach {
+			t.Errorf("row %s (%s): reach %d, want %d (listed %v)", s, r.Name, r.Reach, w, ok)
+		}
+		if r.Name == "" || r.RFC == "" || r.Prefix != r.Prefix.Masked() || !r.Prefix.Addr().Is4() {
+			t.Errorf("row %+v: a masked IPv4 prefix, a name and a source each", r)
+		}
+	}
+	for s := range want {
+		if !seen[s] {
+			t.Errorf("row %s missing", s)
+		}
+	}
+	// The operator opens every private range it can.
+	b, err := ParseBounds([]string{"internet"}, AlwaysPrivate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, opened := Never(nil), Never(b.Private)
+	for _, r := range Reserved {
+		first, last := r.Prefix.Addr(), netipx.PrefixLastIP(r.Prefix)
+		switch r.Reach {
+		case Unreachable:
+			if !closed.ContainsPrefix(r.Prefix) || !opened.ContainsPrefix(r.Prefix) {
+				t.Errorf("%s (%s) is reachable", r.Prefix, r.Name)
+			}
+		case Private:
+			if !closed.ContainsPrefix(r.Prefix) {
+				t.Errorf("%s (%s) is reachable unopened", r.Prefix, r.Name)
+			}
+		case Reachable:
+			if closed.Contains(first) || closed.Contains(last) {
+				t.Errorf("%s (%s) is in the set", r.Prefix, r.Name)
+			}
+		}
+	}
+	inet, _ := Parse(&Policy{Allow: []string{"internet", "100.64.0.0/10"}})
+	for _, a := range []string{"100.100.100.200", "168.63.129.16", "192.0.0.192", "198.19.255.255", "192.0.0.1"} {
+		if inet.AddrAllowed(netip.MustParseAddr(a), opened) {
+			t.Errorf("%s reachable with every private range open", a)
+		}
+	}
+	if !inet.AddrAllowed(netip.MustParseAddr("100.100.100.201"), opened) {
+		t.Error("the opened 100.64.0.0/10 is not open")
+	}
+	// Bounds refuse a policy asking for a metadata address by CIDR.
+	for _, a := range []string{"168.63.129.16", "100.100.100.200", "192.0.0.192", "198.18.0.0/15"} {
+		r, _ := Parse(&Policy{Allow: []string{a}})
+		if err := b.Check(r); err == nil {
+			t.Errorf("bounds with every private range open accept %s", a)
+		}
 	}
 }
 
