@@ -83,7 +83,10 @@ func TestOnce(t *testing.T) {
 	e.rt.Set(func(r *fake.Runtime) { r.CreateErr = errors.New("x") })
 	e.svc.Lease(globex, service.LeaseRequest{})
 	e.rt.Set(func(r *fake.Runtime) { r.CreateErr = nil })
-	errored, _ := e.st.List(globex, store.Filter{Status: sandbox.StatusError})
+	errored, err := e.st.List(globex, store.Filter{Status: sandbox.StatusError})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	e.advance(61 * time.Minute)
 	if _, err := e.svc.Exec(globex, busy.ID, service.ExecRequest{Command: "true"}); err != nil {
@@ -130,7 +133,10 @@ func TestOnceRechecksUnderTheLock(t *testing.T) {
 	acme := org("acme")
 	sb := e.lease(acme, service.LeaseRequest{TTLSec: 60})
 	e.advance(2 * time.Minute)
-	snap, _ := e.st.List(acme, store.Filter{})
+	snap, err := e.st.List(acme, store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.svc.Renew(acme, sb.ID, 600); err != nil {
 		t.Fatal(err)
 	}

@@ -449,7 +449,7 @@ func TestBrokenChannelIs502(t *testing.T) {
 		t.Errorf("the next call: %q %v", fr.Body, fr.Header)
 	}
 	// The same for a file operation.
-	objs, _ = e.srv.Runtime.List(t.Context(), nil)
+	objs = mustList(t, e)
 	killContainer(t, e, objs[0].Name)
 	e.must(http.StatusBadGateway, "POST", "/v1/sandbox/"+id+"/fs?path=x", "acme", "x")
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id+"?purge=1", "acme", nil)
@@ -658,7 +658,9 @@ func TestSleepAndWake(t *testing.T) {
 	if r["status"] != "sleeping" || r["memoryKept"] != true {
 		t.Fatalf("pause: %v", r)
 	}
-	if objs, _ := e.srv.Runtime.List(t.Context(), nil); len(objs) != 0 {
+	if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(objs) != 0 {
 		t.Errorf("a sleeping sandbox keeps a container: %v", objs)
 	}
 	// It still holds its project, and pausing again is a no-op.
@@ -708,7 +710,9 @@ func TestSleepAndWake(t *testing.T) {
 			t.Errorf("concurrent wake: %s", got)
 		}
 	}
-	if objs, _ := e.srv.Runtime.List(t.Context(), nil); len(objs) != 1 {
+	if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(objs) != 1 {
 		t.Errorf("concurrent wakes made %d containers", len(objs))
 	}
 

@@ -114,7 +114,9 @@ func TestForkOnRunsc(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	e.srv.Reaper.Once(t.Context())
 	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+fork, "acme", nil)
-	if objs, _ := e.srv.Runtime.List(t.Context(), nil); len(objs) != 0 {
+	if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(objs) != 0 {
 		t.Errorf("containers left: %v", objs)
 	}
 }

@@ -390,7 +390,9 @@ func (r *release) intact(t *testing.T, e *env, w world, what string) {
 	if live != len(w.leases) {
 		t.Errorf("%s: %d sandbox pods for %d leases", what, live, len(w.leases))
 	}
-	if pvcs, _ := r.c.CoreV1().PersistentVolumeClaims(r.sbns).List(ctx, metav1.ListOptions{}); len(pvcs.Items) != 2 {
+	if pvcs, err := r.c.CoreV1().PersistentVolumeClaims(r.sbns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(pvcs.Items) != 2 {
 		t.Errorf("%s: %d project claims, want 2", what, len(pvcs.Items))
 	}
 }
@@ -518,7 +520,10 @@ func TestHelmInCluster(t *testing.T) {
 
 	// Uninstall: nothing of the release or its sandboxes is left.
 	var claimed []string
-	pvs, _ := r.c.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+	pvs, err := r.c.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing: %v", err)
+	}
 	for _, pv := range pvs.Items {
 		if c := pv.Spec.ClaimRef; c != nil && (c.Namespace == r.ns || c.Namespace == r.sbns) {
 			claimed = append(claimed, pv.Name)
@@ -545,23 +550,33 @@ func TestHelmInCluster(t *testing.T) {
 		return true, nil
 	})
 	ctx := context.Background()
-	if l, _ := r.c.CoreV1().PersistentVolumeClaims(r.ns).List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+	if l, err := r.c.CoreV1().PersistentVolumeClaims(r.ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l.Items) != 0 {
 		t.Errorf("claims left in %s: %d", r.ns, len(l.Items))
 	}
-	if l, _ := r.c.CoreV1().ServiceAccounts(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=sandbox"}); len(l.Items) != 0 {
+	if l, err := r.c.CoreV1().ServiceAccounts(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=sandbox"}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l.Items) != 0 {
 		t.Errorf("service accounts left in %s: %d", r.ns, len(l.Items))
 	}
-	if l, _ := r.c.CoreV1().Secrets(r.ns).List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+	if l, err := r.c.CoreV1().Secrets(r.ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l.Items) != 0 {
 		t.Errorf("secrets left in %s: %d", r.ns, len(l.Items))
 	}
-	if l, _ := r.c.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+	if l, err := r.c.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l.Items) != 0 {
 		for _, p := range l.Items {
 			if p.DeletionTimestamp == nil {
 				t.Errorf("pod left in %s: %s", r.ns, p.Name)
 			}
 		}
 	}
-	if l, _ := r.c.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=sandbox"}); len(l.Items) != 0 {
+	if l, err := r.c.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=sandbox"}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l.Items) != 0 {
 		t.Errorf("cluster role bindings left: %d", len(l.Items))
 	}
 }

@@ -247,7 +247,9 @@ func TestKubeStartFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") {
 		t.Errorf("start failure: %v (want the cluster's reason, ErrImageNeverPull)", err)
 	}
-	if pods, _ := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); len(pods.Items) != 0 {
+	if pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(pods.Items) != 0 {
 		t.Errorf("a failed start left %d pods", len(pods.Items))
 	}
 }

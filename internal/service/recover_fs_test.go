@@ -55,7 +55,10 @@ func TestRecoverMatrix(t *testing.T) {
 	errored := insert(sandbox.StatusError, "")
 
 	objs := map[string]runtime.Object{}
-	list, _ := h.rt.List(context.Background(), nil)
+	list, err := h.rt.List(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, o := range list {
 		objs[o.Name] = o
 	}

@@ -100,14 +100,21 @@ func TestListNewestFirstAndFilters(t *testing.T) {
 		ids = append(ids, r.ID)
 	}
 	st.Transition(ctx, ids[2], sandbox.StatusPending, &sandbox.Sandbox{Status: sandbox.StatusRunning, UID: "uid"})
-	all, _ := st.List(ctx, Filter{})
+	all, err := st.List(ctx, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(all) != 3 || all[0].ID != ids[2] || all[2].ID != ids[0] {
 		t.Errorf("not newest first: %v", all)
 	}
-	if l, _ := st.List(ctx, Filter{Project: "p1"}); len(l) != 1 || l[0].ID != ids[1] {
+	if l, err := st.List(ctx, Filter{Project: "p1"}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l) != 1 || l[0].ID != ids[1] {
 		t.Errorf("project filter: %v", l)
 	}
-	if l, _ := st.List(ctx, Filter{Status: sandbox.StatusRunning}); len(l) != 1 || l[0].ID != ids[2] || l[0].UID != "uid" {
+	if l, err := st.List(ctx, Filter{Status: sandbox.StatusRunning}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l) != 1 || l[0].ID != ids[2] || l[0].UID != "uid" {
 		t.Errorf("status filter: %v", l)
 	}
 }
@@ -150,7 +157,10 @@ func TestInsertRaces(t *testing.T) {
 	if u, _, _ := st.Use(ctx, ""); u.Live["exec"] != 16 {
 		t.Errorf("live: %d", u.Live["exec"])
 	}
-	live, _ := st.List(ctx, Filter{Project: "shared"})
+	live, err := st.List(ctx, Filter{Project: "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(live) != 1 {
 		t.Errorf("project has %d live sandboxes", len(live))
 	}

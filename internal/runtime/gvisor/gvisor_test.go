@@ -39,7 +39,10 @@ func newRuntime(t *testing.T) *Runtime {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		objs, _ := r.List(context.Background(), nil)
+		objs, err := r.List(context.Background(), nil)
+		if err != nil {
+			t.Errorf("listing leftovers: %v", err)
+		}
 		for _, o := range objs {
 			r.Delete(context.Background(), runtime.Ref{Name: o.Name, UID: o.UID})
 		}
@@ -98,7 +101,9 @@ func TestListByLabel(t *testing.T) {
 	if err != nil || len(one) != 1 || one[0].Name != a.Name || one[0].UID != a.UID || !one[0].Running {
 		t.Fatalf("list by id: %+v %v", one, err)
 	}
-	if none, _ := r.List(ctx, map[string]string{"team": "b"}); len(none) != 0 {
+	if none, err := r.List(ctx, map[string]string{"team": "b"}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(none) != 0 {
 		t.Errorf("selector ignored: %v", none)
 	}
 }

@@ -175,7 +175,9 @@ func TestSetNetworkObjects(t *testing.T) {
 	if err := r.SetNetwork(ctx, "sbx-a", rules(t, netpolicy.Policy{})); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := nps.List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+	if l, err := nps.List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l.Items) != 0 {
 		t.Errorf("none left %d policies", len(l.Items))
 	}
 	if err := r.SetNetwork(ctx, "sbx-gone", rules(t, netpolicy.Policy{Allow: []string{"198.51.100.0/24"}})); !errors.Is(err, runtime.ErrNotFound) {
@@ -195,7 +197,9 @@ func TestSetNetworkObjects(t *testing.T) {
 	if err := r.Delete(ctx, runtime.Ref{Name: "sbx-a", UID: "uid-a"}); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := nps.List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+	if l, err := nps.List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(l.Items) != 0 {
 		t.Errorf("delete left %d policies", len(l.Items))
 	}
 }
