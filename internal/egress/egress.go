@@ -67,6 +67,11 @@ type Options struct {
 	RateMbit int
 	// MaxConns bounds each sandbox's concurrent connections (0: unbounded).
 	MaxConns int
+	// NoResolverBounds lifts the resolver's bounds (names and addresses
+	// remembered, upstream queries in flight; dns.go): the behaviour
+	// before them, kept only so a benchmark can measure their cost in one
+	// run (BenchmarkResolverLookup). No flag sets it.
+	NoResolverBounds bool
 }
 
 // Defaults of Options.
@@ -137,8 +142,9 @@ type Manager struct {
 	byKey map[string]*entry
 	byIP  map[netip.Addr]*entry
 
-	dns   *resolver
-	proxy *proxy
+	dns      *resolver
+	dnsSlots slots // upstream queries in flight (dns.go)
+	proxy    *proxy
 
 	// routes answers the proxy's route lookups, one per connection: one
 	// netlink socket for all of them, not one each.
@@ -168,6 +174,7 @@ func New(opts Options, dir string, open []netip.Prefix, log *slog.Logger) (*Mana
 	}
 	pool := netip.MustParsePrefix(opts.subnet()).Masked()
 	m := &Manager{opts: opts, log: log, dir: dir, pool: pool, byKey: map[string]*entry{}, byIP: map[netip.Addr]*entry{}}
+	m.dnsSlots.off = opts.NoResolverBounds
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("egress: %w", err)
 	}
@@ -704,7 +711,10 @@ func (m *Manager) lookup(src netip.Addr) *entry {
 	return m.byIP[src.Unmap()]
 }
 
-// remember records what the resolver answered e for name.
+// remember records what the resolver answered e for name, for at least ttl
+// (cut to maxTTL). Bounded (dns.go): a name keeps its newest maxAddrs
+// addresses, and a sandbox its maxNames names — expired ones are pruned
+// when a new name finds the table full, then the one expiring first goes.
 func (m *Manager) remember(e *entry, name string, addrs []netip.Addr, ttl time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -712,25 +722,58 @@ func (m *Manager) remember(e *entry, name string, addrs []netip.Addr, ttl time.D
 	if cur != e {
 		return // the policy changed meanwhile
 	}
-	a := cur.answers[name]
-	exp := time.Now().Add(ttl)
-	for _, ip := range addrs {
-		if !slices.Contains(a.addrs, ip) {
-			a.addrs = append(a.addrs, ip)
+	now := time.Now()
+	a, known := cur.answers[name]
+	if !m.opts.NoResolverBounds {
+		ttl = min(ttl, maxTTL)
+		if !known && len(cur.answers) >= maxNames {
+			cur.evict(now)
 		}
 	}
+	exp := now.Add(ttl)
+	merged := slices.Clone(addrs)
+	for _, ip := range a.addrs {
+		if !slices.Contains(merged, ip) {
+			merged = append(merged, ip)
+		}
+	}
+	if !m.opts.NoResolverBounds && len(merged) > maxAddrs {
+		merged = merged[:maxAddrs] // the newest answer's first
+	}
+	a.addrs = merged
 	if exp.After(a.expires) {
 		a.expires = exp
 	}
 	cur.answers[name] = a
-	// Bound the memory a sandbox can make the server keep.
-	if len(cur.answers) > 4096 {
-		now := time.Now()
+	// Unbounded, the table was pruned only past 4096 names.
+	if m.opts.NoResolverBounds && len(cur.answers) > 4096 {
 		for n, v := range cur.answers {
 			if now.After(v.expires) {
 				delete(cur.answers, n)
 			}
 		}
+	}
+}
+
+// maxNames bounds the names a sandbox's answers are remembered for: at
+// most maxNames × maxAddrs addresses (about 1 MiB) per sandbox.
+const maxNames = 1024
+
+// evict makes room for one name in e.answers (under Manager.mu): every
+// expired answer goes, and if none had, the one expiring first.
+func (e *entry) evict(now time.Time) {
+	oldest, first := "", time.Time{}
+	for n, v := range e.answers {
+		if now.After(v.expires) {
+			delete(e.answers, n)
+			continue
+		}
+		if oldest == "" || v.expires.Before(first) {
+			oldest, first = n, v.expires
+		}
+	}
+	if len(e.answers) >= maxNames {
+		delete(e.answers, oldest)
 	}
 }
 
