@@ -234,7 +234,7 @@ func download(ctx context.Context, c *client.Client, id, src, dst string) (int, 
 		return 0, err
 	}
 	tr := tar.NewReader(arc)
-	links := map[string]bool{}
+	var entries service.Entries
 	n := 0
 	for {
 		h, err := tr.Next()
@@ -244,17 +244,12 @@ func download(ctx context.Context, c *client.Client, id, src, dst string) (int, 
 		if err != nil {
 			return n, fmt.Errorf("the sandbox's archive: %w", err)
 		}
-		name, err := service.CheckEntry(h)
+		name, err := entries.Check(h)
 		if err != nil {
 			return n, fmt.Errorf("the sandbox's archive: %w", err)
 		}
 		if name == "" || name == "." {
 			continue
-		}
-		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-			if links[dir] {
-				return n, fmt.Errorf("the sandbox's archive: %q goes through the link %q", h.Name, dir)
-			}
 		}
 		target := filepath.Join(dst, filepath.FromSlash(name))
 		mode := fs.FileMode(h.Mode) & fs.ModePerm
@@ -265,7 +260,6 @@ func download(ctx context.Context, c *client.Client, id, src, dst string) (int, 
 			}
 			defer os.Chmod(target, mode) // after its contents are written
 		case tar.TypeSymlink:
-			links[name] = true
 			os.Remove(target)
 			if err := os.Symlink(h.Linkname, target); err != nil {
 				return n, err

@@ -45,7 +45,8 @@ func makeTar(t *testing.T, entries []entry, gz bool) []byte {
 
 // TestArchive: a tree with binary files, an empty directory, a link inside
 // and modes goes in as a tar.gz and comes back as a tar, both streamed; a tar
-// with '..', an absolute path, a link out, a path through a link or a device
+// with '..', an absolute path, a link out (as it reads, or through the
+// other links as they will be on disk), a path through a link or a device
 // is refused whole, with nothing written (not even its staging directory).
 func TestArchive(t *testing.T) {
 	e := newEnv(t)
@@ -97,12 +98,18 @@ func TestArchive(t *testing.T) {
 	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/fs/archive?path=in", "globex", nil)
 
 	for name, bad := range map[string][]entry{
-		"dotdot":    {{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "../escape", typ: tar.TypeReg, body: "x"}},
-		"absolute":  {{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "/tmp/abs", typ: tar.TypeReg, body: "x"}},
-		"link out":  {{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "out", typ: tar.TypeSymlink, link: "../../etc"}},
-		"through":   {{name: "up", typ: tar.TypeSymlink, link: "."}, {name: "up/x", typ: tar.TypeSymlink, link: ".."}},
-		"device":    {{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "dev", typ: tar.TypeChar}},
-		"not a tar": nil,
+		"dotdot":   {{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "../escape", typ: tar.TypeReg, body: "x"}},
+		"absolute": {{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "/tmp/abs", typ: tar.TypeReg, body: "x"}},
+		"link out": {{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "out", typ: tar.TypeSymlink, link: "../../etc"}},
+		"through":  {{name: "up", typ: tar.TypeSymlink, link: "."}, {name: "up/x", typ: tar.TypeSymlink, link: ".."}},
+		// Each link of these is inside as its name reads, and out once the
+		// links before (or after) it are on disk.
+		"through an earlier link": {{name: "sub/y", typ: tar.TypeSymlink, link: ".."}, {name: "sub/x", typ: tar.TypeSymlink, link: "y/../.."}},
+		"a chain":                 {{name: "a/b/c", typ: tar.TypeSymlink, link: ".."}, {name: "a/b/d", typ: tar.TypeSymlink, link: "c/.."}, {name: "a/b/e", typ: tar.TypeSymlink, link: "d/../../.."}},
+		"made a link later":       {{name: "sub/x", typ: tar.TypeSymlink, link: "y/../.."}, {name: "sub/y", typ: tar.TypeSymlink, link: ".."}},
+		"a hard link to a link":   {{name: "sub/deep/l", typ: tar.TypeSymlink, link: "../.."}, {name: "top", typ: tar.TypeLink, link: "sub/deep/l"}},
+		"device":                  {{name: "ok.txt", typ: tar.TypeReg, body: "x"}, {name: "dev", typ: tar.TypeChar}},
+		"not a tar":               nil,
 	} {
 		body := makeTar(t, bad, false)
 		if bad == nil {

@@ -66,6 +66,143 @@ func CheckEntry(h *tar.Header) (string, error) {
 	return clean, nil
 }
 
+// MaxArchiveNames bounds the bytes of the names an Entries keeps (the
+// directories and links an archive made so far).
+const MaxArchiveNames = 64 << 20
+
+// Entries checks a tar's entries in order, as they will be on disk once
+// extracted under one directory, so that no entry and no link leaves it
+// however the entries combine. Each entry passes CheckEntry; then, against
+// the entries before it:
+//
+//   - no entry is written through a symlink an earlier entry made, and a
+//     hard link's target is neither a symlink (the link would be a copy of
+//     it, resolved from another directory) nor reached through one;
+//   - a symlink is never made where an earlier entry made a directory (a
+//     directory of the archive stays one);
+//   - a symlink's target is walked from the link's own directory, and a
+//     '..' in it may only climb out of a directory the archive made: one
+//     the link's walk reached through a symlink, or a name not made yet
+//     (which a later entry could make a symlink), is refused.
+//
+// Why that suffices: every directory on a link's path is a real one (no
+// entry goes through a symlink, none replaces a directory by one), so a
+// '..' out of a directory of the archive lands where it reads; what follows
+// a symlink only goes down, and every symlink, by the same rules, points
+// inside. The lexical check alone passed `sub/y -> ..` then
+// `sub/x -> y/../..`, which on disk is the directory's grandparent.
+type Entries struct {
+	dirs  map[string]bool // directories the archive made, explicitly or as parents
+	links map[string]bool // symlinks the archive made
+	kept  int             // bytes of the names in dirs and links
+}
+
+// Check returns the entry's clean name ("" for a header with nothing to
+// write), or why the archive must be refused.
+func (e *Entries) Check(h *tar.Header) (string, error) {
+	if e.dirs == nil {
+		e.dirs, e.links = map[string]bool{".": true}, map[string]bool{}
+	}
+	name, err := CheckEntry(h)
+	switch {
+	case err != nil || name == "":
+		return name, err
+	case name == "." && h.Typeflag != tar.TypeDir:
+		return "", fmt.Errorf("entry %q: the directory itself can only be a directory", h.Name)
+	case name == ".":
+		return name, nil
+	}
+	if err := e.parents(h.Name, name); err != nil {
+		return "", err
+	}
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if e.links[name] {
+			return "", fmt.Errorf("entry %q: a directory where the archive made a link", h.Name)
+		}
+		e.keep(e.dirs, name)
+	case tar.TypeSymlink:
+		if e.dirs[name] {
+			return "", fmt.Errorf("link %q: where the archive made a directory", h.Name)
+		}
+		if err := e.walk(name, h.Linkname); err != nil {
+			return "", fmt.Errorf("link %q -> %q: %w", h.Name, h.Linkname, err)
+		}
+		e.keep(e.links, name)
+	case tar.TypeLink:
+		target := path.Clean(strings.TrimPrefix(h.Linkname, "./"))
+		for _, part := range strings.Split(h.Linkname, "/") {
+			if part == ".." {
+				return "", fmt.Errorf("hard link %q -> %q: no '..' in a hard link's target", h.Name, h.Linkname)
+			}
+		}
+		if e.links[target] {
+			return "", fmt.Errorf("hard link %q -> %q: the target is a symlink", h.Name, h.Linkname)
+		}
+		for dir := path.Dir(target); dir != "."; dir = path.Dir(dir) {
+			if e.links[dir] {
+				return "", fmt.Errorf("hard link %q -> %q goes through the link %q", h.Name, h.Linkname, dir)
+			}
+		}
+	}
+	if e.kept > MaxArchiveNames {
+		return "", fmt.Errorf("the archive's names are over %d MiB", MaxArchiveNames>>20)
+	}
+	return name, nil
+}
+
+// parents refuses an entry under a symlink of the archive and notes its
+// parents as directories. A parent already noted was checked with its own
+// parents (and a directory never becomes a link), so the walk up stops
+// there.
+func (e *Entries) parents(raw, name string) error {
+	for dir := path.Dir(name); !e.dirs[dir]; dir = path.Dir(dir) {
+		if e.links[dir] {
+			return fmt.Errorf("entry %q goes through the link %q", raw, dir)
+		}
+	}
+	for dir := path.Dir(name); !e.dirs[dir]; dir = path.Dir(dir) {
+		e.keep(e.dirs, dir)
+	}
+	return nil
+}
+
+func (e *Entries) keep(m map[string]bool, name string) {
+	if !m[name] {
+		m[name] = true
+		e.kept += len(name)
+	}
+}
+
+// walk follows a symlink's target from the link's directory: a '..' must
+// climb out of a directory of the archive, never out of the top.
+func (e *Entries) walk(name, target string) error {
+	if target == "" || strings.HasPrefix(target, "/") || strings.IndexByte(target, 0) >= 0 || len(target) > 4095 {
+		return errors.New("points out of the directory")
+	}
+	cur := path.Dir(name)
+	for _, part := range strings.Split(target, "/") {
+		switch part {
+		case "", ".":
+		case "..":
+			switch {
+			case cur == ".":
+				return errors.New("points out of the directory")
+			case !e.dirs[cur]:
+				return fmt.Errorf("climbs out of %q, which is not a directory the archive made (a link, or not made yet)", cur)
+			}
+			cur = path.Dir(cur)
+		default:
+			if cur == "." {
+				cur = part
+			} else {
+				cur += "/" + part
+			}
+		}
+	}
+	return nil
+}
+
 // Archive streams a tar of the directory at p (gzipped when gz) from the
 // sandbox to w. head is called before the first byte, with the resolved
 // path, so that a refusal can still be an error answer.
@@ -175,7 +312,7 @@ func (s *Service) Extract(ctx context.Context, id, p string, r io.Reader) (*Extr
 	go func() {
 		defer close(checked)
 		tr, tw := tar.NewReader(src), tar.NewWriter(pw)
-		links := map[string]bool{} // symlinks made so far: no entry may go through one
+		var entries Entries
 		for {
 			h, err := tr.Next()
 			if err == io.EOF {
@@ -187,7 +324,7 @@ func (s *Service) Extract(ctx context.Context, id, p string, r io.Reader) (*Extr
 				pw.CloseWithError(checkErr)
 				return
 			}
-			name, err := CheckEntry(h)
+			name, err := entries.Check(h)
 			if err != nil {
 				checkErr = sandbox.Errorf(sandbox.KindInvalid, "the archive was refused, nothing was written: %v", err)
 				pw.CloseWithError(checkErr)
@@ -195,16 +332,6 @@ func (s *Service) Extract(ctx context.Context, id, p string, r io.Reader) (*Extr
 			}
 			if name == "" {
 				continue
-			}
-			for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-				if links[dir] {
-					checkErr = sandbox.Errorf(sandbox.KindInvalid, "the archive was refused, nothing was written: entry %q goes through the link %q", h.Name, dir)
-					pw.CloseWithError(checkErr)
-					return
-				}
-			}
-			if h.Typeflag == tar.TypeSymlink {
-				links[name] = true
 			}
 			if res.Entries++; res.Entries > MaxArchiveEntries {
 				checkErr = sandbox.Errorf(sandbox.KindTooLarge, "the archive has more than %d entries", MaxArchiveEntries)
