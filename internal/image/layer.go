@@ -2,13 +2,17 @@ package image
 
 import (
 	"archive/tar"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -19,10 +23,27 @@ import (
 // host file — can reach outside it. What a sandbox must not get from an
 // image is dropped: device nodes, FIFOs, setuid and setgid bits.
 
+// An image costs what it takes on disk, which is more than its files'
+// bytes: every entry takes an inode and a directory takes a block however
+// empty, so 200,000 empty directories are ~800 MiB on disk and none of it
+// file bytes. The cost charged against an org's disk quota, and reported
+// as an image's size, is its files' bytes and EntryCost per entry a layer
+// writes; a derived image (a snapshot) adds what its copy of the base
+// takes (Derive): EntryCost per directory copied, LinkCost per name
+// hardlinked to the base's files.
+const (
+	// EntryCost is one entry a layer writes: a directory's block, or a
+	// file's inode and its last, partial block.
+	EntryCost = 4 << 10
+	// LinkCost is one name of a base's copy hardlinked to the base's
+	// inode: no inode of its own, only its directory entry.
+	LinkCost = 256
+)
+
 // Limits bound what one image may unpack to.
 type Limits struct {
-	// Bytes bounds the regular files' bytes over all layers (the org's
-	// disk quota); 0 is unbounded.
+	// Bytes bounds the image's cost (Unpacked.Cost) over all layers: the
+	// org's disk quota left; 0 is unbounded.
 	Bytes int64
 	// Entries bounds the entries over all layers; 0 means 1,000,000.
 	Entries int64
@@ -30,9 +51,49 @@ type Limits struct {
 
 // Unpacked counts what the layers applied so far wrote.
 type Unpacked struct {
-	Bytes   int64
+	Bytes   int64 // regular files' bytes
 	Entries int64
 	Dropped int64 // devices, FIFOs and other entries not written
+	// Cost is what the image takes on disk: Bytes, EntryCost per entry,
+	// and what the copy of a base takes (Derive).
+	Cost int64
+	// made is the files (by device and inode) these layers wrote: a
+	// hard link to any other — a base's, shared with it — copies it up
+	// first.
+	made map[fileID]bool
+}
+
+type fileID struct{ dev, ino uint64 }
+
+func idOf(st fs.FileInfo) (fileID, bool) {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{uint64(sys.Dev), sys.Ino}, true
+}
+
+// note records name, just written, as a file of these layers.
+func (u *Unpacked) note(root *os.Root, name string) {
+	st, err := root.Lstat(name)
+	if err != nil {
+		return
+	}
+	if id, ok := idOf(st); ok {
+		if u.made == nil {
+			u.made = map[fileID]bool{}
+		}
+		u.made[id] = true
+	}
+}
+
+// charge adds n to the cost, refusing it over the limit.
+func (u *Unpacked) charge(n int64, lim Limits, what string) error {
+	if lim.Bytes > 0 && u.Cost+n > lim.Bytes {
+		return fmt.Errorf("%w: %s would bring it to %d bytes on disk, over %d", ErrTooLarge, what, u.Cost+n, lim.Bytes)
+	}
+	u.Cost += n
+	return nil
 }
 
 // ErrTooLarge is wrapped by an unpack over Limits.
@@ -50,6 +111,39 @@ const (
 // leave the rootfs, or one over the limits, fails the whole layer (the
 // caller throws the half-built rootfs away).
 func ApplyLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
+	return applyLayer(root, "", r, lim, u)
+}
+
+// SeedDir is where an image keeps the workdir a snapshot saved (the
+// workdir itself is a mount that would hide it).
+const SeedDir = ".sandbox-seed"
+
+// ApplySeedLayer applies a layer of a saved workdir: every entry must be
+// SeedDir or under it (a hard link's target too), and all are written
+// through a root opened at SeedDir, so that none — a name, a link an
+// earlier entry made, a hard link — reaches the rest of the rootfs.
+func ApplySeedLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
+	// SeedDir is made a real directory first: a lower layer's link of
+	// that name would lead the seed's root elsewhere in the rootfs.
+	if st, err := root.Lstat(SeedDir); err == nil && !st.IsDir() {
+		if err := root.Remove(SeedDir); err != nil {
+			return fmt.Errorf("layer: %s: %w", SeedDir, err)
+		}
+	}
+	if err := root.Mkdir(SeedDir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("layer: %s: %w", SeedDir, err)
+	}
+	seed, err := root.OpenRoot(SeedDir)
+	if err != nil {
+		return fmt.Errorf("layer: %s: %w", SeedDir, err)
+	}
+	defer seed.Close()
+	return applyLayer(seed, SeedDir, r, lim, u)
+}
+
+// applyLayer is ApplyLayer onto root, which is the rootfs's directory
+// under ("" for the rootfs itself): every entry's name must be under it.
+func applyLayer(root *os.Root, under string, r io.Reader, lim Limits, u *Unpacked) error {
 	if lim.Entries == 0 {
 		lim.Entries = 1_000_000
 	}
@@ -72,7 +166,10 @@ func ApplyLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
 		if u.Entries++; u.Entries > lim.Entries {
 			return fmt.Errorf("%w: more than %d entries", ErrTooLarge, lim.Entries)
 		}
-		name, err := entryName(h.Name)
+		if err := u.charge(EntryCost, lim, "the "+strconv.FormatInt(u.Entries, 10)+"th entry"); err != nil {
+			return err
+		}
+		name, err := entryUnder(h.Name, under)
 		if err != nil {
 			return err
 		}
@@ -100,10 +197,8 @@ func ApplyLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
 		if name == "." && h.Typeflag != tar.TypeDir {
 			return fmt.Errorf("layer: the root is a %c, not a directory", h.Typeflag)
 		}
-		if dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("layer: %s: %w", dir, err)
-			}
+		if err := mkParents(root, dir, lim, u); err != nil {
+			return err
 		}
 		// Permissions and the sticky bit (/tmp); never setuid or setgid.
 		mode := fs.FileMode(h.Mode) & fs.ModePerm
@@ -124,8 +219,8 @@ func ApplyLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
 			}
 			dirs = append(dirs, dirTime{name, h.ModTime})
 		case tar.TypeReg:
-			if lim.Bytes > 0 && u.Bytes+h.Size > lim.Bytes {
-				return fmt.Errorf("%w: %s would bring it to %d bytes, over %d", ErrTooLarge, name, u.Bytes+h.Size, lim.Bytes)
+			if err := u.charge(h.Size, lim, name); err != nil {
+				return err
 			}
 			if err := replace(root, name); err != nil {
 				return err
@@ -139,9 +234,11 @@ func ApplyLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
 				err = cerr
 			}
 			u.Bytes += n
+			u.Cost += n - h.Size // a short entry fails below; charged as read
 			if err != nil {
 				return fmt.Errorf("layer: %s: %w", name, err)
 			}
+			u.note(root, name)
 		case tar.TypeSymlink:
 			if err := replace(root, name); err != nil {
 				return err
@@ -153,12 +250,21 @@ func ApplyLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
 				return fmt.Errorf("layer: %s: %w", name, err)
 			}
 		case tar.TypeLink:
-			target, err := entryName(h.Linkname)
+			target, err := entryUnder(h.Linkname, under)
 			if err != nil {
 				return err
 			}
-			if st, err := root.Lstat(target); err != nil || !st.Mode().IsRegular() {
+			st, err := root.Lstat(target)
+			if err != nil || !st.Mode().IsRegular() {
 				return fmt.Errorf("layer: hardlink %s to %s, which is not a file of the image", name, h.Linkname)
+			}
+			// A file these layers did not write may be a base's inode
+			// (Derive's copy hardlinks them): the link's owner and mode
+			// below must not reach it, so it is copied up first.
+			if id, ok := idOf(st); !ok || !u.made[id] {
+				if err := copyUp(root, target, st, lim, u); err != nil {
+					return err
+				}
 			}
 			if err := replace(root, name); err != nil {
 				return err
@@ -177,11 +283,10 @@ func ApplyLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
 			root.Lchown(name, h.Uid, h.Gid)
 			continue
 		}
+		// A hard link's inode is one these layers wrote (or copied up):
+		// its owner and mode are the link's entry's, as tar makes them.
 		if err := root.Lchown(name, h.Uid, h.Gid); err != nil {
 			return fmt.Errorf("layer: %s: %w", name, err)
-		}
-		if h.Typeflag == tar.TypeLink {
-			continue // it shares the target's inode, mode and times
 		}
 		if err := root.Chmod(name, mode); err != nil {
 			return fmt.Errorf("layer: %s: %w", name, err)
@@ -194,6 +299,94 @@ func ApplyLayer(root *os.Root, r io.Reader, lim Limits, u *Unpacked) error {
 	for i := len(dirs) - 1; i >= 0; i-- {
 		root.Chtimes(dirs[i].name, dirs[i].t, dirs[i].t)
 	}
+	return nil
+}
+
+// mkParents makes dir and its missing parents, each charged as an entry:
+// one entry of a deep name makes as many directories as it has parts.
+func mkParents(root *os.Root, dir string, lim Limits, u *Unpacked) error {
+	var missing int64
+	for d := dir; d != "."; d = path.Dir(d) {
+		if _, err := root.Lstat(d); err == nil {
+			break
+		}
+		missing++
+	}
+	if missing == 0 {
+		return nil
+	}
+	if u.Entries += missing; u.Entries > lim.Entries {
+		return fmt.Errorf("%w: more than %d entries", ErrTooLarge, lim.Entries)
+	}
+	if err := u.charge(missing*EntryCost, lim, "the directories of "+dir); err != nil {
+		return err
+	}
+	if err := root.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("layer: %s: %w", dir, err)
+	}
+	return nil
+}
+
+// entryUnder is entryName within the directory under ("" for the rootfs):
+// the name relative to it, or an error for one outside it.
+func entryUnder(n, under string) (string, error) {
+	name, err := entryName(n)
+	if err != nil || under == "" {
+		return name, err
+	}
+	switch {
+	case name == under:
+		return ".", nil
+	case strings.HasPrefix(name, under+"/"):
+		return strings.TrimPrefix(name, under+"/"), nil
+	}
+	return "", fmt.Errorf("layer: entry %q is outside %s", n, under)
+}
+
+// copyUp replaces the file name (st) by a copy of its own — its bytes,
+// mode, owner and times — so that what is done to it next leaves the
+// inode it shared untouched. The copy is charged as a file written.
+func copyUp(root *os.Root, name string, st fs.FileInfo, lim Limits, u *Unpacked) error {
+	if err := u.charge(EntryCost+st.Size(), lim, "a copy of "+name); err != nil {
+		return err
+	}
+	src, err := root.Open(name)
+	if err != nil {
+		return fmt.Errorf("layer: copy of %s: %w", name, err)
+	}
+	defer src.Close()
+	b := make([]byte, 6)
+	rand.Read(b)
+	tmp := name + ".copy-up-" + hex.EncodeToString(b)
+	dst, err := root.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("layer: copy of %s: %w", name, err)
+	}
+	n, err := io.Copy(dst, io.LimitReader(src, st.Size()))
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n != st.Size() {
+		err = io.ErrUnexpectedEOF
+	}
+	if err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			err = root.Lchown(tmp, int(sys.Uid), int(sys.Gid))
+		}
+	}
+	if err == nil {
+		err = root.Chmod(tmp, st.Mode()&(fs.ModePerm|fs.ModeSticky))
+	}
+	if err == nil {
+		root.Chtimes(tmp, st.ModTime(), st.ModTime())
+		err = root.Rename(tmp, name)
+	}
+	if err != nil {
+		root.Remove(tmp)
+		return fmt.Errorf("layer: copy of %s: %w", name, err)
+	}
+	u.Bytes += n
+	u.note(root, name)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -169,16 +170,61 @@ func TestApplyLayerSizeLimit(t *testing.T) {
 	}
 }
 
-// FuzzApplyLayer: no layer writes outside the rootfs or panics.
+// FuzzApplyLayer: no layer writes outside the rootfs or panics, none
+// changes a file it shares with a base (a hard link's owner and mode go to
+// a copy), and a saved workdir's layer (ApplySeedLayer) writes nothing of
+// the rootfs but SeedDir.
 func FuzzApplyLayer(f *testing.F) {
 	f.Add(layer(f, entry{name: "a/b", typ: tar.TypeReg, body: "x"}, entry{name: "l", typ: tar.TypeSymlink, link: "../../x"}))
 	f.Add(layer(f, entry{name: "l", typ: tar.TypeSymlink, link: "/"}, entry{name: "l/x", typ: tar.TypeReg, body: "x"}))
 	f.Add(layer(f, entry{name: ".wh..wh..opq", typ: tar.TypeReg}, entry{name: "h", typ: tar.TypeLink, link: "a/b"}))
+	f.Add(layer(f, entry{name: "h", typ: tar.TypeLink, link: "base", mode: 0o777}))
+	f.Add(layer(f, entry{name: SeedDir + "/h", typ: tar.TypeLink, link: "base", mode: 0o777}))
+	f.Add(layer(f, entry{name: SeedDir + "/l", typ: tar.TypeSymlink, link: "../"}, entry{name: SeedDir + "/l/base", typ: tar.TypeReg, body: "x"}))
+	f.Add(layer(f, entry{name: SeedDir + "/", typ: tar.TypeDir}, entry{name: SeedDir + "/a", typ: tar.TypeReg, body: "a"}, entry{name: SeedDir + "/b", typ: tar.TypeLink, link: SeedDir + "/a"}))
+	f.Add(layer(f, entry{name: SeedDir + "/.wh..wh..opq", typ: tar.TypeReg}, entry{name: ".wh.base", typ: tar.TypeReg}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, _, outside := rootfsIn(t)
-		ApplyLayer(r, bytes.NewReader(b), Limits{Bytes: 1 << 20, Entries: 1000}, &Unpacked{})
-		if ents, _ := os.ReadDir(outside); len(ents) != 0 {
-			t.Fatalf("written outside: %v", ents)
+		for _, seed := range []bool{false, true} {
+			r, rootfs, outside := rootfsIn(t)
+			// base is a base's file, shared with the rootfs's copy.
+			shared := filepath.Join(outside, "shared")
+			os.WriteFile(shared, []byte("base"), 0o644)
+			os.Link(shared, filepath.Join(rootfs, "base"))
+			apply := ApplyLayer
+			if seed {
+				apply = ApplySeedLayer
+			}
+			apply(r, bytes.NewReader(b), Limits{Bytes: 1 << 20, Entries: 1000}, &Unpacked{})
+			if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+				t.Fatalf("written outside: %v", ents)
+			}
+			st, err := os.Stat(shared)
+			if err != nil || st.Mode() != 0o644 || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
+				t.Fatalf("the base's file changed: %v %v", st.Mode(), err)
+			}
+			if b, _ := os.ReadFile(shared); string(b) != "base" {
+				t.Fatalf("the base's file now holds %q", b)
+			}
+			if !seed {
+				continue
+			}
+			ents, _ := os.ReadDir(rootfs)
+			for _, e := range ents {
+				if e.Name() != SeedDir && e.Name() != "base" {
+					t.Fatalf("a seed layer wrote %s", e.Name())
+				}
+			}
+			if st, err := os.Lstat(filepath.Join(rootfs, "base")); err != nil || !os.SameFile(st, mustStat(t, shared)) {
+				t.Fatalf("a seed layer replaced base: %v", err)
+			}
 		}
 	})
+}
+
+func mustStat(t *testing.T, p string) os.FileInfo {
+	st, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,7 +184,11 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 		if err != nil {
 			return nil, fmt.Errorf("image: %w", err)
 		}
-		err = ApplyLayer(root, f, lim, &u)
+		apply := ApplyLayer
+		if i > 0 {
+			apply = ApplySeedLayer // as Derive applies them
+		}
+		err = apply(root, f, lim, &u)
 		f.Close()
 		if err != nil {
 			return nil, &LayerError{Layer: i + 1, Source: source, Err: err}
@@ -219,7 +224,7 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 			return nil, fmt.Errorf("image: %w", err)
 		}
 	}
-	p.Source, p.SizeBytes = source, u.Bytes
+	p.Source, p.SizeBytes = source, u.Cost
 	return p, nil
 }
 
@@ -375,7 +380,7 @@ func Unpack(ctx context.Context, dir string, img v1.Image, source string, lim Li
 			progress(i+1, len(layers), u.Bytes)
 		}
 	}
-	p := &Pulled{Digest: digest, Source: source, SizeBytes: u.Bytes, Files: u.Entries, Dropped: u.Dropped, Layers: len(layers),
+	p := &Pulled{Digest: digest, Source: source, SizeBytes: u.Cost, Files: u.Entries, Dropped: u.Dropped, Layers: len(layers),
 		PulledAt: time.Now().UTC(), Env: cfg.Config.Env, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User,
 		Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd}
 	raw, _ := json.MarshalIndent(p, "", "  ")
@@ -523,7 +528,11 @@ func Missing(rootfs, class string) []string {
 // a sandbox is. Its digest is a hash of the base's name and the layers'
 // bytes, so the same changes on the same base make one image. The copy of
 // the base shares its files' storage (hardlinks): ApplyLayer replaces a
-// file, never writes into one, so the base is never changed.
+// file, never writes into one, and copies one up before a hard link's
+// owner and mode are set, so the base is never changed. The second and
+// later layers are a saved workdir (ApplySeedLayer). The image's cost
+// (its SizeBytes, within lim) is its layers' and its copy of the base's
+// (copyCost).
 func Derive(ctx context.Context, dir, base, baseRootfs string, env []string, layers []string, source string, lim Limits) (*Pulled, error) {
 	h := sha256.New()
 	io.WriteString(h, "sandbox-derived\x00"+base+"\x00")
@@ -556,9 +565,26 @@ func Derive(ctx context.Context, dir, base, baseRootfs string, env []string, lay
 	}
 	defer os.RemoveAll(staging)
 	rootfs := filepath.Join(staging, rootfsDir)
+	// The copy is charged before it is made: a base of many entries
+	// refuses a snapshot over the quota without taking the disk first.
+	var u Unpacked
+	cost, err := copyCost(ctx, baseRootfs, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.charge(cost, lim, "the copy of the base"); err != nil {
+		return nil, err
+	}
 	if out, err := exec.CommandContext(ctx, "cp", "-a", "--link", baseRootfs, rootfs).CombinedOutput(); err != nil {
 		os.RemoveAll(rootfs)
-		// Another filesystem: a plain copy.
+		// Another filesystem: a plain copy, charged as one.
+		u.Cost = 0
+		if cost, err = copyCost(ctx, baseRootfs, false); err != nil {
+			return nil, err
+		}
+		if err := u.charge(cost, lim, "the copy of the base"); err != nil {
+			return nil, err
+		}
 		if out2, err2 := exec.CommandContext(ctx, "cp", "-a", baseRootfs, rootfs).CombinedOutput(); err2 != nil {
 			return nil, fmt.Errorf("image: copying the base: %v: %s %s", err2, out, out2)
 		}
@@ -568,19 +594,22 @@ func Derive(ctx context.Context, dir, base, baseRootfs string, env []string, lay
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	defer root.Close()
-	var u Unpacked
 	for i, l := range layers {
 		f, err := os.Open(l)
 		if err != nil {
 			return nil, fmt.Errorf("image: %w", err)
 		}
-		err = ApplyLayer(root, ctxReader{ctx, f}, lim, &u)
+		apply := ApplyLayer
+		if i > 0 {
+			apply = ApplySeedLayer
+		}
+		err = apply(root, ctxReader{ctx, f}, lim, &u)
 		f.Close()
 		if err != nil {
 			return nil, &LayerError{Layer: i + 1, Source: source, Err: err}
 		}
 	}
-	p := &Pulled{Digest: digest, Source: source, SizeBytes: u.Bytes, Files: u.Entries, Dropped: u.Dropped, Layers: len(layers),
+	p := &Pulled{Digest: digest, Source: source, SizeBytes: u.Cost, Files: u.Entries, Dropped: u.Dropped, Layers: len(layers),
 		PulledAt: time.Now().UTC(), Env: env}
 	raw, _ := json.MarshalIndent(p, "", "  ")
 	if err := os.WriteFile(filepath.Join(staging, "pulled.json"), raw, 0o644); err != nil {
@@ -593,6 +622,42 @@ func Derive(ctx context.Context, dir, base, baseRootfs string, env []string, lay
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	return p, nil
+}
+
+// copyCost is what a copy of the rootfs base takes on disk: EntryCost per
+// directory (a new inode and its block, linked or not); per other entry
+// LinkCost where linked (a name for the base's inode), else EntryCost and
+// its bytes. It only reads the directories, but for a plain copy's sizes.
+func copyCost(ctx context.Context, base string, linked bool) (int64, error) {
+	var cost int64
+	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			cost += EntryCost
+		case linked:
+			cost += LinkCost
+		default:
+			cost += EntryCost
+			if d.Type().IsRegular() {
+				st, err := d.Info()
+				if err != nil {
+					return err
+				}
+				cost += st.Size()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("image: the base: %w", err)
+	}
+	return cost, nil
 }
 
 // ErrRootUser is wrapped by ConfigUser for an image that runs as root.

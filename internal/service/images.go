@@ -277,10 +277,12 @@ func rewriteLayer(w io.Writer, produce func(io.Writer) error, edit func(*tar.Hea
 // SeedDir is where an image keeps the workdir a snapshot saved: the
 // workdir itself is a mount (a fresh tmpfs, a project's volume) that would
 // hide it, so a lease copies it in (seed) once the sandbox runs.
-const SeedDir = ".sandbox-seed"
+const SeedDir = image.SeedDir
 
 // workdirLayer writes sb's workdir as a layer: the archive of it, each
-// entry under SeedDir.
+// entry under SeedDir. The archive is the sandbox's own tar's: a name
+// that would leave SeedDir once joined is the library's to refuse
+// (image.ApplySeedLayer applies the layer confined there).
 func (s *Service) workdirLayer(ctx context.Context, sb *sandbox.Sandbox, w io.Writer) error {
 	archive := func(pw io.Writer) error {
 		return s.Archive(ctx, sb.ID, "", false, func(string) io.Writer { return pw })
