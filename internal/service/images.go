@@ -139,10 +139,11 @@ func (s *Service) PullImageTo(ctx context.Context, req ImageRequest, progress im
 		}
 		return nil, sandbox.Errorf(sandbox.KindForbidden, "%s is not from a registry this server allows (%s)", req.Ref, strings.Join(s.cfg.ImageAllow, ", "))
 	}
-	org, lim, err := s.imageRoom(ctx)
+	org, lim, release, err := s.imageRoom(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	var auth *image.Auth
 	if req.Username != "" || req.Password != "" {
 		auth = &image.Auth{Username: req.Username, Password: req.Password}
@@ -162,25 +163,29 @@ func (s *Service) PullImageTo(ctx context.Context, req ImageRequest, progress im
 }
 
 // imageRoom is what is left of the caller's org's disk quota, as the
-// limits of an unpack.
-func (s *Service) imageRoom(ctx context.Context) (string, image.Limits, error) {
+// limits of an unpack. The org makes one image at a time: release, called
+// once the image is recorded, lets the next one see it in the org's use
+// (two at once would each be given the whole room).
+func (s *Service) imageRoom(ctx context.Context) (org string, lim image.Limits, release func(), err error) {
 	org, pol, err := s.callerPolicy(ctx)
 	if err != nil {
-		return "", image.Limits{}, err
+		return "", lim, nil, err
 	}
+	release = s.lock("images of " + org)
 	use, _, err := s.d.Store.Use(ctx, "")
 	if err != nil {
-		return "", image.Limits{}, err
+		release()
+		return "", lim, nil, err
 	}
-	lim := image.Limits{}
 	if pol.DiskMiB != nil {
 		room := *pol.DiskMiB - use.DiskMiB
 		if room <= 0 {
-			return "", lim, sandbox.Errorf(sandbox.KindQuota, "the org's disk quota (%d MiB) is used up: no room for an image", *pol.DiskMiB)
+			release()
+			return "", lim, nil, sandbox.Errorf(sandbox.KindQuota, "the org's disk quota (%d MiB) is used up: no room for an image", *pol.DiskMiB)
 		}
 		lim.Bytes = room << 20
 	}
-	return org, lim, nil
+	return org, lim, release, nil
 }
 
 // SnapshotRequest is the body of POST /v1/sandbox/{id}/snapshot.
@@ -202,10 +207,11 @@ func (s *Service) Snapshot(ctx context.Context, id string, req SnapshotRequest) 
 	if err := CheckImageName(req.Name); err != nil {
 		return nil, err
 	}
-	org, lim, err := s.imageRoom(ctx)
+	org, lim, release, err := s.imageRoom(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	sb, work, done, err := s.use(ctx, id, true)
 	if err != nil {
 		return nil, err

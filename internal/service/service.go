@@ -250,7 +250,7 @@ type Service struct {
 	cmds inflight
 
 	locksMu sync.Mutex
-	locks   map[string]*idLock // per sandbox: sleep, wake and end
+	locks   map[string]*idLock // per sandbox: sleep, wake and end; per org: making an image
 
 	creds creds // the lease credentials handed, for a cold wake
 }
