@@ -6,11 +6,14 @@ import (
 )
 
 // PreviewLink is a signed, expiring link to a port preview: URL is the
-// host form (http://{port}-{id}.{preview-domain}/, the app at /), PathURL
-// the path form (/v1/sandbox/{id}/ports/{port}/ on the API's host). Open
-// either in a browser: the first visit sets a cookie and drops the token
-// from the address. It works until ExpiresAt (Unix seconds) or until the
-// sandbox ends; whoever holds it opens that port.
+// host form with the link's token (http://{port}-{id}.{preview-domain}/,
+// the app at /, on an origin of its own): open it in a browser; the first
+// visit sets a cookie and drops the token from the address. PathURL is the
+// path form (/v1/sandbox/{id}/ports/{port}/ on the API's host) without a
+// token, for requests with your key; a browser there is sent to the host
+// form. The link works until ExpiresAt (Unix seconds), until the sandbox
+// ends, or until the API key that minted it is revoked or expires;
+// whoever holds it opens that port.
 type PreviewLink struct {
 	ID        string `json:"id"`
 	Port      int    `json:"port"`

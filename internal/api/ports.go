@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/preview"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
@@ -31,15 +32,17 @@ var _ Ports = (*service.Previews)(nil)
 
 func (s *Server) portRoutes(p string) {
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
-		s.raw(m+" "+p+"/{id}/ports/{port}/{path...}", http.HandlerFunc(s.pathPreview), doc{Summary: "A port preview: the request, and its answer, relayed to an HTTP server listening on that port on the sandbox's own loopback " +
-			"(over the exec channel; the sandbox's network stays shut). WebSocket upgrades pass through. Access: your key (Authorization: Bearer), or a preview link (POST …/ports/{port}/link; " +
-			"its first visit sets a cookie for this path and redirects to the URL without the token). Neither the Authorization header nor the preview cookie reaches the app. " +
-			"The same preview is served at / of the host {port}-{id}.{preview-domain}. 502 when nothing listens (an HTML page for a browser)",
-			BodyRaw: "application/octet-stream", AnswerRaw: "application/octet-stream", Query: []string{service.TokenParam + ": a preview link's token (the first visit only)"},
+		s.raw(m+" "+p+"/{id}/ports/{port}/{path...}", http.HandlerFunc(s.pathPreview), doc{Summary: "A port preview, path form, for API clients with a key (Authorization: Bearer): the request, and its answer, relayed to an HTTP server listening on that port on the sandbox's own loopback " +
+			"(over the exec channel; the sandbox's network stays shut). WebSocket upgrades pass through. The answer is on the API's origin, so it is sandboxed: Content-Security-Policy: sandbox, " +
+			"and the app's Set-Cookie, Service-Worker-Allowed, Access-Control-* and Clear-Site-Data headers are dropped. A browser's navigation, a request with a preview link's token, " +
+			"or one without a key is redirected (307, the token kept) to the host form {port}-{id}.{preview-domain}, the preview's own origin, where links and public ports work. " +
+			"The Authorization header never reaches the app. 502 when nothing listens",
+			BodyRaw: "application/octet-stream", AnswerRaw: "application/octet-stream", Query: []string{service.TokenParam + ": a preview link's token (redirected to the host form with it)"},
 			Errors: []int{400, 401, 404, 409, 429, 501, 502}})
 	}
-	s.handle("POST "+p+"/{id}/ports/{port}/link", s.previewLink, doc{Summary: "Mint a preview link to a port: URLs of both forms (host and path) that open the preview in a browser with no key, until expiresAt " +
-		"(ttlSec, default 1 h, never past the lease) or until the sandbox ends. Treat it as a secret: whoever has it opens that port",
+	s.handle("POST "+p+"/{id}/ports/{port}/link", s.previewLink, doc{Summary: "Mint a preview link to a port: url, the host form with the token, opens the preview in a browser with no key (on the preview's own origin) until expiresAt " +
+		"(ttlSec, default 1 h, never past the lease nor the minting token's expiry), until the sandbox ends or until the API key that minted it is revoked or expires. pathUrl is the path form, without the token, for API clients with a key. " +
+		"Treat url as a secret: whoever has it opens that port",
 		Body: typ[linkRequest](), Answer: typ[service.PreviewLink](), Status: http.StatusCreated, Errors: []int{404, 409, 501}})
 }
 
@@ -87,7 +90,7 @@ func (s *Server) Handler() http.Handler {
 		r = r.WithContext(preview.WithOrigin(r.Context(), o))
 		if domain != "" {
 			if port, id, ok := preview.ParseHost(r.Host, domain); ok {
-				s.servePreview(w, r, id, port, "/", "")
+				s.hostPreview(w, r, id, port)
 				return
 			}
 		}
@@ -95,7 +98,28 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// pathPreview is the path form: /v1/sandbox/{id}/ports/{port}/{path...}.
+// hostPreview is the host form: the whole of {port}-{id}.{preview-domain},
+// an origin of its own, is the app. Access is a key, a link (its first
+// visit sets a host-only cookie), that cookie, or nobody on a public port.
+func (s *Server) hostPreview(w http.ResponseWriter, r *http.Request, id string, port int) {
+	ctx, release, done := s.previewAccess(w, r, id, port)
+	if done {
+		return
+	}
+	defer release()
+	if err := s.relay(w, r.WithContext(ctx), id, port, "", hostOnlyCookies); err != nil {
+		s.previewError(w, r, err)
+	}
+}
+
+// pathPreview is the path form: /v1/sandbox/{id}/ports/{port}/{path...}
+// on the API's own origin — where the terminal and screen pages run and
+// where every path-form preview of every org would share one origin. So
+// no browser is served here: a navigation, a link's token or a request
+// without a key is sent to the host form (the token along, if it came
+// with one); what is served, to an API client with a key, is answered
+// sandboxed (apiSafe), so that nothing the app says can run as, store
+// under or reach into the API's origin.
 func (s *Server) pathPreview(w http.ResponseWriter, r *http.Request) {
 	portText, id := r.PathValue("port"), r.PathValue("id")
 	port, ok := preview.ParsePort(portText)
@@ -103,44 +127,78 @@ func (s *Server) pathPreview(w http.ResponseWriter, r *http.Request) {
 		s.previewError(w, r, badPort(portText))
 		return
 	}
-	// The cookie's scope is this preview's prefix, as the caller spelled
-	// it (/v1/sandbox or the /v1/sandboxes alias).
+	if !sandbox.ValidID(id) {
+		s.previewError(w, r, sandbox.Errorf(sandbox.KindNotFound, "sandbox not found"))
+		return
+	}
 	mark := "/" + id + "/ports/" + portText + "/"
-	i := strings.Index(r.URL.Path, mark)
+	escaped := r.URL.EscapedPath()
+	i := strings.Index(escaped, mark)
 	if i < 0 {
 		s.previewError(w, r, sandbox.Errorf(sandbox.KindInvalid, "the preview path is malformed"))
 		return
 	}
-	s.servePreview(w, r, id, port, r.URL.Path[:i+len(mark)], "/"+r.PathValue("path"))
-}
-
-// servePreview admits the request (key, link, or cookie) and relays it to
-// port inside sandbox id as a request for path ("": the request's own).
-// scope is the cookie's
-// Path: "/" for the host form, the preview's prefix for the path form.
-func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id string, port int, scope, path string) {
-	ctx, release, done := s.previewAccess(w, r, id, port, scope)
+	if r.URL.Query().Has(service.TokenParam) || r.Header.Get("Authorization") == "" || isNavigation(r) {
+		s.toHostForm(w, r, id, port, escaped[i+len(mark)-1:])
+		return
+	}
+	ctx, release, done := s.keyAccess(w, r)
 	if done {
 		return
 	}
 	defer release()
-	if err := s.relay(w, r.WithContext(ctx), id, port, path); err != nil {
+	if err := s.relay(w, r.WithContext(ctx), id, port, "/"+r.PathValue("path"), apiSafe); err != nil {
 		s.previewError(w, r, err)
 	}
 }
 
-// previewAccess finds who the request is: a key, a link's token in the
-// URL (the first visit: a cookie is set and the browser sent to the URL
-// without it), the cookie of an earlier visit, or nobody on a public
-// port. done means it has answered.
-func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string, port int, scope string) (_ context.Context, release func(), done bool) {
+// isNavigation is a browser loading a document (a page, a frame, an
+// object): what would run the app's page on the API's origin. Fetch
+// metadata says so in every current browser; an older one is caught by
+// the request carrying no key (a browser cannot send one).
+func isNavigation(r *http.Request) bool {
+	if r.Header.Get("Sec-Fetch-Mode") == "navigate" {
+		return true
+	}
+	switch r.Header.Get("Sec-Fetch-Dest") {
+	case "document", "iframe", "frame", "embed", "object", "fencedframe":
+		return true
+	}
+	return false
+}
+
+// toHostForm redirects a path-form request to the same preview's host
+// form: path (escaped, from "/") and the query as they came, a link's
+// token included, so a link minted before links were host-form only still
+// opens. 307 keeps the method and body. Nothing of the request's
+// credentials is put in the URL.
+func (s *Server) toHostForm(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	_, serverPort, _ := net.SplitHostPort(r.Host)
+	to := scheme + "://" + preview.Host(port, id, s.Ports.Config().DomainOrDefault(), serverPort) + path
+	if r.URL.RawQuery != "" {
+		to += "?" + r.URL.RawQuery
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	http.Redirect(w, r, to, http.StatusTemporaryRedirect)
+}
+
+// previewAccess finds who a host-form request is: a key, a link's token
+// in the URL (the first visit: a host-only cookie is set and the browser
+// sent to the URL without the token), the cookie of an earlier visit, or
+// nobody on a public port. done means it has answered.
+func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string, port int) (_ context.Context, release func(), done bool) {
 	if tok := r.URL.Query().Get(service.TokenParam); tok != "" {
 		ctx, exp, err := s.Ports.Access(r.Context(), tok, id, port)
 		if err != nil {
 			s.previewError(w, r, err)
 			return nil, nil, true
 		}
-		http.SetCookie(w, &http.Cookie{Name: service.CookieName, Value: tok, Path: scope, Expires: exp, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
+		http.SetCookie(w, &http.Cookie{Name: service.CookieName, Value: tok, Path: "/", Expires: exp, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			// The token leaves the address bar (and the history, and
 			// every Referer the app's page would send).
@@ -157,28 +215,8 @@ func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string
 		}
 		return ctx, func() {}, false
 	}
-	if h := r.Header.Get("Authorization"); h != "" {
-		token, ok := bearer(h)
-		if !ok {
-			s.previewError(w, r, sandbox.Errorf(sandbox.KindUnauthorized, "malformed Authorization: send Authorization: Bearer <key>"))
-			return nil, nil, true
-		}
-		p, err := s.Auth.Principal(r.Context(), token)
-		if err == nil {
-			err = confine(p, "", r)
-		}
-		if err != nil {
-			s.previewError(w, r, err)
-			return nil, nil, true
-		}
-		release, ok := s.perKey.take(token)
-		if !ok {
-			e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
-			e.RetryAfter = 1
-			s.previewError(w, r, e)
-			return nil, nil, true
-		}
-		return sandbox.WithPrincipal(r.Context(), p), release, false
+	if r.Header.Get("Authorization") != "" {
+		return s.keyAccess(w, r)
 	}
 	var lastErr error
 	for _, c := range r.CookiesNamed(service.CookieName) {
@@ -201,10 +239,77 @@ func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string
 	return nil, nil, true
 }
 
+// keyAccess admits a request by its Authorization header (a key or a
+// token, never a sandbox's own credential), within the key's bound of
+// requests at once. done means it has answered.
+func (s *Server) keyAccess(w http.ResponseWriter, r *http.Request) (_ context.Context, release func(), done bool) {
+	token, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		s.previewError(w, r, sandbox.Errorf(sandbox.KindUnauthorized, "malformed Authorization: send Authorization: Bearer <key>"))
+		return nil, nil, true
+	}
+	p, err := s.Auth.Principal(r.Context(), token)
+	if err == nil {
+		err = confine(p, "", r)
+	}
+	if err != nil {
+		s.previewError(w, r, err)
+		return nil, nil, true
+	}
+	release, ok = s.perKey.take(token)
+	if !ok {
+		e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
+		e.RetryAfter = 1
+		s.previewError(w, r, e)
+		return nil, nil, true
+	}
+	return sandbox.WithPrincipal(r.Context(), p), release, false
+}
+
+// hostOnlyCookies is the host form's answer rewrite: every cookie the app
+// sets is kept for its own preview host alone (no Domain attribute), so
+// it cannot reach another preview under the preview domain — another
+// tenant's — nor, with a preview domain under the API's, the API.
+func hostOnlyCookies(h http.Header) {
+	for i, line := range h["Set-Cookie"] {
+		h["Set-Cookie"][i] = preview.HostOnlyCookie(line)
+	}
+}
+
+// apiSafe is the path form's answer rewrite, on the API's origin: the
+// answer is sandboxed (CSP sandbox without allow-same-origin: a document
+// of it runs as an opaque origin, with no script), and loses every header
+// by which the app would act on the origin rather than be read: cookies,
+// service-worker scope, CORS grants, and the wiping of site data.
+func apiSafe(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, "Access-Control-") {
+			delete(h, k)
+		}
+	}
+	for _, k := range []string{"Set-Cookie", "Set-Cookie2", "Service-Worker-Allowed", "Clear-Site-Data",
+		"Content-Security-Policy", "Content-Security-Policy-Report-Only", "Refresh"} {
+		h.Del(k)
+	}
+	h.Set("Content-Security-Policy", "sandbox")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+}
+
 // relay relays one request (one connection: the relay is per request) to
-// the port inside, as a request for path ("": the request's own path). A refusal before the relay runs — another org's id,
-// nothing listening — is an error for the caller to answer.
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, id string, port int, path string) error {
+// the port inside, as a request for path ("": the request's own path),
+// the answer's headers passed through rewrite (the form's safety) before
+// any reach the client. A refusal before the relay runs — another org's
+// id, nothing listening — is an error for the caller to answer.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, id string, port int, path string, rewrite func(http.Header)) error {
+	if r.Header.Get("Upgrade") != "" {
+		// An upgraded connection (a live-reload socket) outlives the
+		// check that admitted it: it ends when the key it came by — or
+		// the key that minted its link — is revoked or expires.
+		ctx, stop := keywatch.Watch(r.Context(), s.Keys)
+		defer stop()
+		r = r.WithContext(ctx)
+	}
 	conn, err := s.Ports.DialPort(r.Context(), id, port)
 	if err != nil {
 		return err
@@ -234,13 +339,34 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, id string, port i
 			pr.SetXForwarded()
 		},
 		Transport: tr,
+		ModifyResponse: func(res *http.Response) error {
+			rewrite(res.Header)
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.previewError(w, r, sandbox.Wrap(sandbox.KindBadGateway, err, "the server on port "+strconv.Itoa(port)+" did not answer: "+err.Error()))
 		},
 	}
-	rp.ServeHTTP(w, r)
+	rp.ServeHTTP(&informational{ResponseWriter: w, rewrite: rewrite}, r)
 	return nil
 }
+
+// informational passes the app's informational answers (103 Early Hints
+// and the like, which the proxy relays as they come, past ModifyResponse)
+// through the same rewrite as the final one.
+type informational struct {
+	http.ResponseWriter
+	rewrite func(http.Header)
+}
+
+func (w *informational) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		w.rewrite(w.Header())
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *informational) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // stripCredentials removes from a request bound for the app what admitted
 // it to the preview: the caller's key, the preview cookie (the app's own

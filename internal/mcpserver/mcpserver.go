@@ -56,7 +56,7 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 		"deny what it may not even so, ports the destination ports; an empty allow closes it. The server's operator bounds what may be allowed; "+
 		"the answer's network is what the sandbox got. (lease takes the same policy as network.)", o.Network)
 	add(s, "preview_link", "Mint a link that opens a web server running in a sandbox (listening on port, on its own loopback) in a browser with no key: "+
-		"url is the host form (the app at /), pathUrl the path form. It works until expiresAt (ttlSec, default an hour, never past the lease) or until the sandbox ends; "+
+		"url is the host form (the app at /, on its own origin): the URL to open in a browser; pathUrl is the path form, for requests with a key only. It works until expiresAt (ttlSec, default an hour, never past the lease) or until the sandbox ends or the key that minted it is revoked; "+
 		"whoever holds it opens that port, so hand it only to whom should see the app.", o.PreviewLink)
 	add(s, "process_list", "List a sandbox's background processes, running and finished, with their status and exit codes.", o.ProcessList)
 	add(s, "process_output", "Read what a background process wrote after the offset from (0: all that is kept), without waiting; "+

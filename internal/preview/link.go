@@ -23,6 +23,11 @@ type Claims struct {
 	ID      string
 	Port    int
 	Expires time.Time
+	// Key is the public id of the API key that minted the link (key_…),
+	// asked on every request so that revoking or expiring the key kills
+	// the link with it. Empty for a principal that is not a key (an OIDC
+	// token): its own expiry caps Expires instead.
+	Key string
 }
 
 // Errors of Verify. Each is a refusal of the credential (401), never a
@@ -88,13 +93,14 @@ func LoadKey(dir string) (*Signer, error) {
 }
 
 // tokenPrefix names the token's version, so a later format can be told
-// from this one.
-const tokenPrefix = "spv1."
+// from this one. spv2 added the minting key; an spv1 token (no key to
+// check) is refused as malformed.
+const tokenPrefix = "spv2."
 
 // Mint is the token of c: "spv1." + base64url(payload) + "." +
 // base64url(HMAC-SHA256(payload)). The payload is readable (it names the
-// org, sandbox, port and expiry, which the holder knows anyway); only the
-// MAC makes it a credential.
+// org, sandbox, port, expiry and the minting key's public id, which the
+// holder may know anyway); only the MAC makes it a credential.
 func (s *Signer) Mint(c Claims) string {
 	payload := base64.RawURLEncoding.EncodeToString([]byte(encodeClaims(c)))
 	return tokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(s.mac(payload))
@@ -108,7 +114,7 @@ func (s *Signer) mac(payload string) []byte {
 }
 
 func encodeClaims(c Claims) string {
-	return strings.Join([]string{c.Org, c.ID, strconv.Itoa(c.Port), strconv.FormatInt(c.Expires.Unix(), 10)}, "\n")
+	return strings.Join([]string{c.Org, c.ID, strconv.Itoa(c.Port), strconv.FormatInt(c.Expires.Unix(), 10), c.Key}, "\n")
 }
 
 // Parse checks token's MAC and expiry at now and returns its claims; it
@@ -134,7 +140,7 @@ func (s *Signer) Parse(token string, now time.Time) (Claims, error) {
 		return Claims{}, ErrMalformed
 	}
 	f := strings.Split(string(raw), "\n")
-	if len(f) != 4 || f[0] == "" || f[1] == "" {
+	if len(f) != 5 || f[0] == "" || f[1] == "" {
 		return Claims{}, ErrMalformed
 	}
 	port, ok := ParsePort(f[2])
@@ -142,7 +148,7 @@ func (s *Signer) Parse(token string, now time.Time) (Claims, error) {
 	if !ok || err != nil {
 		return Claims{}, ErrMalformed
 	}
-	c := Claims{Org: f[0], ID: f[1], Port: port, Expires: time.Unix(exp, 0)}
+	c := Claims{Org: f[0], ID: f[1], Port: port, Expires: time.Unix(exp, 0), Key: f[4]}
 	if !now.Before(c.Expires) {
 		return Claims{}, ErrExpired
 	}

@@ -2,8 +2,11 @@ package preview
 
 import (
 	"bytes"
+	"encoding/base64"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,10 +77,10 @@ func TestLinks(t *testing.T) {
 	}
 	other, _ := NewSigner(bytes.Repeat([]byte{8}, 32))
 	now := time.Unix(1_800_000_000, 0)
-	c := Claims{Org: "acme", ID: id, Port: 8000, Expires: now.Add(time.Minute)}
+	c := Claims{Org: "acme", ID: id, Port: 8000, Expires: now.Add(time.Minute), Key: "key_0123456789abcdef"}
 	tok := s.Mint(c)
 	got, err := s.Verify(tok, id, 8000, now)
-	if err != nil || got != (Claims{Org: "acme", ID: id, Port: 8000, Expires: c.Expires}) {
+	if err != nil || got != (Claims{Org: "acme", ID: id, Port: 8000, Expires: c.Expires, Key: "key_0123456789abcdef"}) {
 		t.Fatalf("Verify of a fresh link: %+v %v", got, err)
 	}
 	for name, tc := range map[string]struct {
@@ -92,6 +95,8 @@ func TestLinks(t *testing.T) {
 		"other sandbox": {tok, "sb_bbcdefghijklmnopqrstuvwxyz", 8000, now, ErrElsewhere},
 		"other secret":  {other.Mint(c), id, 8000, now, ErrMalformed},
 		"tampered org":  {retarget(t, tok, "globex"), id, 8000, now, ErrMalformed},
+		"tampered key":  {rekey(t, tok, ""), id, 8000, now, ErrMalformed},
+		"spv1":          {spv1(s, c), id, 8000, now, ErrMalformed},
 		"truncated":     {tok[:len(tok)-2], id, 8000, now, ErrMalformed},
 		"empty":         {"", id, 8000, now, ErrMalformed},
 		"no prefix":     {strings.TrimPrefix(tok, tokenPrefix), id, 8000, now, ErrMalformed},
@@ -111,6 +116,27 @@ func retarget(t *testing.T, tok, org string) string {
 	forged := s.Mint(Claims{Org: org, ID: id, Port: 8000, Expires: time.Unix(1_900_000_000, 0)})
 	payload, _, _ := strings.Cut(strings.TrimPrefix(forged, tokenPrefix), ".")
 	return tokenPrefix + payload + "." + sig
+}
+
+// rekey swaps the minting key in a token's payload (here: drops it, as a
+// holder wanting the link to outlive the key would), keeping its MAC.
+func rekey(t *testing.T, tok, key string) string {
+	t.Helper()
+	raw, err := base64.RawURLEncoding.DecodeString(strings.Split(strings.TrimPrefix(tok, tokenPrefix), ".")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Split(string(raw), "\n")
+	f[4] = key
+	_, sig, _ := strings.Cut(strings.TrimPrefix(tok, tokenPrefix), ".")
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(strings.Join(f, "\n"))) + "." + sig
+}
+
+// spv1 is a correctly signed token of the format before the minting key
+// was in it: it names no key to check, so it must not be taken.
+func spv1(s *Signer, c Claims) string {
+	payload := base64.RawURLEncoding.EncodeToString([]byte(strings.Join([]string{c.Org, c.ID, "8000", strconv.FormatInt(c.Expires.Unix(), 10)}, "\n")))
+	return "spv1." + payload + "." + base64.RawURLEncoding.EncodeToString(s.mac(payload))
 }
 
 func TestLoadKey(t *testing.T) {
@@ -180,12 +206,64 @@ func FuzzVerify(f *testing.F) {
 	s, _ := NewSigner(bytes.Repeat([]byte{7}, 32))
 	now := time.Unix(1_800_000_000, 0)
 	f.Add(s.Mint(Claims{Org: "acme", ID: id, Port: 8000, Expires: now.Add(time.Minute)}))
-	f.Add("spv1..")
-	f.Add("spv1.YQ.YQ")
+	f.Add(s.Mint(Claims{Org: "acme", ID: id, Port: 8000, Expires: now.Add(time.Minute), Key: "key_0123456789abcdef"}))
+	f.Add("spv2..")
+	f.Add("spv2.YQ.YQ")
 	f.Fuzz(func(t *testing.T, tok string) {
 		c, err := s.Parse(tok, now)
 		if err == nil && s.Mint(c) != tok {
 			t.Fatalf("%q verified but is not the token of its claims %+v", tok, c)
+		}
+	})
+}
+
+func TestHostOnlyCookie(t *testing.T) {
+	for in, want := range map[string]string{
+		"a=1":                   "a=1",
+		"a=1; Path=/; HttpOnly": "a=1; Path=/; HttpOnly",
+		"a=1; Domain=preview.example.com; Path=/": "a=1; Path=/",
+		"a=1;domain=.example.com":                 "a=1",
+		"a=1; DOMAIN = x; Secure":                 "a=1; Secure",
+		"a=1; \tDomain=x;Domain=y; Max-Age=5":     "a=1; Max-Age=5",
+		"a=1; Domain":                             "a=1",
+		"domain=1; Path=/":                        "domain=1; Path=/", // the cookie's own name stays
+		"a=domain=x; Path=/":                      "a=domain=x; Path=/",
+		"a=1; Path=/domain":                       "a=1; Path=/domain",
+		"a=1; Domainx=y":                          "a=1; Domainx=y",
+	} {
+		if got := HostOnlyCookie(in); got != want {
+			t.Errorf("HostOnlyCookie(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzHostOnlyCookie: whatever an app sends, no attribute a browser (or
+// net/http) would read as Domain is left, the cookie's name and value are
+// untouched, and a second pass changes nothing.
+func FuzzHostOnlyCookie(f *testing.F) {
+	for _, s := range []string{"a=1; Domain=example.com; Path=/", "a=1;domain=.x", "a=1; \tDoMaIn = x", "a", ";;;", "a=1; Domain"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		out := HostOnlyCookie(line)
+		parts := strings.Split(out, ";")
+		if parts[0] != strings.Split(line, ";")[0] {
+			t.Fatalf("the name=value of %q changed: %q", line, out)
+		}
+		for _, a := range parts[1:] {
+			name, _, _ := strings.Cut(a, "=")
+			if strings.EqualFold(strings.Trim(name, " \t"), "domain") {
+				t.Fatalf("%q kept a Domain attribute: %q", line, out)
+			}
+		}
+		if HostOnlyCookie(out) != out {
+			t.Fatalf("not idempotent on %q: %q", line, out)
+		}
+		res := http.Response{Header: http.Header{"Set-Cookie": {out}}}
+		for _, c := range res.Cookies() {
+			if c.Domain != "" {
+				t.Fatalf("net/http reads Domain %q in %q (from %q)", c.Domain, out, line)
+			}
 		}
 	})
 }

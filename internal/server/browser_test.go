@@ -19,8 +19,9 @@ import (
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
-// browser starts a real headless Chromium (Debian's chromium package).
-func browser(t *testing.T) (context.Context, context.CancelFunc) {
+// browser starts a real headless Chromium (Debian's chromium package),
+// with the extra options (flags) a test needs.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Context, context.CancelFunc) {
 	t.Helper()
 	path := testenv.NeedBrowser(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -29,6 +30,7 @@ func browser(t *testing.T) (context.Context, context.CancelFunc) {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1200, 800),
 	)
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	// The first Run starts the browser; it lives as long as ctx.

@@ -105,11 +105,13 @@ func (e *env) waitListening(org, id string, port int) {
 }
 
 // TestPreviewInBrowserOnRunsc: a dev server inside a sandbox, opened in a
-// real Chromium through a preview link of each form: the page loads, the
-// link's token is gone from the address bar (a cookie holds the access,
-// out of the page's reach), a live-reload WebSocket opens, stays up and
-// echoes, the app sees its own cookie but never the preview's, and a
-// reload works on the cookie alone.
+// real Chromium through a preview link — its host-form URL, and the path
+// form with the token (as links were before they were host-form only),
+// which lands on the host form: the page loads, the link's token is gone
+// from the address bar (a cookie holds the access, out of the page's
+// reach), a live-reload WebSocket opens, stays up and echoes, the app sees
+// its own cookie but never the preview's, and a reload works on the
+// cookie alone.
 func TestPreviewInBrowserOnRunsc(t *testing.T) {
 	e := newEnv(t)
 	id := e.lease("acme", map[string]any{"ttlSec": 600})
@@ -121,12 +123,13 @@ func TestPreviewInBrowserOnRunsc(t *testing.T) {
 	link := e.previewLink("acme", id, 8000, 300)
 	hostURL, pathURL := link["url"].(string), link["pathUrl"].(string)
 	wantHost := "http://8000-" + id + ".localhost:" + e.serverPort() + "/?preview_token="
-	if !strings.HasPrefix(hostURL, wantHost) || !strings.HasPrefix(pathURL, e.http.URL+"/v1/sandbox/"+id+"/ports/8000/?preview_token=") {
+	if !strings.HasPrefix(hostURL, wantHost) || pathURL != e.http.URL+"/v1/sandbox/"+id+"/ports/8000/" {
 		t.Fatalf("link URLs: %q %q", hostURL, pathURL)
 	}
+	hostAfter := "http://8000-" + id + ".localhost:" + e.serverPort() + "/"
 	for _, form := range []struct{ name, url, after string }{
-		{"host form", hostURL, "http://8000-" + id + ".localhost:" + e.serverPort() + "/"},
-		{"path form", pathURL, e.http.URL + "/v1/sandbox/" + id + "/ports/8000/"},
+		{"host form", hostURL, hostAfter},
+		{"path form", pathURL + "?" + hostURL[strings.Index(hostURL, "?")+1:], hostAfter},
 	} {
 		t.Run(form.name, func(t *testing.T) {
 			step := func(what string, err error) {
@@ -142,11 +145,11 @@ func TestPreviewInBrowserOnRunsc(t *testing.T) {
 			if loc != form.after {
 				t.Errorf("after the first visit the page is at %q, want %q (the token dropped)", loc, form.after)
 			}
-			if c, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.cookie`)); strings.Contains(c, "sandbox_preview") || strings.Contains(c, "spv1") {
+			if c, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.cookie`)); strings.Contains(c, "sandbox_preview") || strings.Contains(c, "spv") {
 				t.Errorf("the page's script reads the preview cookie: %q", c)
 			}
 			seen, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`window.seen`))
-			if strings.Contains(seen, "sandbox_preview") || strings.Contains(seen, "spv1") || strings.Contains(strings.ToLower(seen), "authorization") {
+			if strings.Contains(seen, "sandbox_preview") || strings.Contains(seen, "spv") || strings.Contains(strings.ToLower(seen), "authorization") {
 				t.Errorf("the app saw the preview's credential: %q", seen)
 			}
 			// The socket stays up across a pause and keeps echoing.
@@ -158,17 +161,17 @@ func TestPreviewInBrowserOnRunsc(t *testing.T) {
 			step("reload", chromedp.Do(ctx, chromedp.Navigate(form.after)))
 			step("page after reload", waitPage(ctx, `window.state && state.open && document.getElementById("h").textContent === "hello from the sandbox" && window.seen !== undefined`, 30*time.Second))
 			seen, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`window.seen`))
-			if form.name == "host form" && !strings.Contains(seen, "app=kept") {
+			if !strings.Contains(seen, "app=kept") {
 				t.Errorf("the app's own cookie did not reach it: %q", seen)
 			}
-			if strings.Contains(seen, "spv1") {
+			if strings.Contains(seen, "spv") {
 				t.Errorf("the app saw the preview cookie after a reload: %q", seen)
 			}
 		})
 	}
 
 	// A browser with no link gets the server's page, not the app.
-	step := chromedp.Do(ctx, chromedp.Navigate("http://8000-"+id+".localhost:"+e.serverPort()+"/?preview_token=spv1.forged.x"))
+	step := chromedp.Do(ctx, chromedp.Navigate("http://8000-"+id+".localhost:"+e.serverPort()+"/?preview_token=spv2.forged.x"))
 	if step != nil {
 		t.Fatal(step)
 	}
@@ -199,13 +202,14 @@ func fetchPreview(t *testing.T, method, u string, h http.Header) (*http.Response
 	return res, string(b)
 }
 
-// TestPreviewLinksOnRunsc: a link's first visit sets a cookie scoped to its
-// preview and redirects to the URL without the token; the cookie then
-// admits requests of both forms; an expired, altered, other-port,
-// other-sandbox or other-org link is refused (401, or 404 for a sandbox
-// that is not the link's org's), and so is every link once the sandbox
-// ends. Neither the key nor the preview cookie reaches the app; a stopped
-// listener is a 502 (a page for a browser, JSON otherwise).
+// TestPreviewLinksOnRunsc: a link's first visit on the host form sets a
+// host-only cookie and redirects to the URL without the token; the cookie
+// then admits host-form requests; on the path form a token is sent on to
+// the host form and a cookie admits nothing; an expired, altered,
+// other-port, other-sandbox or other-org link is refused (401, or 404 for
+// a sandbox that is not the link's org's), and so is every link once the
+// sandbox ends. Neither the key nor the preview cookie reaches the app; a
+// stopped listener is a 502 (a page for a browser, JSON otherwise).
 func TestPreviewLinksOnRunsc(t *testing.T) {
 	e := newEnv(t)
 	id := e.lease("acme", map[string]any{"ttlSec": 600})
@@ -215,7 +219,10 @@ func TestPreviewLinksOnRunsc(t *testing.T) {
 	e.waitListening("acme", id, 8001)
 	host := "8001-" + id + ".localhost:" + e.serverPort()
 	link := e.previewLink("acme", id, 8001, 300)
-	tok := strings.TrimPrefix(link["pathUrl"].(string), e.http.URL+"/v1/sandbox/"+id+"/ports/8001/?preview_token=")
+	tok := strings.TrimPrefix(link["url"].(string), "http://"+host+"/?preview_token=")
+	if !strings.HasPrefix(tok, "spv2.") {
+		t.Fatalf("link: %v", link)
+	}
 	if exp := int64(link["expiresAt"].(float64)); exp < time.Now().Add(290*time.Second).Unix() || exp > time.Now().Add(301*time.Second).Unix() {
 		t.Errorf("expiresAt %d for a ttl of 300 s", exp)
 	}
@@ -232,14 +239,14 @@ func TestPreviewLinksOnRunsc(t *testing.T) {
 	}
 	cookie := c[0].Name + "=" + c[0].Value
 	res, _ = fetchPreview(t, "GET", e.http.URL+"/v1/sandboxes/"+id+"/ports/8001/x?preview_token="+tok, nil)
-	if pc := res.Cookies(); res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/v1/sandboxes/"+id+"/ports/8001/x" || len(pc) != 1 || pc[0].Path != "/v1/sandboxes/"+id+"/ports/8001/" {
-		t.Errorf("path form's first visit: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
+	if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://"+host+"/x?preview_token="+tok || len(res.Cookies()) != 0 {
+		t.Errorf("path form with a token: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
 	}
 
 	// The cookie admits; the app sees neither it nor a key, but its own
 	// cookies.
 	res, body := fetchPreview(t, "GET", e.http.URL+"/some/page?q=1", http.Header{"Host": {host}, "Cookie": {"app=1; " + cookie}})
-	if res.StatusCode != 200 || !strings.HasPrefix(body, "GET /some/page?q=1 HTTP/1.1\n") || !strings.Contains(body, "Cookie: app=1\n") || strings.Contains(body, "spv1") {
+	if res.StatusCode != 200 || !strings.HasPrefix(body, "GET /some/page?q=1 HTTP/1.1\n") || !strings.Contains(body, "Cookie: app=1\n") || strings.Contains(body, "spv") {
 		t.Errorf("with the cookie, host form: %d %q", res.StatusCode, body)
 	}
 	res, body = fetchPreview(t, "GET", e.http.URL+"/", http.Header{"Host": {host}, "Authorization": {"Bearer " + e.keys["acme"]}})
@@ -247,7 +254,7 @@ func TestPreviewLinksOnRunsc(t *testing.T) {
 		t.Errorf("with the key, host form: %d %q", res.StatusCode, body)
 	}
 	res, body = fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/8001/p", http.Header{"Cookie": {cookie}})
-	if res.StatusCode != 200 || !strings.HasPrefix(body, "GET /p HTTP/1.1\n") {
+	if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://"+host+"/p" || strings.Contains(body, "GET /p") {
 		t.Errorf("with the cookie, path form: %d %q", res.StatusCode, body)
 	}
 
@@ -272,9 +279,9 @@ func TestPreviewLinksOnRunsc(t *testing.T) {
 		{"no credential", e.http.URL + "/", host, 401},
 		{"expired", e.http.URL + "/?preview_token=" + key.Mint(preview.Claims{Org: "acme", ID: id, Port: 8001, Expires: time.Now().Add(-time.Second)}), host, 401},
 		{"altered", e.http.URL + "/?preview_token=" + altered, host, 401},
-		{"another port", e.http.URL + "/v1/sandbox/" + id + "/ports/8002/?preview_token=" + tok, "", 401},
-		{"another sandbox", e.http.URL + "/v1/sandbox/" + other + "/ports/8001/?preview_token=" + tok, "", 401},
-		{"another org's sandbox", e.http.URL + "/v1/sandbox/" + foreign + "/ports/8001/?preview_token=" + tok, "", 401},
+		{"another port", e.http.URL + "/?preview_token=" + tok, "8002-" + id + ".localhost", 401},
+		{"another sandbox", e.http.URL + "/?preview_token=" + tok, "8001-" + other + ".localhost", 401},
+		{"another org's sandbox", e.http.URL + "/?preview_token=" + tok, "8001-" + foreign + ".localhost", 401},
 		{"signed for an org the sandbox is not of", e.http.URL + "/?preview_token=" + key.Mint(preview.Claims{Org: "globex", ID: id, Port: 8001, Expires: time.Now().Add(time.Minute)}), host, 404},
 	} {
 		res, body := fetchPreview(t, "GET", c.url, http.Header{"Host": {c.host}})
@@ -324,7 +331,7 @@ func TestPreviewWakesOnRunsc(t *testing.T) {
 	before := int64(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["lastUsedAt"].(float64))
 	time.Sleep(1100 * time.Millisecond) // lastUsedAt is in seconds
 	link := e.previewLink("acme", id, 8000, 300)
-	tok := link["pathUrl"].(string)[strings.Index(link["pathUrl"].(string), "preview_token=")+len("preview_token="):]
+	tok := link["url"].(string)[strings.Index(link["url"].(string), "preview_token=")+len("preview_token="):]
 	cookie := http.Header{"Cookie": {"sandbox_preview=" + tok}, "Host": {"8000-" + id + ".localhost"}}
 	if res, body := fetchPreview(t, "GET", e.http.URL+"/hello.txt", cookie); res.StatusCode != 200 || body != "awake\n" {
 		t.Fatalf("through the link: %d %q", res.StatusCode, body)
@@ -362,7 +369,8 @@ func TestPreviewWakesOnRunsc(t *testing.T) {
 
 // TestPreviewPublicOnRunsc: a lease asking for public ports is refused
 // unless the operator allows them; allowed, the asked port is open to a
-// request with no credential, in both forms, and no other port is.
+// request with no credential on the host form (the path form sends it
+// there), and no other port is.
 func TestPreviewPublicOnRunsc(t *testing.T) {
 	closed := newEnv(t)
 	r := closed.do("POST", "/v1/sandbox", "acme", map[string]any{"publicPorts": []int{8000}})
@@ -388,9 +396,8 @@ func TestPreviewPublicOnRunsc(t *testing.T) {
 		want      int
 	}{
 		{e.http.URL + "/hello.txt", "8000-" + id + ".localhost", 200},
-		{e.http.URL + "/v1/sandbox/" + id + "/ports/8000/hello.txt", "", 200},
+		{e.http.URL + "/v1/sandbox/" + id + "/ports/8000/hello.txt", "", 307},
 		{e.http.URL + "/hello.txt", "8001-" + id + ".localhost", 401},
-		{e.http.URL + "/v1/sandbox/" + id + "/ports/8001/hello.txt", "", 401},
 	} {
 		if res, body := fetchPreview(t, "GET", c.url, http.Header{"Host": {c.host}}); res.StatusCode != c.want || (c.want == 200 && body != "public\n") {
 			t.Errorf("%s (Host %q) with no credential: %d %q, want %d", c.url, c.host, res.StatusCode, body, c.want)

@@ -218,7 +218,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	auth := id.authenticator(st, svc, log)
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
-	previews := service.NewPreviews(svc, signer, cfg.Preview, st)
+	previews := service.NewPreviews(svc, signer, cfg.Preview, st, st)
 	it := interp.New(svc, b.runner, log)
 	typed := ops.New(svc, svc, svc, it).WithPreviews(previews)
 	h := api.New(api.Deps{

@@ -22,6 +22,14 @@ type Previews struct {
 	signer *preview.Signer
 	cfg    preview.Config
 	orgs   PublicIndex
+	keys   KeyIndex
+}
+
+// KeyIndex answers whether the API key of a public id still works (not
+// revoked, not expired): a preview link is only as alive as the key that
+// minted it.
+type KeyIndex interface {
+	KeyActive(ctx context.Context, id string) (bool, error)
 }
 
 // PublicIndex finds the org of a sandbox whose lease asked for public
@@ -31,12 +39,13 @@ type PublicIndex interface {
 }
 
 // NewPreviews are the previews of svc's sandboxes, links signed by signer;
-// orgs nil serves no public previews.
-func NewPreviews(svc *Service, signer *preview.Signer, cfg preview.Config, orgs PublicIndex) *Previews {
+// orgs nil serves no public previews; keys says whether a link's minting
+// key still works (nil: every link minted by a key is refused).
+func NewPreviews(svc *Service, signer *preview.Signer, cfg preview.Config, orgs PublicIndex, keys KeyIndex) *Previews {
 	if cfg.Domain == "" {
 		cfg.Domain = preview.DefaultDomain
 	}
-	return &Previews{svc: svc, signer: signer, cfg: cfg, orgs: orgs}
+	return &Previews{svc: svc, signer: signer, cfg: cfg, orgs: orgs, keys: keys}
 }
 
 // maxPublicPorts bounds a lease's public ports.
@@ -115,24 +124,32 @@ const (
 	CookieName = "sandbox_preview"
 )
 
-// PreviewLink is a minted link: the host form's URL and the path form's,
-// each with the token, and when they stop working.
+// PreviewLink is a minted link: the host form's URL with the token, for a
+// browser, the path form's URL (no token) for API clients with a key, and
+// when the link stops working.
 type PreviewLink struct {
 	ID   string `json:"id"`
 	Port int    `json:"port"`
 	// URL is the host form, http://{port}-{id}.{preview-domain}[:port]/,
-	// which serves the app at / (what most apps assume).
-	URL string `json:"url" jsonschema:"the host form, {port}-{id}.{preview-domain}: the app at /; open it in a browser (the first visit sets a cookie and drops the token from the URL)"`
-	// PathURL is the path form, under the API's own host.
-	PathURL   string `json:"pathUrl" jsonschema:"the path form, /v1/sandbox/{id}/ports/{port}/ on the API's host: for apps that use relative links"`
-	ExpiresAt int64  `json:"expiresAt" jsonschema:"Unix seconds; never past the lease's expiry. Ending the sandbox revokes the link at once"`
+	// which serves the app at / (what most apps assume), on an origin of
+	// its own: the only form a browser is served.
+	URL string `json:"url" jsonschema:"the host form, {port}-{id}.{preview-domain}: the app at /, on an origin of its own; open it in a browser (the first visit sets a cookie and drops the token from the URL)"`
+	// PathURL is the path form, under the API's own host. It carries no
+	// token: the path form serves API clients with a key only, and sends
+	// a browser to the host form.
+	PathURL   string `json:"pathUrl" jsonschema:"the path form, /v1/sandbox/{id}/ports/{port}/ on the API's host, without the token: for API clients with a key (Authorization); a browser opening it is sent to the host form"`
+	ExpiresAt int64  `json:"expiresAt" jsonschema:"Unix seconds; never past the lease's expiry nor the minting credential's (a token's exp). Ending the sandbox, or revoking the API key that minted it, revokes the link at once"`
 }
 
 // Link mints a link to port of sandbox id (the caller's), good for ttlSec
 // (0: preview.DefaultLinkTTL) and never past the lease's expiry. A link is
 // a bearer credential for that one port: whoever holds it opens the
-// preview until it expires or the sandbox ends.
-func (p *Previews) Link(ctx context.Context, id string, port int, ttlSec int64) (*PreviewLink, error) {
+// preview until it expires or the sandbox ends — and no longer than the
+// credential that minted it: an API key's id is signed into the link and
+// asked on every request (revoking or expiring the key kills the link);
+// a principal that is not a key (an OIDC token, which the server cannot
+// revoke, only see expire) caps the link's expiry at its own.
+func (pv *Previews) Link(ctx context.Context, id string, port int, ttlSec int64) (*PreviewLink, error) {
 	if port < 1 || port > 65535 {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "port %d: a port is 1-65535", port)
 	}
@@ -143,28 +160,31 @@ func (p *Previews) Link(ctx context.Context, id string, port int, ttlSec int64) 
 	if err != nil {
 		return nil, err
 	}
-	sb, err := p.svc.Get(ctx, id)
+	sb, err := pv.svc.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if sb.Status != sandbox.StatusRunning && sb.Status != sandbox.StatusSleeping {
 		return nil, notRunning(sb)
 	}
-	now := p.svc.now()
+	now := pv.svc.now()
 	ttl := preview.DefaultLinkTTL
 	if ttlSec > 0 {
 		ttl = time.Duration(min(ttlSec, int64(365*24*time.Hour/time.Second))) * time.Second
 	}
+	p, _ := sandbox.PrincipalFrom(ctx)
 	exp := now.Add(ttl)
 	if exp.After(sb.ExpiresAt) {
 		exp = sb.ExpiresAt
 	}
+	if !p.Expires.IsZero() && exp.After(p.Expires) {
+		exp = p.Expires
+	}
 	exp = exp.Truncate(time.Second)
 	if !exp.After(now) {
-		return nil, sandbox.Errorf(sandbox.KindConflict, "sandbox %s's lease ends now; renew it first", sb.ID)
+		return nil, sandbox.Errorf(sandbox.KindConflict, "sandbox %s's lease (or your credential) ends now; renew it first", sb.ID)
 	}
-	tok := p.signer.Mint(preview.Claims{Org: org, ID: sb.ID, Port: port, Expires: exp})
-	q := "?" + TokenParam + "=" + url.QueryEscape(tok)
+	tok := pv.signer.Mint(preview.Claims{Org: org, ID: sb.ID, Port: port, Expires: exp, Key: p.Key})
 	o, _ := preview.OriginFrom(ctx)
 	if o.Scheme == "" {
 		o.Scheme = "http"
@@ -172,8 +192,8 @@ func (p *Previews) Link(ctx context.Context, id string, port int, ttlSec int64) 
 	_, serverPort, _ := net.SplitHostPort(o.Host)
 	link := &PreviewLink{
 		ID: sb.ID, Port: port, ExpiresAt: exp.Unix(),
-		URL:     o.Scheme + "://" + preview.Host(port, sb.ID, p.cfg.Domain, serverPort) + "/" + q,
-		PathURL: "/v1/sandbox/" + sb.ID + "/ports/" + strconv.Itoa(port) + "/" + q,
+		URL:     o.Scheme + "://" + preview.Host(port, sb.ID, pv.cfg.Domain, serverPort) + "/?" + TokenParam + "=" + url.QueryEscape(tok),
+		PathURL: "/v1/sandbox/" + sb.ID + "/ports/" + strconv.Itoa(port) + "/",
 	}
 	if o.Host != "" {
 		link.PathURL = o.Scheme + "://" + o.Host + link.PathURL
@@ -182,10 +202,12 @@ func (p *Previews) Link(ctx context.Context, id string, port int, ttlSec int64) 
 }
 
 // Access checks a link's token for port of sandbox id: made by this
-// server, not expired, for this sandbox and port, and the sandbox still
-// the token's org's and not ended. It answers ctx with the token's org as
-// the principal (the preview runs as that org) and the token's expiry.
-// A bad token is KindUnauthorized; a sandbox gone since is KindNotFound.
+// server, not expired, for this sandbox and port, the API key that minted
+// it still working, and the sandbox still the token's org's and not
+// ended. It answers ctx with the token's org as the principal (the
+// preview runs as that org) and the token's expiry. A bad token, or one
+// whose key is revoked or expired, is KindUnauthorized; a sandbox gone
+// since is KindNotFound.
 func (p *Previews) Access(ctx context.Context, token, id string, port int) (context.Context, time.Time, error) {
 	c, err := p.signer.Verify(token, id, port, p.svc.now())
 	switch {
@@ -194,7 +216,21 @@ func (p *Previews) Access(ctx context.Context, token, id string, port int) (cont
 	case err != nil:
 		return nil, time.Time{}, sandbox.Wrap(sandbox.KindUnauthorized, err, "this preview link is not valid here: it was altered, or is for another sandbox or port")
 	}
-	ctx = sandbox.WithPrincipal(ctx, sandbox.Principal{Org: c.Org, Subject: "preview link"})
+	if c.Key != "" {
+		// Asked on every request, cookie or token alike (one indexed
+		// read of the control database): the link dies the moment its
+		// key does, by the server or by the CLI on the data directory.
+		live := false
+		if p.keys != nil {
+			if live, err = p.keys.KeyActive(ctx, c.Key); err != nil {
+				return nil, time.Time{}, err
+			}
+		}
+		if !live {
+			return nil, time.Time{}, sandbox.Errorf(sandbox.KindUnauthorized, "the API key that minted this preview link was revoked or has expired: mint a new link with a working key")
+		}
+	}
+	ctx = sandbox.WithPrincipal(ctx, sandbox.Principal{Org: c.Org, Subject: "preview link", Key: c.Key})
 	if _, err := p.svc.Get(ctx, id); err != nil {
 		return nil, time.Time{}, err
 	}
