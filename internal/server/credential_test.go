@@ -372,3 +372,112 @@ func TestLeaseCredentialSurvivesRestartOnRunsc(t *testing.T) {
 		t.Errorf("after a restart and a renew: %+v (before %+v)", after, before)
 	}
 }
+
+// TestLeaseCredentialForkOnRunsc: a fork comes from its parent's memory,
+// credential file and all; before any command of the caller's runs in
+// it, that copy is replaced by the fork's own credential, which reads the
+// fork's lease and not the parent's, while the parent keeps its own.
+func TestLeaseCredentialForkOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	parent := e.lease("acme", map[string]any{"ttlSec": 600})
+	parentTok := e.credentialIn("acme", parent)
+	if e.verifyPublished(parentTok).Sandbox != parent {
+		t.Fatal("the parent's credential is not its own")
+	}
+	fork, _ := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+parent+"/fork", "acme", map[string]any{"ttlSec": 300}).JSON(t)["id"].(string)
+	forkTok := e.credentialIn("acme", fork) // the first command into the fork
+	if forkTok == "" {
+		t.Fatal("the fork has no credential")
+	}
+	if forkTok == parentTok {
+		t.Fatal("the fork holds its parent's credential")
+	}
+	c := e.verifyPublished(forkTok)
+	sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+fork, "acme", nil).JSON(t)
+	if c.Sandbox != fork || c.Org != "acme" || c.Act["sub"] != "sandbox:"+fork || float64(c.Expiry.Time().Unix()) != sb["expiresAt"].(float64) {
+		t.Errorf("the fork's credential: %+v (its lease ends at %v)", c, sb["expiresAt"])
+	}
+	e.must(http.StatusOK, "GET", "/v1/sandbox/"+fork, forkTok, nil)
+	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+parent, forkTok, nil)
+	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+parent+"/renew", forkTok, map[string]any{"ttlSec": 60})
+	if got := e.credentialIn("acme", parent); got != parentTok {
+		t.Errorf("the parent's credential changed with the fork")
+	}
+}
+
+// TestLeaseCredentialAfterWakeOnRunsc: a wake puts the sandbox's live
+// credential in place: after a cold wake (the checkpoint lost, the
+// container started without the memory the file lived in), and after a
+// wake from memory when the credential was refreshed while the sandbox
+// slept (the memory holds the one from before the sleep).
+func TestLeaseCredentialAfterWakeOnRunsc(t *testing.T) {
+	t.Run("cold", func(t *testing.T) {
+		// The credential lives as long as the lease: no refresh writes it.
+		e := newEnv(t)
+		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		tok := e.credentialIn("acme", id)
+		e.verifyPublished(tok)
+		if r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil).JSON(t); r["memoryKept"] != true {
+			t.Fatalf("pause: %v", r)
+		}
+		// The checkpoint goes: the wake starts the sandbox fresh.
+		cps, err := filepath.Glob(filepath.Join(e.data, "runtime", "checkpoints", "*"))
+		if err != nil || len(cps) != 1 {
+			t.Fatalf("checkpoints: %v %v", cps, err)
+		}
+		if err := os.RemoveAll(cps[0]); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil).JSON(t); r["woken"] != true || r["memoryKept"] == true {
+			t.Fatalf("resume after the checkpoint went: %v", r)
+		}
+		if got := e.credentialIn("acme", id); got == "" {
+			t.Fatal("no credential after a cold wake")
+		} else if c := e.verifyPublished(got); c.Sandbox != id {
+			t.Errorf("after a cold wake: %+v", c)
+		}
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	})
+
+	t.Run("refreshed while asleep", func(t *testing.T) {
+		const ttl = 45 * time.Second // a wake under load takes seconds: the refreshes are far apart
+		e := newEnvConfig(t, server.Config{Identity: identity.Config{CredentialTTL: ttl}})
+		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		// The credential is exchanged again two thirds into its life
+		// (credential.go), asleep or not: the check below counts only when
+		// the wake's read comes before the next of those, which would
+		// write a fresh one anyway.
+		for attempt := 1; ; attempt++ {
+			tok := e.credentialIn("acme", id)
+			c := e.verifyPublished(tok)
+			minted := c.Expiry.Time().Add(-ttl)
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+			// Past the refresh while asleep (two thirds of its life).
+			time.Sleep(time.Until(minted.Add(2*ttl/3)) + 3*time.Second)
+			if r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil).JSON(t); r["memoryKept"] != true {
+				t.Fatalf("resume: %v", r)
+			}
+			got := e.credentialIn("acme", id)
+			// The refreshes come at minted+2/3·ttl, then every 2/3·ttl.
+			next := minted.Add(2 * ttl / 3)
+			for !next.After(c.Expiry.Time()) {
+				next = next.Add(2 * ttl / 3)
+			}
+			if time.Now().After(next.Add(-2 * time.Second)) {
+				if attempt == 3 {
+					t.Fatalf("three wakes were each too slow to tell the wake's write from a refresh's")
+				}
+				t.Logf("the wake took until the next refresh: again")
+				continue
+			}
+			if got == tok {
+				t.Fatal("after the wake the sandbox holds the credential from before its sleep, not the one refreshed while it slept")
+			}
+			if c := e.verifyPublished(got); c.Sandbox != id {
+				t.Errorf("after the wake: %+v", c)
+			}
+			break
+		}
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	})
+}
