@@ -321,7 +321,7 @@ func TestPreviewLinksOnRunsc(t *testing.T) {
 
 // TestPreviewWakesOnRunsc: a preview is use of the sandbox — it stamps
 // lastUsedAt (what the idle sleep reads) and wakes a sleeping sandbox, the
-// server inside answering again when the runtime kept its memory.
+// server inside answering again from the memory the sleep kept.
 func TestPreviewWakesOnRunsc(t *testing.T) {
 	e := newEnv(t)
 	id := e.lease("acme", map[string]any{"ttlSec": 600})
@@ -358,13 +358,15 @@ func TestPreviewWakesOnRunsc(t *testing.T) {
 	if sb["status"] != "running" {
 		t.Fatalf("a preview of a sleeping sandbox left it %v", sb["status"])
 	}
-	switch kept, _ := slept["memoryKept"].(bool); {
-	case kept && (res.StatusCode != 200 || body != "awake\n"):
-		t.Errorf("woken with its memory, the server inside did not answer: %d %q", res.StatusCode, body)
-	case !kept && res.StatusCode != http.StatusBadGateway:
-		t.Errorf("woken without its memory (no server inside): %d %q, want 502", res.StatusCode, body)
+	// gVisor checkpoints a sleeping sandbox (TestSleepAndWake): the server
+	// inside comes back with the memory and answers the preview that woke
+	// it. A 502 here would be a sleep that lost the memory.
+	if slept["memoryKept"] != true {
+		t.Errorf("the sleep did not keep the memory: %v", slept)
 	}
-	t.Logf("memory kept across the sleep: %v; the preview answered %d", slept["memoryKept"], res.StatusCode)
+	if res.StatusCode != 200 || body != "awake\n" {
+		t.Errorf("the preview that woke the sandbox: %d %q, want the server inside to answer", res.StatusCode, body)
+	}
 }
 
 // TestPreviewPublicOnRunsc: a lease asking for public ports is refused
