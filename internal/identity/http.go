@@ -65,16 +65,13 @@ func (is *Issuer) ServeJWKS(w http.ResponseWriter, r *http.Request) {
 func (is *Issuer) ServeToken(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	// The endpoint is anyone's and each exchange is an RSA signature: a
-	// few at once, the rest told to come back (a flood costs the server
-	// its cores, never its other work).
-	select {
-	case is.exchanging <- struct{}{}:
-		defer func() { <-is.exchanging }()
-	default:
+	// few at once, and a few per sandbox (limit.go).
+	if !is.limit.acquire(r.Context()) {
 		w.Header().Set("Retry-After", "1")
 		writeOAuth(w, oauthErr(http.StatusTooManyRequests, "temporarily_unavailable", "too many token exchanges at once; retry"))
 		return
 	}
+	defer is.limit.release()
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		writeOAuth(w, oauthErr(400, "invalid_request", "the body must be an application/x-www-form-urlencoded form under 64 KiB"))
@@ -110,11 +107,14 @@ func (is *Issuer) ServeToken(w http.ResponseWriter, r *http.Request) {
 		}
 		req.ExpiresAt = time.Unix(n, 0)
 	}
-	tok, err := is.Exchange(r.Context(), req, false)
+	tok, err := is.exchange(r.Context(), req, false, is.limit)
 	if err != nil {
 		var oe *OAuthError
 		if !errors.As(err, &oe) {
 			oe = oauthErr(500, "server_error", "the exchange failed")
+		}
+		if oe.status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
 		}
 		if oe.status >= 500 {
 			is.log.Error("token exchange", "err", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
@@ -68,7 +69,7 @@ type Issuer struct {
 	Subjects Subjects
 	Leases   Leases
 
-	exchanging chan struct{} // the token endpoint's exchanges in flight
+	limit *limiter // the token endpoint's bounds (limit.go)
 }
 
 // NewIssuer opens the issuer's keys in data (made on the first start).
@@ -94,7 +95,7 @@ func NewIssuer(cfg Config, data, operatorOrg string, log *slog.Logger) (*Issuer,
 		return nil, err
 	}
 	return &Issuer{cfg: cfg, ring: r, secret: secret, operator: operatorOrg, log: log,
-		exchanging: make(chan struct{}, 2*goruntime.GOMAXPROCS(0))}, nil
+		limit: newLimiter(2 * goruntime.GOMAXPROCS(0))}, nil
 }
 
 // URL is the issuer's URL (its tokens' iss).
@@ -172,6 +173,12 @@ func oauthErr(status int, code, format string, args ...any) *OAuthError {
 // server's own client, in process (the HTTP endpoint authenticates the
 // client by its secret instead).
 func (is *Issuer) Exchange(ctx context.Context, req ExchangeRequest, trusted bool) (*Token, error) {
+	return is.exchange(ctx, req, trusted, nil)
+}
+
+// exchange is Exchange; limit, when set (the HTTP endpoint), is charged
+// for the sandbox once the subject is known, before anything is signed.
+func (is *Issuer) exchange(ctx context.Context, req ExchangeRequest, trusted bool, limit *limiter) (*Token, error) {
 	if req.GrantType != GrantTokenExchange {
 		return nil, oauthErr(400, "unsupported_grant_type", "this endpoint grants %s only", GrantTokenExchange)
 	}
@@ -257,6 +264,9 @@ func (is *Issuer) Exchange(ctx context.Context, req ExchangeRequest, trusted boo
 	end = end.Truncate(time.Second)
 	if !end.After(now.Add(time.Second)) {
 		return nil, oauthErr(400, "invalid_target", "the lease of %s has ended", id)
+	}
+	if limit != nil && !limit.allow(p.Org, id) {
+		return nil, oauthErr(http.StatusTooManyRequests, "temporarily_unavailable", "too many token exchanges for sandbox %s; retry", id)
 	}
 	aud := is.cfg.Audience
 	if client && req.Audience != "" {

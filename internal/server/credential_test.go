@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -480,4 +482,73 @@ func TestLeaseCredentialAfterWakeOnRunsc(t *testing.T) {
 		}
 		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 	})
+}
+
+// TestTokenEndpointPerSandboxOnRunsc: the token endpoint's bound is per
+// sandbox as well as global. One sandbox flooding narrowing exchanges of
+// its own credential, many at once, is refused (429) at its own bucket,
+// while another sandbox's exchanges, made during the flood, all succeed.
+func TestTokenEndpointPerSandboxOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	a := e.lease("acme", map[string]any{"ttlSec": 600})
+	b := e.lease("acme", map[string]any{"ttlSec": 600})
+	form := func(id string) url.Values {
+		return url.Values{"grant_type": {identity.GrantTokenExchange}, "client_id": {"sandbox"},
+			"subject_token": {e.credentialIn("acme", id)}, "subject_token_type": {identity.TokenTypeJWT},
+			"resource": {identity.Resource(id)}, "scope": {"lease:read"}}
+	}
+	fa, fb := form(a).Encode(), form(b)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	post := func(body string) (int, string) {
+		res, err := client.Post(e.http.URL+identity.PathToken, "application/x-www-form-urlencoded", strings.NewReader(body))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+
+	var refused, served atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				switch st, _ := post(fa); st {
+				case 429:
+					refused.Add(1)
+				case 200:
+					served.Add(1)
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for refused.Load() < 100 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if refused.Load() < 100 {
+		t.Fatalf("a flood of sandbox A's exchanges was not refused (%d served, %d refused)", served.Load(), refused.Load())
+	}
+	// During the flood, sandbox B's exchanges all succeed.
+	for i := range 5 {
+		if st, body := post(fb.Encode()); st != 200 {
+			t.Fatalf("sandbox B's exchange %d during A's flood: %d %s (A: %d served, %d refused)", i, st, body, served.Load(), refused.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A's own bucket is what refused it: it was served its burst and
+	// little more.
+	if n := served.Load(); n > 100 {
+		t.Errorf("sandbox A was served %d exchanges in its flood", n)
+	}
 }
