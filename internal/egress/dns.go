@@ -120,6 +120,15 @@ func (m *Manager) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if len(addrs) > 0 && rules.NameAllowed(name) {
 		m.remember(e, name, addrs, max(time.Duration(ttl)*time.Second, minTTL))
 	}
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+		// What the asker can take over UDP (512 bytes without EDNS); the
+		// rest it asks again over TCP.
+		size := dns.MinMsgSize
+		if o := req.IsEdns0(); o != nil {
+			size = int(o.UDPSize())
+		}
+		reply.Truncate(size)
+	}
 	w.WriteMsg(reply)
 }
 

@@ -37,6 +37,10 @@ const (
 // chainKinds are the per-sandbox chains, by prefix.
 var chainKinds = []string{"f-", "g-", "i-", "o-", "n-", "u-", "w-"}
 
+// dnsRate bounds a sandbox's UDP queries to its resolver, a second (a
+// burst of twice as many): a busy build asks a few dozen.
+const dnsRate = 200
+
 // limits are the per-sandbox bounds the rules enforce.
 type limits struct {
 	bytesPerSec uint64 // each direction; 0 unbounded
@@ -222,6 +226,13 @@ func (rs *ruleset) add(c *nftables.Conn, l *link) error {
 	rule("i-", notV4)
 	rule("i-", notMine)
 	rule("i-", jump("u-"+l.key))
+	// DNS over UDP to the resolver at most dnsRate queries a second:
+	// past it dropped here, before the established rule (a flood from one
+	// socket is one established flow), so one sandbox's flood never fills
+	// the resolver's socket, which every sandbox shares, ahead of its
+	// neighbours' queries, and costs the server nothing.
+	rule("i-", daddrIs(rs.svc), l4proto(unix.IPPROTO_UDP), dport(53),
+		[]expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: dnsRate, Unit: expr.LimitTimeSecond, Burst: 2 * dnsRate, Over: true}}, verdict(expr.VerdictDrop))
 	rule("i-", estab)
 	connLimit("i-")
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {

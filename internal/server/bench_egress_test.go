@@ -6,12 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/egress"
+	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
@@ -88,4 +90,38 @@ func BenchmarkEgress(b *testing.B) {
 	b.Run("download/proxy", inside(e, []string{"raw.example"}, "http://raw.example/bytes/"+strconv.Itoa(size)))
 	limited, _ := newEgressEnv(b, 100)
 	b.Run("download/100Mbit", inside(limited, []string{"internet"}, "http://"+testenv.RawIP+"/bytes/"+strconv.Itoa(size)))
+}
+
+// BenchmarkResolverLookup: a lookup's p50 through a sandbox's resolver
+// with its bounds (in-flight slots, the answer filter's cap, the bounded
+// memory of answers) beside one without (Options.NoResolverBounds: the
+// path before them), two servers up in one run, the rounds alternating so
+// the machine's load falls on both alike (the target: ≤ 1.05×).
+func BenchmarkResolverLookup(b *testing.B) {
+	bounded, _ := newEgressEnv(b, 0)
+	in := testenv.NewInternet(b)
+	var cfg server.Config
+	cfg.GVisor.Egress.Uplink, cfg.GVisor.Egress.DNS, cfg.GVisor.Egress.NoResolverBounds = in.Uplink, in.DNS, true
+	cfg.Service.NetworkAllow = []string{"*", "internet"}
+	unbounded := newEnvConfig(b, cfg)
+	policy := map[string]any{"network": map[string]any{"allow": []string{"allowed.example"}}}
+	ids := []string{bounded.lease("acme", policy), unbounded.lease("acme", policy)}
+	envs := []*env{bounded, unbounded}
+	ms := [2][]float64{}
+	for i, e := range envs {
+		lookupTimes(e, ids[i], "allowed.example", 20) // warm
+	}
+	for b.Loop() {
+		for i, e := range envs {
+			ms[i] = append(ms[i], lookupTimes(e, ids[i], "allowed.example", 100)...)
+		}
+	}
+	p50 := func(v []float64) float64 {
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	with, without := p50(ms[0]), p50(ms[1])
+	b.ReportMetric(with, "ms-p50-bounded")
+	b.ReportMetric(without, "ms-p50-unbounded")
+	b.ReportMetric(with/without, "ratio")
 }

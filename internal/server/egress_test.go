@@ -1,21 +1,33 @@
 package server_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -57,6 +69,40 @@ def udpdns(server, name):
     s.settimeout(2)
     s.sendto(q, (server, 53))
     return "answered %d bytes" % len(s.recvfrom(512)[0])
+def recvall(s, n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c: raise ConnectionError("closed")
+        b += c
+    return b
+def dnsq(server, name, qtype, proto="udp", port=53):
+    # One query, raw: "rcode=N" and each answer record (an A's address,
+    # another's type number), so a test sees every record that passed.
+    q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".") if p) + b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
+    if proto == "udp":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(3)
+        s.sendto(q, (server, port))
+        r = s.recvfrom(65535)[0]
+    else:
+        s = socket.create_connection((server, port), timeout=3)
+        s.settimeout(3)
+        s.sendall(len(q).to_bytes(2, "big") + q)
+        r = recvall(s, int.from_bytes(recvall(s, 2), "big"))
+    s.close()
+    def skip(i):
+        while True:
+            if r[i] == 0: return i + 1
+            if r[i] >= 192: return i + 2
+            i += r[i] + 1
+    i, out = skip(12) + 4, []
+    for _ in range(int.from_bytes(r[6:8], "big")):
+        i = skip(i)
+        t, n = int.from_bytes(r[i:i+2], "big"), int.from_bytes(r[i+8:i+10], "big")
+        out.append(socket.inet_ntoa(r[i+10:i+10+n]) if t == 1 else str(t))
+        i += 10 + n
+    return " ".join(["rcode=%d" % (r[3] & 15)] + out)
 def myip():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.connect(("203.0.113.10", 80))
@@ -426,5 +472,421 @@ func TestEgressBandwidthBoundOnRunsc(t *testing.T) {
 	}
 	if secs < 6 {
 		t.Errorf("40 MB under a 40 Mbit/s bound took %.2f s: the bound does not hold (%.0f Mbit/s)", secs, float64(n)*8/secs/1e6)
+	}
+}
+
+// TestResolverForwardsAddressesOnlyOnRunsc: under "internet" the
+// sandbox's resolver asks the upstream only A queries for names of two
+// labels or more outside the local zones (no PTR, SRV, TXT, MX, ANY, no
+// single-label or .internal name reaches it), answers a name only its CNAME
+// chain and the reachable A records at its end (no address in a
+// never-reachable range, whatever record carries it), and answers over TCP
+// too; DNS to any other resolver, on 53 or 853, is refused.
+func TestResolverForwardsAddressesOnlyOnRunsc(t *testing.T) {
+	e, in := newEgressEnv(t, 0)
+	id := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}}})
+	const resolver = "10.254.0.1"
+	checks := [][]any{
+		c("dnsq", resolver, "allowed.example", 1),
+		c("dnsq", resolver, "allowed.example", 1, "tcp"),
+		c("dnsq", resolver, "mixed.example", 1),
+		c("dnsq", resolver, "txt.probe.example", 16),
+		c("dnsq", resolver, "srv.probe.example", 33),
+		c("dnsq", resolver, "mx.probe.example", 15),
+		c("dnsq", resolver, "any.probe.example", 255),
+		c("dnsq", resolver, "10.113.0.203.in-addr.arpa", 12),
+		c("dnsq", resolver, "wpad", 1),
+		c("dnsq", resolver, "metadata.google.internal", 1),
+		c("dnsq", testenv.DNSIP, "allowed.example", 1, "tcp"),
+		c("dnsq", testenv.DNSIP, "allowed.example", 1, "tcp", 853), // a listener is there: DoT's port
+	}
+	want := []string{
+		"ok rcode=0 203.0.113.10", "ok rcode=0 203.0.113.10",
+		"ok rcode=0 5 203.0.113.10", // the CNAME, then the one reachable address
+		"ok rcode=5", "ok rcode=5", "ok rcode=5", "ok rcode=5",
+		"ok rcode=3", "ok rcode=3", "ok rcode=3",
+		"fail", "fail",
+	}
+	got := probeIn(e, "acme", id, checks...)
+	for i := range checks {
+		if got[i] != want[i] && !(want[i] == "fail" && strings.HasPrefix(got[i], "fail")) {
+			t.Errorf("%v = %q, want %q", checks[i], got[i], want[i])
+		}
+	}
+	for _, q := range in.Queries() {
+		if strings.Contains(q, "probe.example") || strings.Contains(q, "arpa") || q == "wpad." || strings.Contains(q, "internal") {
+			t.Errorf("%q reached the upstream", q)
+		}
+	}
+	// The control: the upstream does see what the sandbox may ask.
+	if !slices.Contains(in.Queries(), "mixed.example.") {
+		t.Errorf("mixed.example never reached the upstream: %v", in.Queries())
+	}
+}
+
+// lookups times n lookups of name inside a sandbox through its resolver
+// and prints each in milliseconds.
+const lookups = `import socket, sys, time
+name, n = sys.argv[1], int(sys.argv[2])
+out = []
+for i in range(n):
+    t = time.perf_counter()
+    socket.gethostbyname(name)
+    out.append("%.3f" % ((time.perf_counter() - t) * 1000))
+print(" ".join(out))`
+
+// lookupTimes are n lookups of name in sandbox id, in ms each.
+func lookupTimes(e *env, id, name string, n int) []float64 {
+	e.t.Helper()
+	out := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", lookups, name, strconv.Itoa(n)}, "timeoutSec": 300})
+	var ms []float64
+	for f := range strings.FieldsSeq(out.Stdout) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			e.t.Fatalf("lookups: %q %q", out.Stdout, out.Stderr)
+		}
+		ms = append(ms, v)
+	}
+	if len(ms) != n {
+		e.t.Fatalf("lookups: %q %q", out.Stdout, out.Stderr)
+	}
+	return ms
+}
+
+// lookupP50 is the median of n lookups of name in sandbox id, in ms.
+func lookupP50(e *env, id, name string, n int) float64 {
+	ms := lookupTimes(e, id, name, n)
+	slices.Sort(ms)
+	return ms[n/2]
+}
+
+// flood asks the sandbox's resolver unique names as fast as one UDP socket
+// can send them, half under a zone whose every name has 500 addresses, half
+// under one that is never answered, for argv[1] seconds, to port argv[2]
+// of the resolver's address, and prints how many it sent.
+const flood = `import socket, sys, time, os
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+end, i = time.time() + float(sys.argv[1]), 0
+def q(name):
+    return os.urandom(2) + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00\x00\x01\x00\x01"
+while time.time() < end:
+    i += 1
+    try:
+        s.sendto(q("n%d.%s" % (i, "many.example" if i % 2 else "silent.example")), ("10.254.0.1", int(sys.argv[2])))
+    except BlockingIOError:
+        time.sleep(0.001)
+    try:
+        while True: s.recv(65535)
+    except BlockingIOError:
+        pass
+print(i)`
+
+// procUsage is this process's resident memory (kB) and open files: the
+// server under test runs in it.
+func procUsage(t *testing.T) (rssKB, fds int) {
+	t.Helper()
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.SplitSeq(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			rssKB, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rssKB, len(ents)
+}
+
+// TestResolverFloodOnRunsc: one sandbox asks unique names as fast as it
+// can of a hostile upstream (every name 500 addresses, or never answered):
+// the server's resident memory and open files stay bounded, and a
+// neighbour's lookups keep their pace: p50 within 2× of its p50 beside the
+// same flood sent to a closed port (on a 2-core machine shared with other
+// work, the flooder's CPU and packets alone slow every sandbox; what the
+// resolver must not add is a queue of the flood's queries ahead of the
+// neighbour's).
+func TestResolverFloodOnRunsc(t *testing.T) {
+	e, in := newEgressEnv(t, 0)
+	flooder := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"*.many.example", "*.silent.example"}}})
+	neighbour := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example"}}})
+	lookupP50(e, neighbour, "allowed.example", 20) // warm
+	quiet := lookupP50(e, neighbour, "allowed.example", 100)
+
+	// The baseline: the same flood to a port where nothing listens (the
+	// rules refuse it), which costs the machine the packets and the
+	// flooder's CPU but not the resolver.
+	const secs = 30
+	e.startProcess("acme", flooder, map[string]any{"argv": []string{"python3", "-c", flood, "20", "54"}})
+	time.Sleep(2 * time.Second)
+	busy := lookupP50(e, neighbour, "allowed.example", 100)
+	time.Sleep(20 * time.Second)
+
+	debug.FreeOSMemory()
+	rss0, fds0 := procUsage(t)
+	var maxRSS, maxFDs atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			r, f := procUsage(t)
+			if int64(r) > maxRSS.Load() {
+				maxRSS.Store(int64(r))
+			}
+			if int64(f) > maxFDs.Load() {
+				maxFDs.Store(int64(f))
+			}
+		}
+	}()
+	e.startProcess("acme", flooder, map[string]any{"argv": []string{"python3", "-c", flood, strconv.Itoa(secs), "53"}})
+	start := time.Now()
+	time.Sleep(3 * time.Second)
+	loud := lookupP50(e, neighbour, "allowed.example", 100)
+	time.Sleep(time.Until(start.Add(secs * time.Second)))
+	close(done)
+	asked := 0
+	for _, q := range in.Queries() {
+		if strings.HasSuffix(q, ".many.example.") || strings.HasSuffix(q, ".silent.example.") {
+			asked++
+		}
+	}
+	t.Logf("the neighbour's lookup p50: quiet %.2f ms, beside the same flood to a closed port %.2f ms, under the flood %.2f ms; RSS %d → %d kB, fds %d → %d; the upstream was asked %d flood names",
+		quiet, busy, loud, rss0, maxRSS.Load(), fds0, maxFDs.Load(), asked)
+	if asked < 50 {
+		t.Fatalf("the flood asked the upstream only %d names: it did not run", asked)
+	}
+	// Bounded: 16 upstream queries in flight for the flooder (a socket and
+	// a TCP retry each, and the test internet's end of it in this process
+	// too), 1024 names of 32 addresses remembered.
+	if d := maxFDs.Load() - int64(fds0); d > 100 {
+		t.Errorf("open files grew by %d under the flood", d)
+	}
+	if d := maxRSS.Load() - int64(rss0); d > 48<<10 {
+		t.Errorf("resident memory grew by %d MiB under the flood", d>>10)
+	}
+	if loud > 2*max(busy, quiet) {
+		t.Errorf("the neighbour's lookup p50: %.2f ms under the flood, %.2f ms beside the same flood to a closed port (over 2×)", loud, busy)
+	}
+}
+
+// onlyNetns is the key of the one sandbox network namespace e has.
+func onlyNetns(t *testing.T, e *env) string {
+	t.Helper()
+	ents, _ := os.ReadDir(filepath.Join(e.data, "runtime", "netns"))
+	if len(ents) != 1 {
+		t.Fatalf("want one sandbox namespace, have %v", ents)
+	}
+	return ents[0].Name()
+}
+
+// inject sends one DNS query for name as an Ethernet frame on the eth0 of
+// the sandbox network namespace ns (below gVisor, which owns the link), from
+// src to the sandbox's resolver: the packet a sandbox that could forge its
+// source address would send.
+func inject(t *testing.T, ns string, src netip.Addr, dstMAC net.HardwareAddr, name string) {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(name, dns.TypeA)
+	payload, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp := binary.BigEndian.AppendUint16(nil, 40000)
+	udp = binary.BigEndian.AppendUint16(udp, 53)
+	udp = binary.BigEndian.AppendUint16(udp, uint16(8+len(payload)))
+	udp = append(udp, 0, 0) // no checksum (IPv4 allows it)
+	udp = append(udp, payload...)
+	ip := []byte{0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0}
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
+	ip = append(ip, src.AsSlice()...)
+	ip = append(ip, netip.MustParseAddr("10.254.0.1").AsSlice()...)
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	err = egress.InNetNS(ns, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		frame := append(append(append([]byte{}, dstMAC...), l.Attrs().HardwareAddr...), 0x08, 0x00)
+		frame = append(append(frame, ip...), udp...)
+		return unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Protocol: 0x0008, Halen: 6})
+	})
+	if err != nil {
+		t.Fatalf("inject: %v", err)
+	}
+}
+
+// TestEgressSpoofAndIPv6OnRunsc: a packet with another sandbox's source
+// address is dropped before the resolver sees it (it would borrow that
+// sandbox's policy), while the same packet with the sandbox's own address
+// is answered; and no IPv6 packet of a sandbox reaches the host, even to
+// the uplink's link-local address on the sandbox's own link, where the
+// stand-in control API listens.
+func TestEgressSpoofAndIPv6OnRunsc(t *testing.T) {
+	e, in := newEgressEnv(t, 0)
+	narrow := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example"}}})
+	key := onlyNetns(t, e)
+	ns := filepath.Join(e.data, "runtime", "netns", key)
+	wide := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}}})
+	own := netip.MustParseAddr(strings.TrimPrefix(probeIn(e, "acme", narrow, c("myip"))[0], "ok "))
+	other := netip.MustParseAddr(strings.TrimPrefix(probeIn(e, "acme", wide, c("myip"))[0], "ok "))
+
+	var upMAC net.HardwareAddr
+	var linkLocal string
+	if err := egress.InNetNS(in.Uplink, func() error {
+		l, err := netlink.LinkByName("sbx" + key)
+		if err != nil {
+			return err
+		}
+		upMAC = l.Attrs().HardwareAddr
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+		for _, a := range addrs {
+			if a.IP.IsLinkLocalUnicast() {
+				linkLocal = a.IP.String()
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	count := func(name string) int {
+		n := 0
+		for _, q := range in.Queries() {
+			if q == name {
+				n++
+			}
+		}
+		return n
+	}
+	inject(t, ns, other, upMAC, "spoofed-canary.example.")
+	before := count("allowed.example.")
+	inject(t, ns, own, upMAC, "allowed.example.")
+	deadline := time.Now().Add(5 * time.Second)
+	for count("allowed.example.") == before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if count("allowed.example.") == before {
+		t.Fatal("the control packet (the sandbox's own address) never reached the upstream: the injection does not work")
+	}
+	if n := count("spoofed-canary.example."); n > 0 {
+		t.Errorf("a query from %s's link with %s's source address reached the upstream (%d×)", own, other, n)
+	}
+
+	if linkLocal == "" {
+		t.Fatal("the uplink's end of the sandbox link has no IPv6 link-local address")
+	}
+	checks := [][]any{c("tcp", linkLocal+"%eth0", in.HostPort), c("tcp", "ff02::1%eth0", in.HostPort), c("http", "http://allowed.example/")}
+	got := probeIn(e, "acme", narrow, checks...)
+	expect(t, "IPv6", checks, got, []string{"fail", "fail", "ok hello allowed.example"})
+	t.Logf("IPv6 from the sandbox: %v; its addresses: %s", got, e.sh("acme", narrow, "cat /proc/net/if_inet6 2>&1 || true"))
+}
+
+// TestEgressHostUplinkOnRunsc: the egress rules in this host's own network
+// namespace (the default uplink), against a test internet routed over a
+// veth from it (only its documentation addresses routed: nothing leaves
+// the machine). Allowed names and addresses are reached; other names,
+// addresses of no allowed name, the host's own addresses and other
+// resolvers are not; nothing is left after the ends.
+func TestEgressHostUplinkOnRunsc(t *testing.T) {
+	in := testenv.NewHostInternet(t)
+	// The stand-in control API on every address of this host, and the
+	// host's address its default route leaves from.
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "the host's API\n") }))
+	apiPort := ln.Addr().(*net.TCPAddr).Port
+	var hostIP string
+	if routes, err := netlink.RouteGet(net.ParseIP("192.0.2.200")); err == nil && len(routes) > 0 && routes[0].Src != nil {
+		hostIP = routes[0].Src.String()
+	}
+	// What the server makes in this namespace it leaves for a restart (the
+	// table, the service address): gone at the test's end.
+	t.Cleanup(func() {
+		if c, err := nftables.New(); err == nil {
+			c.DelTable(&nftables.Table{Name: "sandbox", Family: nftables.TableFamilyINet})
+			c.Flush()
+		}
+		exec.Command("ip", "addr", "del", "10.254.0.1/32", "dev", "lo").Run()
+	})
+	var cfg server.Config
+	cfg.GVisor.Egress.DNS = in.DNS
+	cfg.Service.NetworkAllow = []string{"*", "internet"}
+	e := newEnvConfig(t, cfg)
+
+	named := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example"}}})
+	checks := [][]any{
+		c("http", "http://allowed.example/"),
+		c("https", "allowed.example", "allowed.example"),
+		c("resolve", "other.example"),
+		c("http", "http://203.0.113.20/"),
+		c("https", testenv.WebIP, "other.example"),
+		c("tcp", testenv.UplinkIP, in.HostPort),
+		c("tcp", testenv.UplinkIP, apiPort),
+		c("tcp", "10.254.0.1", apiPort),
+		c("udpdns", testenv.DNSIP, "allowed.example"),
+		c("dnsq", "10.254.0.1", "allowed.example", 1, "tcp"),
+	}
+	want := []string{"ok hello allowed.example", "ok hello allowed.example", "fail", "fail", "fail", "fail", "fail", "fail", "fail", "ok rcode=0 203.0.113.10"}
+	if hostIP != "" {
+		checks = append(checks, c("tcp", hostIP, apiPort))
+		want = append(want, "fail")
+	}
+	expect(t, "host uplink, allow allowed.example", checks, probeIn(e, "acme", named, checks...), want)
+
+	inet := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}}})
+	checks = [][]any{
+		c("http", "http://203.0.113.20/"),
+		c("resolve", "allowed.example"),
+		c("tcp", testenv.UplinkIP, in.HostPort),
+		c("tcp", "10.254.0.1", apiPort),
+		c("udpdns", testenv.DNSIP, "allowed.example"),
+		c("dnsq", testenv.DNSIP, "allowed.example", 1, "tcp", 853),
+	}
+	want = []string{"ok hello 203.0.113.20", "ok 203.0.113.10", "fail", "fail", "fail", "fail"}
+	if hostIP != "" {
+		checks = append(checks, c("tcp", hostIP, apiPort))
+		want = append(want, "fail")
+	}
+	expect(t, "host uplink, internet", checks, probeIn(e, "acme", inet, checks...), want)
+	// The controls: the host reaches what the sandboxes were refused.
+	for _, a := range []string{fmt.Sprintf("%s:%d", testenv.UplinkIP, apiPort), fmt.Sprintf("%s:%d", testenv.DNSIP, 853)} {
+		if cn, err := net.DialTimeout("tcp", a, 3*time.Second); err != nil {
+			t.Errorf("the host does not reach %s: %v", a, err)
+		} else {
+			cn.Close()
+		}
+	}
+
+	for _, id := range []string{named, inet} {
+		e.must(200, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	}
+	links, _ := exec.Command("ip", "-o", "link", "show").Output()
+	for l := range strings.SplitSeq(string(links), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], "sbx") && len(strings.TrimSuffix(strings.Split(f[1], "@")[0], ":")) == 13 {
+			t.Errorf("left after the ends: link %s", f[1])
+		}
 	}
 }

@@ -35,7 +35,12 @@ import (
 //   - 203.0.113.10: HTTP (80) and HTTPS (443, any SNI) answering "hello
 //     HOST" — the address of allowed.example and other.example alike;
 //   - 203.0.113.20: the same, named by no name (raw-IP access);
-//   - 203.0.113.53: a DNS server for *.example that records every query;
+//   - 203.0.113.53: a DNS server for *.example that records every query
+//     (on 53, and on 853 over TCP as a stand-in for DNS over TLS), with
+//     hostile zones for the sandboxes' resolver's bounds: every name under
+//     many.example has 500 addresses, no name under silent.example is
+//     ever answered, and mixed.example's answer carries every kind of
+//     record (see serveDNS);
 //   - 169.254.169.254 and 10.9.9.9: decoys (metadata, a private host);
 //   - HostPort on every Uplink address: a stand-in for the control API
 //     on the host's addresses.
@@ -59,6 +64,13 @@ const (
 	MetadataIP = "169.254.169.254"
 	PrivateIP  = "10.9.9.9"
 	UplinkIP   = "198.51.100.1"
+)
+
+// The world DNS server's hostile zones (see Internet).
+const (
+	ManyZone   = "many.example."
+	SilentZone = "silent.example."
+	ManyAddrs  = 500
 )
 
 // Zone is what the world's DNS server answers.
@@ -109,7 +121,89 @@ func NewInternet(t testing.TB) *Internet {
 	for _, a := range []string{WebIP, RawIP, DNSIP, MetadataIP, PrivateIP} {
 		run("-n", world, "addr", "add", a+"/32", "dev", "lo")
 	}
+	in.start(t)
+	return in
+}
 
+// NewHostInternet is an Internet whose uplink is this host's own network
+// namespace (Uplink is empty: a server's default, no --egress-uplink), for
+// the egress rules as they run there. The world namespace hangs off a veth
+// from this namespace, its host end UplinkIP/24 (198.51.100.0/24, a
+// documentation range), and this namespace routes only WebIP, RawIP and
+// DNSIP (203.0.113.0/24, another one) through it: /32 routes, never a
+// default or a wider range, so nothing a sandbox sends leaves the machine
+// for the hosts a test names, and the decoys are not routed at all (the
+// tests through an uplink namespace cover them). The stand-in control API
+// listens on UplinkIP:HostPort here. Tests that add routes of this
+// namespace take turns with RoutedInternet (one lock).
+func NewHostInternet(t testing.TB) *Internet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, GVisor, "root (the test makes network namespaces)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		Missing(t, GVisor, "ip from iproute2")
+	}
+	hostRoutesLock(t)
+	b := make([]byte, 3)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	world, hostIf := "sbt-w-"+id, "sbtw"+id
+	in := &Internet{World: "/run/netns/" + world, HostPort: 18080, DNS: DNSIP + ":53"}
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("netns", "add", world)
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", hostIf).Run()
+		exec.Command("ip", "netns", "del", world).Run()
+	})
+	run("-n", world, "link", "set", "lo", "up")
+	run("link", "add", hostIf, "type", "veth", "peer", "name", "wld0", "netns", world)
+	run("addr", "add", UplinkIP+"/24", "dev", hostIf)
+	run("-n", world, "addr", "add", "198.51.100.2/24", "dev", "wld0")
+	run("link", "set", hostIf, "up")
+	run("-n", world, "link", "set", "wld0", "up")
+	run("-n", world, "route", "add", "default", "via", UplinkIP)
+	for _, a := range []string{WebIP, RawIP, DNSIP, MetadataIP, PrivateIP} {
+		run("-n", world, "addr", "add", a+"/32", "dev", "lo")
+	}
+	for _, a := range []string{WebIP, RawIP, DNSIP} {
+		run("route", "add", a+"/32", "via", "198.51.100.2", "dev", hostIf)
+	}
+	in.start(t)
+	return in
+}
+
+// listen listens in the namespace at ns ("": this one) until the test's
+// end.
+func listen(t testing.TB, ns, network, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	fn := func() error {
+		var err error
+		ln, err = net.Listen(network, addr)
+		return err
+	}
+	var err error
+	if ns == "" {
+		err = fn()
+	} else {
+		err = egress.InNetNS(ns, fn)
+	}
+	if err != nil {
+		t.Fatalf("listen %s in %q: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// start starts the world's hosts and the stand-in control API.
+func (in *Internet) start(t testing.TB) {
+	t.Helper()
 	cert := selfSigned(t)
 	web := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// /bytes/N: N zero bytes, for throughput.
@@ -127,19 +221,7 @@ func NewInternet(t testing.TB) *Internet {
 		}
 		fmt.Fprintf(w, "hello %s\n", r.Host)
 	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 5 * time.Second}
-	listen := func(ns, network, addr string) net.Listener {
-		t.Helper()
-		var ln net.Listener
-		if err := egress.InNetNS(ns, func() error {
-			var err error
-			ln, err = net.Listen(network, addr)
-			return err
-		}); err != nil {
-			t.Fatalf("listen %s in %s: %v", addr, ns, err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		return ln
-	}
+	listen := func(ns, network, addr string) net.Listener { return listen(t, ns, network, addr) }
 	for _, ip := range []string{WebIP, RawIP, MetadataIP, PrivateIP} {
 		go web.Serve(listen(in.World, "tcp4", ip+":80"))
 		go web.ServeTLS(listen(in.World, "tcp4", ip+":443"), "", "")
@@ -148,7 +230,14 @@ func NewInternet(t testing.TB) *Internet {
 	host := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "the host's API")
 	}), ReadHeaderTimeout: 5 * time.Second}
-	go host.Serve(listen(in.Uplink, "tcp4", fmt.Sprintf("0.0.0.0:%d", in.HostPort)))
+	if in.Uplink != "" {
+		go host.Serve(listen(in.Uplink, "tcp4", fmt.Sprintf("0.0.0.0:%d", in.HostPort)))
+		// and over IPv6 (link-local addresses included), which no
+		// sandbox may reach.
+		go host.Serve(listen(in.Uplink, "tcp6", fmt.Sprintf("[::]:%d", in.HostPort)))
+	} else {
+		go host.Serve(listen("", "tcp4", fmt.Sprintf("%s:%d", UplinkIP, in.HostPort)))
+	}
 	t.Cleanup(func() { web.Close(); host.Close() })
 
 	var pc net.PacketConn
@@ -163,8 +252,9 @@ func NewInternet(t testing.TB) *Internet {
 	go dnsSrv.ActivateAndServe()
 	tcpDNS := &dns.Server{Listener: listen(in.World, "tcp4", in.DNS), Handler: dns.HandlerFunc(in.serveDNS)}
 	go tcpDNS.ActivateAndServe()
-	t.Cleanup(func() { dnsSrv.Shutdown(); tcpDNS.Shutdown() })
-	return in
+	dot := &dns.Server{Listener: listen(in.World, "tcp4", DNSIP+":853"), Handler: dns.HandlerFunc(in.serveDNS)}
+	go dot.ActivateAndServe()
+	t.Cleanup(func() { dnsSrv.Shutdown(); tcpDNS.Shutdown(); dot.Shutdown() })
 }
 
 func (in *Internet) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
@@ -172,14 +262,55 @@ func (in *Internet) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 	m.SetReply(req)
 	m.Authoritative = true
 	for _, q := range req.Question {
+		name := strings.ToLower(q.Name)
 		in.mu.Lock()
-		in.queries = append(in.queries, strings.ToLower(q.Name))
+		in.queries = append(in.queries, name)
 		in.mu.Unlock()
-		if ip, ok := Zone[strings.ToLower(q.Name)]; ok && q.Qtype == dns.TypeA {
-			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP(ip)})
-		} else if !ok {
-			m.Rcode = dns.RcodeNameError
+		hdr := func(name string, t uint16) dns.RR_Header {
+			return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: 30}
 		}
+		switch {
+		case strings.HasSuffix(name, "."+SilentZone):
+			return // never answered: the asker waits out its timeout
+		case strings.HasSuffix(name, "."+ManyZone) && q.Qtype == dns.TypeA:
+			for i := range ManyAddrs {
+				ip := net.IPv4(203, 0, 113, byte(i))
+				if i >= 250 {
+					ip = net.IPv4(198, 51, 100, byte(i-250))
+				}
+				a := &dns.A{Hdr: hdr(q.Name, dns.TypeA), A: ip}
+				a.Hdr.Ttl = 7 * 24 * 3600
+				m.Answer = append(m.Answer, a)
+			}
+		case name == "mixed.example." && q.Qtype == dns.TypeA:
+			// A CNAME chain to a name with one reachable address, one in
+			// each never-reachable kind, and records of every other kind
+			// that could carry an address or a name.
+			const target = "mixed-target.example."
+			m.Answer = append(m.Answer,
+				&dns.CNAME{Hdr: hdr(q.Name, dns.TypeCNAME), Target: target},
+				&dns.A{Hdr: hdr(target, dns.TypeA), A: net.ParseIP(MetadataIP)},
+				&dns.A{Hdr: hdr(target, dns.TypeA), A: net.ParseIP(WebIP)},
+				&dns.A{Hdr: hdr(target, dns.TypeA), A: net.ParseIP(PrivateIP)},
+				&dns.A{Hdr: hdr(target, dns.TypeA), A: net.ParseIP("168.63.129.16")},
+				&dns.A{Hdr: hdr("other.example.", dns.TypeA), A: net.ParseIP(RawIP)},
+				&dns.AAAA{Hdr: hdr(target, dns.TypeAAAA), AAAA: net.ParseIP("::1")},
+				&dns.TXT{Hdr: hdr(target, dns.TypeTXT), Txt: []string{PrivateIP}},
+				&dns.SRV{Hdr: hdr(target, dns.TypeSRV), Port: 80, Target: "private.example."},
+				&dns.DNAME{Hdr: hdr(q.Name, dns.TypeDNAME), Target: "private.example."},
+			)
+			m.Ns = append(m.Ns, &dns.NS{Hdr: hdr("example.", dns.TypeNS), Ns: "ns.private.example."})
+			m.Extra = append(m.Extra, &dns.A{Hdr: hdr("ns.private.example.", dns.TypeA), A: net.ParseIP("127.0.0.1")})
+		default:
+			if ip, ok := Zone[name]; ok && q.Qtype == dns.TypeA {
+				m.Answer = append(m.Answer, &dns.A{Hdr: hdr(q.Name, dns.TypeA), A: net.ParseIP(ip)})
+			} else if !ok {
+				m.Rcode = dns.RcodeNameError
+			}
+		}
+	}
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+		m.Truncate(dns.MinMsgSize) // as a real server would: the rest over TCP
 	}
 	w.WriteMsg(m)
 }

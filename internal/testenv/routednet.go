@@ -39,14 +39,11 @@ const (
 	RoutedC    = "203.0.113.20"
 )
 
-// NewRoutedInternet builds it; everything goes at the test's end.
-func NewRoutedInternet(t testing.TB) *RoutedInternet {
+// hostRoutesLock takes the lock of this host's routes to the test
+// internets' addresses until the test's end: they are the machine's, one
+// set at a time, so tests of two packages (run in parallel) take turns.
+func hostRoutesLock(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		Missing(t, Kube, "root, for the test's network namespace")
-	}
-	// The host's routes to its addresses are the machine's, one set at a
-	// time: tests of two packages (run in parallel) take turns.
 	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "sandbox-routed-internet.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +52,15 @@ func NewRoutedInternet(t testing.TB) *RoutedInternet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lock.Close() }) // after the routes' cleanup: cleanups run last-added first
+}
+
+// NewRoutedInternet builds it; everything goes at the test's end.
+func NewRoutedInternet(t testing.TB) *RoutedInternet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, Kube, "root, for the test's network namespace")
+	}
+	hostRoutesLock(t)
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
