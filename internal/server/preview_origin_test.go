@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -10,10 +11,15 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
+	jose "github.com/go-jose/go-jose/v4"
 
+	"github.com/sandboxd/sandbox/internal/identity"
+	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/preview"
 	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // hostileApp is an app on port 8000 that does what a hostile tenant's app
@@ -346,4 +352,91 @@ func TestPreviewLinkDiesWithKeyOnRunsc(t *testing.T) {
 func cookiesFor(ctx context.Context, urls []string) ([]*network.Cookie, error) {
 	r, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: urls})
 	return r.Cookies, err
+}
+
+// TestPreviewLinkOfTokenOnRunsc: a principal that is not a key binds its
+// links to what expires it. A link minted with an OIDC token expires with
+// the token (whatever ttlSec asked), and works until then; a sandbox's
+// own credential (which ends with its lease) mints none.
+func TestPreviewLinkOfTokenOnRunsc(t *testing.T) {
+	p := testenv.NewOIDCProvider(t)
+	e := newEnvConfig(t, server.Config{Identity: identity.Config{Issuers: []string{p.Issuer()}}})
+	id := e.lease("acme", map[string]any{"ttlSec": 600})
+	now := time.Now()
+	kid, key := p.SigningKey()
+	exp := now.Add(2 * time.Minute).Unix()
+	tok := sign(t, jose.RS256, key, kid, map[string]any{"iss": p.Issuer(), "sub": "caller", "aud": "sandbox", "org": "acme",
+		"iat": now.Add(-time.Minute).Unix(), "nbf": now.Add(-time.Minute).Unix(), "exp": exp})
+	link := e.previewLink(tok, id, 8000, 3600)
+	if got := int64(link["expiresAt"].(float64)); got > exp || got < exp-5 {
+		t.Errorf("a link minted with a token expiring at %d expires at %d", exp, got)
+	}
+	host := "8000-" + id + ".localhost:" + e.serverPort()
+	res, _ := fetchPreview(t, "GET", e.http.URL+"/?preview_token="+linkToken(t, link), http.Header{"Host": {host}})
+	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 || res.Cookies()[0].Expires.Unix() != int64(link["expiresAt"].(float64)) {
+		t.Errorf("the token's link, first visit: %d %v", res.StatusCode, res.Header["Set-Cookie"])
+	}
+
+	cred := e.credentialIn("acme", id)
+	if r := e.do("POST", "/v1/sandbox/"+id+"/ports/8000/link", cred, map[string]any{}); r.Status != http.StatusForbidden {
+		t.Errorf("a sandbox's credential mints a link: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestPreviewSocketDiesWithKeyOnRunsc: a live-reload socket opened on a
+// link's cookie is closed once the key that minted the link is revoked —
+// not only the requests after it.
+func TestPreviewSocketDiesWithKeyOnRunsc(t *testing.T) {
+	defer func(d time.Duration) { keywatch.Every = d }(keywatch.Every)
+	keywatch.Every = 200 * time.Millisecond
+	e := newEnv(t)
+	id := e.lease("acme", map[string]any{"ttlSec": 600})
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", wsEcho}})
+	secret, k, err := e.srv.Store.MintKey(t.Context(), "acme", "preview minter", store.ScopeTenant, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.keys["acme-minter"] = secret
+	tok := linkToken(t, e.previewLink("acme-minter", id, 8003, 300))
+	addr := e.http.Listener.Addr().String()
+	opts := &websocket.DialOptions{
+		HTTPHeader: http.Header{"Cookie": {"sandbox_preview=" + tok}},
+		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		}}},
+	}
+	var c *websocket.Conn
+	for range 50 {
+		if c, _, err = websocket.Dial(t.Context(), "ws://8003-"+id+".localhost:"+e.serverPort()+"/live", opts); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("the preview's socket on the link's cookie: %v", err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(t.Context(), websocket.MessageText, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := c.Read(t.Context()); err != nil || string(got) != "one" {
+		t.Fatalf("echo: %q %v", got, err)
+	}
+
+	e.must(http.StatusOK, "DELETE", "/v1/orgs/acme/keys/"+k.ID, "system", nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c.Write(ctx, websocket.MessageText, []byte("two")) // may already fail: the socket is closing
+	for {
+		_, got, err := c.Read(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatal("the socket is still open 10 s after its link's key was revoked")
+			}
+			break
+		}
+		if string(got) != "two" {
+			t.Fatalf("echo: %q", got)
+		}
+	}
 }
