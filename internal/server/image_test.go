@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -447,4 +448,130 @@ func (e *env) lastOutput(org, id string, pid int) string {
 	var out struct{ Stdout string }
 	json.NewDecoder(res.Body).Decode(&out)
 	return out.Stdout
+}
+
+// TestSnapshotQuotaOnRunsc: a snapshot is charged what it takes on disk —
+// a block per entry and its copy of the base, not only its files' bytes —
+// so a loop of snapshots of many empty directories is refused by the
+// org's disk quota (403 quota_exceeded), two at once are not each given
+// the whole room, each image's listed size is its charge, and what the
+// images take on disk is within what was charged.
+func TestSnapshotQuotaOnRunsc(t *testing.T) {
+	images := imagesWithClasses(t)
+	e := newEnvConfig(t, server.Config{Images: images})
+	base, err := filepath.EvalSymlinks(filepath.Join(images, "exec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The class image's inodes are shared by every copy: not the loop's.
+	shared := inodes(t, base, nil)
+	const dirs = 3000
+	many := fmt.Sprintf("mkdir many && cd many && seq %d | xargs mkdir", dirs)
+	id, other := e.lease("acme", nil), e.lease("acme", nil)
+	e.sh("acme", id, many)
+	e.sh("acme", other, many+" && mkdir ../other")
+	r := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "s0", "workdir": true}).JSON(t)
+	size := int64(r["sizeBytes"].(float64))
+	if size < dirs*4096 {
+		t.Fatalf("a snapshot of %d empty directories is said to be %d bytes", dirs, size)
+	}
+	charged := func() int64 {
+		var n int64
+		for _, im := range e.must(http.StatusOK, "GET", "/v1/images", "acme", nil).JSON(t)["images"].([]any) {
+			n += int64(im.(map[string]any)["sizeBytes"].(float64))
+		}
+		return n
+	}
+	// room sets the org's quota to what it uses and k more snapshots.
+	room := func(k float64) int64 {
+		q := (charged() + int64(k*float64(size)) + 1<<20 - 1) >> 20
+		if err := e.srv.Store.SetOrgQuota(t.Context(), "acme", quota.Policy{DiskMiB: &q}); err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	refused := func(r resp) bool {
+		if r.Status != http.StatusCreated && (r.Status != http.StatusForbidden || r.JSON(t)["code"] != "quota_exceeded") {
+			t.Fatalf("a snapshot: %d %s", r.Status, r.Body)
+		}
+		return r.Status == http.StatusForbidden
+	}
+
+	// Two at once, with room for one and a half: one is refused.
+	room(1.5)
+	e.sh("acme", id, "mkdir many/again-0")
+	answers := make(chan resp, 2)
+	for i, sb := range []string{id, other} {
+		go func() {
+			answers <- e.do("POST", "/v1/sandbox/"+sb+"/snapshot", "acme", map[string]any{"name": fmt.Sprintf("c%d", i), "workdir": true})
+		}()
+	}
+	if a, b := refused(<-answers), refused(<-answers); a == b {
+		t.Errorf("two snapshots at once with room for one: refused %v and %v", a, b)
+	}
+
+	// The loop, with room for two and a half: refused at the third.
+	quotaMiB := room(2.5)
+	made := 0
+	for i := 1; ; i++ {
+		if i > 6 {
+			t.Fatalf("%d snapshots of %d bytes each under a quota of %d MiB", made, size, quotaMiB)
+		}
+		e.sh("acme", id, fmt.Sprintf("mkdir many/again-%d", i))
+		if refused(e.do("POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": fmt.Sprintf("s%d", i), "workdir": true})) {
+			break
+		}
+		made++
+	}
+	if made != 2 {
+		t.Errorf("%d snapshots made with room for 2.5 of them", made)
+	}
+	total := charged()
+	if total > quotaMiB<<20 {
+		t.Errorf("images of %d bytes listed under a quota of %d MiB", total, quotaMiB)
+	}
+	var used int64
+	inodes(t, images, func(blocks int64, id [2]uint64) {
+		if !shared[id] {
+			used += blocks * 512
+		}
+	})
+	if used > total {
+		t.Errorf("the images take %d bytes on disk, more than the %d charged", used, total)
+	}
+	t.Logf("%d snapshots of %d bytes each; on disk %d bytes, charged %d", made+2, size, used, total)
+	for _, g := range []string{"oci/.pull-*", ".snapshot-*"} {
+		if left, _ := filepath.Glob(filepath.Join(images, g)); len(left) != 0 {
+			t.Errorf("the refused snapshots left %v", left)
+		}
+	}
+}
+
+// inodes walks dir (not through links) and calls each with every inode's
+// blocks, once per inode; it returns the set of them.
+func inodes(t *testing.T, dir string, each func(blocks int64, id [2]uint64)) map[[2]uint64]bool {
+	t.Helper()
+	seen := map[[2]uint64]bool{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		id := [2]uint64{uint64(sys.Dev), sys.Ino}
+		if !seen[id] {
+			seen[id] = true
+			if each != nil {
+				each(sys.Blocks, id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seen
 }
