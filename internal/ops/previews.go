@@ -29,9 +29,10 @@ type PreviewLinkIn struct {
 }
 
 // PreviewLink mints a signed, expiring link that opens port of the
-// sandbox in a browser with no key: the host form's URL (the app at /) and
-// the path form's. Whoever holds it opens that port until it expires or
-// the sandbox ends.
+// sandbox in a browser with no key: the host form's URL (the app at /, on
+// its own origin), and the path form's without the token (for requests
+// with a key). Whoever holds it opens that port until it expires, the
+// sandbox ends, or the key that minted it is revoked.
 func (o *Ops) PreviewLink(ctx context.Context, in PreviewLinkIn) (*service.PreviewLink, error) {
 	if err := needID(in.ID); err != nil {
 		return nil, err

@@ -13,8 +13,10 @@ type Config struct {
 	// "{port}-{id}.{Domain}" (with any server port) is a preview of that
 	// port of that sandbox, served before the API routes. Empty means
 	// DefaultDomain. For previews from other machines, point a wildcard
-	// DNS name (*.preview.example.com) at the server and give
-	// preview.example.com.
+	// DNS name (*.previews-example.com) at the server and give
+	// previews-example.com: a registrable domain of its own, never one
+	// under the API's (a page's script can set a cookie for a parent
+	// domain, which the server cannot strip).
 	Domain string
 }
 
@@ -26,7 +28,8 @@ const DefaultLinkTTL = time.Hour
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Domain, "preview-domain", DefaultDomain, "port previews by host: a request for {port}-{id}.DOMAIN (e.g. http://8000-sb_….localhost:8080/) reaches that port inside that sandbox, "+
 		"so apps that assume they are served at / work. The default, localhost, needs no DNS: browsers resolve *.localhost to this machine. "+
-		"For other machines, point a wildcard DNS name (*.preview.example.com) at the server and pass preview.example.com. The path form /v1/sandbox/{id}/ports/{port}/ works whatever this is")
+		"For other machines, point a wildcard DNS name (*.previews-example.com) at the server and pass previews-example.com, a registrable domain of its own, not one under the API's (ideally on the Public Suffix List), so that no preview's cookie reaches the API or another preview. "+
+		"Browsers are served previews here only; the path form /v1/sandbox/{id}/ports/{port}/ serves API clients with a key, and sends a browser here")
 }
 
 // Validate refuses a domain that cannot be a host name's suffix.

@@ -97,7 +97,7 @@ func LoadKey(dir string) (*Signer, error) {
 // check) is refused as malformed.
 const tokenPrefix = "spv2."
 
-// Mint is the token of c: "spv1." + base64url(payload) + "." +
+// Mint is the token of c: "spv2." + base64url(payload) + "." +
 // base64url(HMAC-SHA256(payload)). The payload is readable (it names the
 // org, sandbox, port, expiry and the minting key's public id, which the
 // holder may know anyway); only the MAC makes it a credential.
