@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -174,17 +175,23 @@ func TestHostileTenant(t *testing.T) {
 		rssMiB  float64 // bound on the peak
 		allowed []int   // statuses a flood request may get
 		at      int     // requests at once: 0 is 8, and a flood of 100 or more goes all at once
+		// want is how many answers of each status the flood must get: the
+		// quota's count, served and refused (429 commands, 403 projects),
+		// where it decides them; nil where allowed says all there is.
+		want map[int]int
 	}{
 		{"12 uploads of 60 MB to an unknown id", 12, func(int) (int, string) {
 			return upload("/v1/sandbox/sb_"+strings.Repeat("z", 26)+"/fs?path=x", 60<<20)
-		}, 150, []int{404, 0}, 0},
+		}, 150, []int{404, 0}, 0, nil},
 		{"12 uploads of 60 MB to a real sandbox", 12, func(i int) (int, string) {
 			return upload(fmt.Sprintf("/v1/sandbox/%s/fs?path=up%d", hostile, i), 60<<20)
-		}, 200, []int{200, 429, 400}, 0},
+		}, 200, []int{200, 429, 400}, 0, nil},
+		// Each holds its slot for 5 s, longer than the 100 take to arrive:
+		// 8 run, 92 are refused.
 		{"100 execs at once against a quota of 8", 100, func(int) (int, string) {
-			st, b := s.do("hostile", "POST", "/v1/sandbox/"+hostile+"/exec", strings.NewReader(`{"command":"sleep 1"}`))
+			st, b := s.do("hostile", "POST", "/v1/sandbox/"+hostile+"/exec", strings.NewReader(`{"command":"sleep 5"}`))
 			return st, string(b)
-		}, 200, []int{200, 429}, 0},
+		}, 200, []int{200, 429}, 0, map[int]int{200: 8, 429: 92}},
 		{"200 event followers", 200, func(i int) (int, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
@@ -197,21 +204,21 @@ func TestHostileTenant(t *testing.T) {
 			defer res.Body.Close()
 			b, _ := io.ReadAll(io.LimitReader(res.Body, 512))
 			return res.StatusCode, string(b)
-		}, 200, []int{200, 429}, 0},
+		}, 200, []int{200, 429}, 0, map[int]int{200: 8, 429: 192}}, // each follows for 3 s
 		{"typed reads of a 40 MB file, 8 at once", 24, func(int) (int, string) {
 			st, b := s.do("hostile", "POST", "/v1/sandbox/read", strings.NewReader(`{"id":"`+hostile+`","path":"big"}`))
 			return st, string(b[:min(len(b), 200)])
-		}, 200, []int{413, 429}, 0},
+		}, 200, []int{413, 429}, 0, map[int]int{413: 24}},
 		// A REST read streams the file from the sandbox to the client.
 		{"REST reads of a 40 MB file, 8 at once", 24, func(int) (int, string) {
 			return s.head("hostile", "GET", "/v1/sandbox/"+hostile+"/fs?path=big")
-		}, 200, []int{200, 429}, 0},
+		}, 200, []int{200, 429}, 0, map[int]int{200: 24}}, // 8 at once fit the quota
 		// 100 clients ask for the 40 MB file and read none of it: the
 		// server cuts each after the stall bound (499 here: the answer
 		// ended short), which frees A's command slots.
 		{"100 sockets asking for 40 MB and not reading", 100, func(int) (int, string) {
 			return s.notReading("/v1/sandbox/" + hostile + "/fs?path=big")
-		}, 200, []int{429, 499}, 0},
+		}, 200, []int{429, 499}, 0, map[int]int{499: 8, 429: 92}},
 		// Projects up to the quota, one after another: each lease makes a
 		// dev project's volume, kept after the end; the sixth is refused.
 		{"8 dev projects against a quota of 5", 8, func(i int) (int, string) {
@@ -223,12 +230,12 @@ func TestHostileTenant(t *testing.T) {
 				}
 			}
 			return st, string(b)
-		}, 200, []int{201, 403}, 1},
+		}, 200, []int{201, 403}, 1, map[int]int{201: 5, 403: 3}},
 		// Slowloris: 200 connections sending a header byte every 500 ms.
 		// The server cuts each at the stall bound (408 here).
 		{"200 connections trickling their headers", 200, func(int) (int, string) {
 			return s.slowHeaders()
-		}, 200, []int{408}, 0},
+		}, 200, []int{408}, 0, map[int]int{408: 200}},
 	}
 	// The read flood needs a big file.
 	s.do("hostile", "POST", "/v1/sandbox/"+hostile+"/exec", strings.NewReader(`{"command":"head -c 40000000 /dev/zero > big"}`))
@@ -238,7 +245,7 @@ func TestHostileTenant(t *testing.T) {
 			collect := s.watch(quiet, stop)
 			var mu sync.Mutex
 			statuses := map[int]int{}
-			var msgs []string
+			var msgs, unnamed []string
 			at := cmp.Or(f.at, 8)
 			if f.n >= 100 {
 				at = f.n
@@ -257,6 +264,10 @@ func TestHostileTenant(t *testing.T) {
 					if st/100 != 2 && len(msgs) < 3 {
 						msgs = append(msgs, fmt.Sprintf("%d %.160s", st, msg))
 					}
+					if st == 429 && !strings.Contains(msg, "quota commands exceeded: limit 8") ||
+						st == 403 && !strings.Contains(msg, "quota projects exceeded: limit 5") {
+						unnamed = append(unnamed, fmt.Sprintf("%d %.160s", st, msg))
+					}
 					mu.Unlock()
 				}()
 			}
@@ -274,11 +285,13 @@ func TestHostileTenant(t *testing.T) {
 					t.Errorf("status %d: want one of %v (%q)", st, f.allowed, msgs)
 				}
 			}
-			for _, m := range msgs {
-				if strings.HasPrefix(m, "429") && !strings.Contains(m, "quota commands exceeded: limit 8") ||
-					strings.HasPrefix(m, "403") && !strings.Contains(m, "quota projects exceeded: limit 5") {
-					t.Errorf("a refusal that does not name its quota: %s", m)
-				}
+			// The quota decided what it should: no more served, no fewer
+			// refused, and every refusal is the quota's.
+			if f.want != nil && !maps.Equal(statuses, f.want) {
+				t.Errorf("statuses %v, want %v", statuses, f.want)
+			}
+			if len(unnamed) > 0 {
+				t.Errorf("%d refusals that do not name their quota, e.g. %s", len(unnamed), unnamed[0])
 			}
 			if f.rssMiB > 0 && w.peakRSS > f.rssMiB {
 				t.Errorf("peak RSS %.0f MiB, over the bound of %.0f MiB", w.peakRSS, f.rssMiB)
