@@ -78,6 +78,9 @@ func (m *Manager) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 		rules = &netpolicy.Rules{}
 	}
 	if err != nil || q.Qclass != dns.ClassINET || !rules.Resolves(name) || !forwardable(name) {
+		if err == nil && forwardable(name) {
+			m.queriedDenied(e, name, q.Qtype) // denied.go
+		}
 		blocked(reply, dns.RcodeNameError)
 		w.WriteMsg(reply)
 		return
@@ -111,6 +114,7 @@ func (m *Manager) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 		w.WriteMsg(reply)
 		return
 	}
+	m.screenAnswer(e, resp) // denied.go
 	reply.Rcode = resp.Rcode
 	if resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError {
 		reply.Rcode = dns.RcodeServerFailure

@@ -72,6 +72,11 @@ type Options struct {
 	// before them, kept only so a benchmark can measure their cost in one
 	// run (BenchmarkResolverLookup). No flag sets it.
 	NoResolverBounds bool
+	// NoFlowCut leaves open flows alone at a policy change and at the
+	// end (no conntrack deletion, no proxied connection closed): the
+	// behaviour before the cut, kept only so a benchmark can measure the
+	// cut's cost in one run (BenchmarkEgressFlowCut). No flag sets it.
+	NoFlowCut bool
 }
 
 // Defaults of Options.
@@ -150,6 +155,13 @@ type Manager struct {
 	// netlink socket for all of them, not one each.
 	routeMu sync.Mutex
 	routes  *netlink.Handle
+
+	// flows are the proxy's relayed connections, by sandbox key (under
+	// mu; flows.go).
+	flows map[string]map[*flow]struct{}
+	// ct deletes conntrack entries in the uplink (flows.go).
+	ctMu sync.Mutex
+	ct   *netlink.Handle
 }
 
 // entry is one sandbox as the resolver and proxy see it.
@@ -157,6 +169,7 @@ type entry struct {
 	link
 	index   int
 	answers map[string]answer // by name
+	deny    deny              // the denied names' addresses (denied.go)
 }
 
 type answer struct {
@@ -210,6 +223,10 @@ func New(opts Options, dir string, open []netip.Prefix, log *slog.Logger) (*Mana
 		m.Close()
 		return nil, fmt.Errorf("egress: netlink: %w", err)
 	}
+	if m.ct, err = netlink.NewHandleAt(m.uplink, unix.NETLINK_NETFILTER); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("egress: netlink: %w", err)
+	}
 	if m.dns, err = m.startResolver(); err != nil {
 		m.Close()
 		return nil, err
@@ -233,6 +250,14 @@ func (m *Manager) Close() error {
 	if m.routes != nil {
 		m.routes.Close()
 	}
+	if m.ct != nil {
+		m.ct.Close()
+	}
+	m.mu.Lock()
+	for _, e := range m.byKey {
+		stopDenied(e)
+	}
+	m.mu.Unlock()
 	return m.uplink.Close()
 }
 
@@ -388,11 +413,19 @@ func (m *Manager) Attach(key string, rules *netpolicy.Rules) (Link, error) {
 	e := m.newEntry(key, index, rules)
 	m.byKey[key], m.byIP[e.ip] = e, e // reserved while it is made
 	m.mu.Unlock()
+	// The slot's address may have had an earlier holder: its flows, if
+	// any are left (a server stopped between an end's steps), must not
+	// carry the world's answers into this sandbox.
+	if _, err := m.cutForwarded(e.ip, nil); err != nil {
+		m.Detach(key)
+		return Link{}, err
+	}
 	l, err := m.attach(e)
 	if err != nil {
 		m.Detach(key)
 		return Link{}, err
 	}
+	m.startDenied(e, nil)
 	return l, nil
 }
 
@@ -414,11 +447,18 @@ func (m *Manager) Adopt(key string, index int, rules *netpolicy.Rules) error {
 	if _, err := os.Stat(m.nsPath(key)); err != nil {
 		return fmt.Errorf("egress: %s: namespace gone: %w", key, err)
 	}
-	return m.program(e)
+	if err := m.program(e); err != nil {
+		return err
+	}
+	m.startDenied(e, nil)
+	// The recorded policy may be narrower than what an earlier server
+	// had let through (a change it did not finish).
+	return m.cutRefused(e)
 }
 
-// Update replaces key's policy (new connections follow it; the resolver's
-// answers under the old policy are forgotten).
+// Update replaces key's policy: new connections follow it, and the open
+// ones it refuses are cut (flows.go); the resolver's answers under the old
+// policy are forgotten.
 func (m *Manager) Update(key string, rules *netpolicy.Rules) error {
 	m.mu.Lock()
 	e := m.byKey[key]
@@ -429,19 +469,30 @@ func (m *Manager) Update(key string, rules *netpolicy.Rules) error {
 	next := m.newEntry(key, e.index, rules)
 	m.byKey[key], m.byIP[next.ip] = next, next
 	m.mu.Unlock()
-	return m.program(next)
+	stopDenied(e)
+	if err := m.program(next); err != nil {
+		return err
+	}
+	m.startDenied(next, e) // after the rules: they empty the d- set
+	// After the rules: a flow cut now cannot come back as a new one the
+	// old rules would admit.
+	return m.cutRefused(next)
 }
 
 // Detach removes key's rules, link and namespace. Missing parts are not
 // an error.
 func (m *Manager) Detach(key string) error {
 	m.mu.Lock()
+	var ip netip.Addr
 	if e := m.byKey[key]; e != nil {
 		delete(m.byIP, e.ip)
 		delete(m.byKey, key)
+		stopDenied(e)
+		ip = e.ip
 	}
 	m.mu.Unlock()
-	return errors.Join(m.unprogram(key), m.dropLink(key))
+	// Rules and link first: nothing new opens while the open flows are cut.
+	return errors.Join(m.unprogram(key), m.dropLink(key), m.cutAll(key, ip))
 }
 
 // Sweep removes what no key in live claims: namespaces, links, chains.
@@ -497,7 +548,7 @@ func (m *Manager) freeIndex() int {
 func (m *Manager) newEntry(key string, index int, rules *netpolicy.Rules) *entry {
 	a := m.pool.Addr().As4()
 	gw := netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, binary.BigEndian.Uint32(a[:])+uint32(index)*4+1)))
-	return &entry{link: link{key: key, gw: gw, ip: gw.Next(), rules: rules}, index: index, answers: map[string]answer{}}
+	return &entry{link: link{key: key, gw: gw, ip: gw.Next(), rules: rules}, index: index, answers: map[string]answer{}, deny: newDeny()}
 }
 
 func (m *Manager) nsPath(key string) string { return filepath.Join(m.dir, key) }
@@ -629,7 +680,7 @@ func (m *Manager) chains() (map[string][2][]string, error) {
 		return nil, fmt.Errorf("egress: nftables: %w", err)
 	}
 	for _, s := range sets {
-		for _, p := range []string{"a-", "p-"} {
+		for _, p := range []string{"a-", "p-", "d-"} {
 			if k, ok := strings.CutPrefix(s.Name, p); ok {
 				v := out[k]
 				v[1] = append(v[1], s.Name)

@@ -163,6 +163,14 @@ func (rs *ruleset) add(c *nftables.Conn, l *link) error {
 			return err
 		}
 	}
+	// d-: the addresses learned for the names the policy denies
+	// (denied.go), each for its answer's life; rewritten whole at each
+	// learning (syncDenied), emptied here.
+	dset := rs.deniedSet(l.key)
+	if err := c.AddSet(dset, nil); err != nil {
+		return err
+	}
+	c.FlushSet(dset)
 	rule := func(kind string, exprs ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: rs.table, Chain: chains[kind], Exprs: cat(exprs...)})
 	}
@@ -205,6 +213,8 @@ func (rs *ruleset) add(c *nftables.Conn, l *link) error {
 				rule("f-", l4proto(proto), dport(port), reject)
 			}
 		}
+		// A denied name's addresses: UDP (QUIC) never meets the proxy.
+		rule("f-", daddrInSet(dset), reject)
 		if len(r.Ports) == 0 {
 			rule("f-", daddrInSet(aset), verdict(expr.VerdictAccept))
 		} else {
@@ -261,6 +271,11 @@ func (rs *ruleset) add(c *nftables.Conn, l *link) error {
 		}
 	}
 	return nil
+}
+
+// deniedSet is key's set of denied names' addresses (elements time out).
+func (rs *ruleset) deniedSet(key string) *nftables.Set {
+	return &nftables.Set{Table: rs.table, Name: "d-" + key, KeyType: nftables.TypeIPAddr, HasTimeout: true}
 }
 
 // remove takes one sandbox's map elements and chains out, in the caller's

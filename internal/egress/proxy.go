@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,10 +68,11 @@ func (m *Manager) serveConn(c *net.TCPConn) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	name, head, isHTTP := PeekName(c)
 	c.SetReadDeadline(time.Time{})
-	if !m.allowConn(e, name, dst) {
+	ok, byName := m.allowConn(e, name, dst)
+	if !ok {
 		m.log.Debug("egress: connection refused by policy", "key", e.key, "name", name, "dst", dst)
 		if isHTTP {
-			io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nnot allowed by this sandbox's network policy\n")
+			io.WriteString(c, forbidden)
 		}
 		c.SetLinger(0) // a reset: the client fails at once
 		return
@@ -85,40 +87,104 @@ func (m *Manager) serveConn(c *net.TCPConn) {
 		return
 	}
 	defer up.Close()
-	if _, err := up.Write(head); err != nil {
+	f := &flow{dst: dst, name: name, byName: byName, cut: func() {
+		c.SetLinger(0)
+		c.Close()
+		up.Close()
+	}}
+	defer m.track(e.key, f)()
+	// Tracked before the policy is read again: a change between the
+	// decision and the tracking is judged here, not missed.
+	if ok, _ := m.allowConn(e, name, dst); !ok {
+		c.SetLinger(0)
 		return
 	}
+
 	done := make(chan struct{})
+	var refused bool
+	firstUpgrade, upgraded := make(chan bool, 1), make(chan bool, 1)
 	go func() {
-		io.Copy(up, c)
+		defer close(done)
+		if isHTTP {
+			br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(head), c), lineLimit)
+			refused = m.relayHTTP(e, f, br, up, firstUpgrade, upgraded)
+		} else if _, err := up.Write(head); err == nil {
+			io.Copy(up, c)
+		}
 		up.(*net.TCPConn).CloseWrite()
-		close(done)
+		if refused {
+			// The answers to the requests before the refused one, then
+			// the 403; an upstream that keeps its side open is not
+			// waited for long.
+			up.SetReadDeadline(time.Now().Add(10 * time.Second))
+		}
 	}()
-	io.Copy(c, up)
-	c.CloseWrite()
+	ur := bufio.NewReader(up)
+	if isHTTP {
+		select {
+		case first := <-firstUpgrade:
+			if first {
+				sw, err := readStatus(ur, c)
+				upgraded <- sw && err == nil
+			}
+		case <-done:
+		}
+	}
+	io.Copy(c, ur)
+	select {
+	case upgraded <- false: // unblocks a relay still waiting for the status
+	default:
+	}
 	<-done
+	if refused {
+		io.WriteString(c, forbidden)
+		c.CloseWrite()
+		// What the client sent after the refused request is read, not
+		// left unread: closing over unread bytes would reset the
+		// connection, and the client might lose the 403.
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		io.CopyN(io.Discard, c, 1<<16)
+		return
+	}
+	c.CloseWrite()
 }
 
-// allowConn is the proxy's decision for a connection to dst under name
-// ("" when the first bytes named none): the deny list and the never
-// ranges refuse; an allowed name admits only an address the resolver
-// answered for it; the policy's address rules admit the rest.
-func (m *Manager) allowConn(e *entry, name string, dst netip.AddrPort) bool {
+const forbiddenBody = "not allowed by this sandbox's network policy\n"
+
+// forbidden is the proxy's answer to a refused plain-HTTP request.
+var forbidden = "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: " + strconv.Itoa(len(forbiddenBody)) + "\r\nConnection: close\r\n\r\n" + forbiddenBody
+
+// allowConn is the proxy's decision for a connection (or a plain-HTTP
+// request) to dst under name ("" when it named none), and whether it is
+// let through by its name.
+func (m *Manager) allowConn(e *entry, name string, dst netip.AddrPort) (ok, byName bool) {
 	cur := m.current(e)
-	if cur == nil || cur.rules == nil {
-		return false
+	if cur == nil {
+		return false, false
 	}
+	return m.judge(cur, name, dst, name != "" && m.answered(cur, name, dst.Addr().Unmap()), true)
+}
+
+// judge decides under cur's policy: the deny list and the never ranges
+// refuse; an allowed name admits only an address the resolver answered
+// for it (answered); an address learned for a denied name is refused to
+// any other (denied.go; wait: for the first lookups of the deny list); the
+// policy's address rules admit the rest.
+func (m *Manager) judge(cur *entry, name string, dst netip.AddrPort, answered, wait bool) (ok, byName bool) {
 	r, ip := cur.rules, dst.Addr().Unmap()
-	if !r.PortAllowed(dst.Port()) || r.AddrDenied(ip, m.rs.never) || !m.routedOut(ip) {
-		return false
+	if r == nil || !r.PortAllowed(dst.Port()) || r.AddrDenied(ip, m.rs.never) || !m.routedOut(ip) {
+		return false, false
 	}
 	if name != "" && r.NameDenied(name) {
-		return false
+		return false, false
 	}
-	if name != "" && r.NameAllowed(name) && m.answered(cur, name, ip) {
-		return true
+	if name != "" && r.NameAllowed(name) && answered {
+		return true, true
 	}
-	return r.AddrAllowed(ip, m.rs.never)
+	if m.deniedAddr(cur, ip, wait) {
+		return false, false
+	}
+	return r.AddrAllowed(ip, m.rs.never), false
 }
 
 // routedOut reports whether the uplink routes ip out as unicast: the
