@@ -222,13 +222,15 @@ func TestEgressOnRunsc(t *testing.T) {
 	expect(t, "allow 203.0.113.20 port 80", checks, probeIn(e, "acme", cidr, checks...), []string{"ok hello 203.0.113.20", "fail", "fail", "fail", "fail"})
 
 	// The internet: every public address, still no neighbour and no host.
-	inet := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}, "deny": []string{"other.example"}}})
+	// (x.example: a denied name's address is denied too, so the name
+	// denied here shares no address with allowed.example.)
+	inet := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}, "deny": []string{"x.example"}}})
 	e.startProcess("acme", inet, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000"}})
 	neighbour := strings.TrimPrefix(probeIn(e, "acme", inet, c("myip"))[0], "ok ")
 	checks = [][]any{
 		c("http", "http://203.0.113.20/"),
 		c("http", "http://allowed.example/"),
-		c("resolve", "other.example"),
+		c("resolve", "x.example"),
 		c("tcp", testenv.MetadataIP, 80),
 		c("tcp", testenv.PrivateIP, 80),
 		c("tcp", testenv.UplinkIP, in.HostPort),

@@ -35,6 +35,10 @@ import (
 //   - 203.0.113.10: HTTP (80) and HTTPS (443, any SNI) answering "hello
 //     HOST" — the address of allowed.example and other.example alike;
 //   - 203.0.113.20: the same, named by no name (raw-IP access);
+//   - 203.0.113.30: the same, the address of x.example alone (a name a
+//     policy denies, with an address no other name shares), and the end
+//     of alias.example's CNAME;
+//   - UDP 443 of the three: an echo (QUIC's port, traffic no proxy sees);
 //   - 203.0.113.53: a DNS server for *.example that records every query
 //     (on 53, and on 853 over TCP as a stand-in for DNS over TLS), with
 //     hostile zones for the sandboxes' resolver's bounds: every name under
@@ -60,6 +64,7 @@ type Internet struct {
 const (
 	WebIP      = "203.0.113.10"
 	RawIP      = "203.0.113.20"
+	XIP        = "203.0.113.30"
 	DNSIP      = "203.0.113.53"
 	MetadataIP = "169.254.169.254"
 	PrivateIP  = "10.9.9.9"
@@ -81,6 +86,13 @@ var Zone = map[string]string{
 	"private.example.":     PrivateIP,
 	"raw.example.":         RawIP,
 	"www.allowed.example.": WebIP,
+	"x.example.":           XIP,
+}
+
+// Aliases are the CNAMEs the world's DNS server answers (with the
+// target's address after them, as a recursive resolver does).
+var Aliases = map[string]string{
+	"alias.example.": "x.example.",
 }
 
 // NewInternet builds the namespaces and starts the hosts; everything goes
@@ -118,7 +130,7 @@ func NewInternet(t testing.TB) *Internet {
 	run("-n", up, "link", "set", "wup0", "up")
 	run("-n", world, "link", "set", "wld0", "up")
 	run("-n", up, "route", "add", "default", "via", "198.51.100.2")
-	for _, a := range []string{WebIP, RawIP, DNSIP, MetadataIP, PrivateIP} {
+	for _, a := range []string{WebIP, RawIP, XIP, DNSIP, MetadataIP, PrivateIP} {
 		run("-n", world, "addr", "add", a+"/32", "dev", "lo")
 	}
 	in.start(t)
@@ -168,7 +180,7 @@ func NewHostInternet(t testing.TB) *Internet {
 	run("link", "set", hostIf, "up")
 	run("-n", world, "link", "set", "wld0", "up")
 	run("-n", world, "route", "add", "default", "via", UplinkIP)
-	for _, a := range []string{WebIP, RawIP, DNSIP, MetadataIP, PrivateIP} {
+	for _, a := range []string{WebIP, RawIP, XIP, DNSIP, MetadataIP, PrivateIP} {
 		run("-n", world, "addr", "add", a+"/32", "dev", "lo")
 	}
 	for _, a := range []string{WebIP, RawIP, DNSIP} {
@@ -222,9 +234,32 @@ func (in *Internet) start(t testing.TB) {
 		fmt.Fprintf(w, "hello %s\n", r.Host)
 	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 5 * time.Second}
 	listen := func(ns, network, addr string) net.Listener { return listen(t, ns, network, addr) }
-	for _, ip := range []string{WebIP, RawIP, MetadataIP, PrivateIP} {
+	for _, ip := range []string{WebIP, RawIP, XIP, MetadataIP, PrivateIP} {
 		go web.Serve(listen(in.World, "tcp4", ip+":80"))
 		go web.ServeTLS(listen(in.World, "tcp4", ip+":443"), "", "")
+	}
+	// A UDP echo on 443 (QUIC's port) of the web hosts: traffic that
+	// never meets the proxy.
+	for _, ip := range []string{WebIP, RawIP, XIP} {
+		var pc net.PacketConn
+		if err := egress.InNetNS(in.World, func() error {
+			var err error
+			pc, err = net.ListenPacket("udp4", ip+":443")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				pc.WriteTo(buf[:n], from)
+			}
+		}()
 	}
 	// The stand-in control API, on every uplink address.
 	host := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -301,6 +336,12 @@ func (in *Internet) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 			)
 			m.Ns = append(m.Ns, &dns.NS{Hdr: hdr("example.", dns.TypeNS), Ns: "ns.private.example."})
 			m.Extra = append(m.Extra, &dns.A{Hdr: hdr("ns.private.example.", dns.TypeA), A: net.ParseIP("127.0.0.1")})
+		case Aliases[name] != "":
+			target := Aliases[name]
+			m.Answer = append(m.Answer, &dns.CNAME{Hdr: hdr(q.Name, dns.TypeCNAME), Target: target})
+			if q.Qtype == dns.TypeA {
+				m.Answer = append(m.Answer, &dns.A{Hdr: hdr(target, dns.TypeA), A: net.ParseIP(Zone[target])})
+			}
 		default:
 			if ip, ok := Zone[name]; ok && q.Qtype == dns.TypeA {
 				m.Answer = append(m.Answer, &dns.A{Hdr: hdr(q.Name, dns.TypeA), A: net.ParseIP(ip)})
