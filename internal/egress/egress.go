@@ -162,6 +162,10 @@ type Manager struct {
 	// ct deletes conntrack entries in the uplink (flows.go).
 	ctMu sync.Mutex
 	ct   *netlink.Handle
+	// cleanSlots are the sandbox addresses this server ended with every
+	// flow cut and no link left: no conntrack entry of theirs is left
+	// (under mu).
+	cleanSlots map[netip.Addr]bool
 }
 
 // entry is one sandbox as the resolver and proxy see it.
@@ -186,7 +190,7 @@ func New(opts Options, dir string, open []netip.Prefix, log *slog.Logger) (*Mana
 		return nil, err
 	}
 	pool := netip.MustParsePrefix(opts.subnet()).Masked()
-	m := &Manager{opts: opts, log: log, dir: dir, pool: pool, byKey: map[string]*entry{}, byIP: map[netip.Addr]*entry{}}
+	m := &Manager{opts: opts, log: log, dir: dir, pool: pool, byKey: map[string]*entry{}, byIP: map[netip.Addr]*entry{}, cleanSlots: map[netip.Addr]bool{}}
 	m.dnsSlots.off = opts.NoResolverBounds
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("egress: %w", err)
@@ -415,10 +419,18 @@ func (m *Manager) Attach(key string, rules *netpolicy.Rules) (Link, error) {
 	m.mu.Unlock()
 	// The slot's address may have had an earlier holder: its flows, if
 	// any are left (a server stopped between an end's steps), must not
-	// carry the world's answers into this sandbox.
-	if _, err := m.cutForwarded(e.ip, nil); err != nil {
-		m.Detach(key)
-		return Link{}, err
+	// carry the world's answers into this sandbox. A slot this server
+	// ended cleanly has none (its link was gone before the cut), so the
+	// lease skips the table's dump then.
+	m.mu.Lock()
+	clean := m.cleanSlots[e.ip]
+	delete(m.cleanSlots, e.ip)
+	m.mu.Unlock()
+	if !clean {
+		if _, err := m.cutForwarded(e.ip, nil); err != nil {
+			m.Detach(key)
+			return Link{}, err
+		}
 	}
 	l, err := m.attach(e)
 	if err != nil {
@@ -492,7 +504,18 @@ func (m *Manager) Detach(key string) error {
 	}
 	m.mu.Unlock()
 	// Rules and link first: nothing new opens while the open flows are cut.
-	return errors.Join(m.unprogram(key), m.dropLink(key), m.cutAll(key, ip))
+	err := errors.Join(m.unprogram(key), m.dropLink(key))
+	if cerr := m.cutAll(key, ip); cerr != nil || err != nil {
+		return errors.Join(err, cerr)
+	}
+	if ip.IsValid() && !m.opts.NoFlowCut {
+		m.mu.Lock()
+		if m.byIP[ip] == nil {
+			m.cleanSlots[ip] = true
+		}
+		m.mu.Unlock()
+	}
+	return nil
 }
 
 // Sweep removes what no key in live claims: namespaces, links, chains.
