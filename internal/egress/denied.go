@@ -239,8 +239,15 @@ func (m *Manager) queriedDenied(e *entry, name string, qtype uint16) {
 	default:
 		return // enough in flight: the sandbox asks faster than upstream answers
 	}
+	// The sandbox's own upstream bound (dns.go) counts these too. The
+	// deny list's own lookups (startDenied) take no slot: a sandbox that
+	// fills its slots must not starve them and let the answers lapse.
+	if !m.dnsSlots.acquire(e.key) {
+		<-e.deny.lookups
+		return
+	}
 	go func() {
-		defer func() { <-e.deny.lookups }()
+		defer func() { m.dnsSlots.release(e.key); <-e.deny.lookups }()
 		m.lookupDenied(e, name)
 	}()
 }
