@@ -2,6 +2,8 @@ package egress
 
 import (
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/nftables"
@@ -252,32 +254,45 @@ func (m *Manager) queriedDenied(e *entry, name string, qtype uint16) {
 	}()
 }
 
-// screenAnswer is the resolver showing the upstream's answer to a query
-// of e: an answer whose CNAME chain runs through a name e's policy denies
-// is that name's, so its addresses are learned as denied and the answer
-// becomes "no such name".
-func (m *Manager) screenAnswer(e *entry, resp *dns.Msg) {
+// screenAnswer is the resolver showing the upstream's answer to e's query
+// for qname: an answer whose CNAME chain from qname runs through a name
+// e's policy denies is that name's, so the addresses of the chain are
+// learned as denied and the answer becomes "no such name". Records off
+// the chain are not the name's and teach nothing.
+func (m *Manager) screenAnswer(e *entry, qname string, resp *dns.Msg) {
 	r := e.rules
 	if r == nil || len(r.DenyNames) == 0 {
 		return
 	}
-	var denied string
-	for _, rr := range resp.Answer {
-		names := []string{rr.Header().Name}
-		if c, ok := rr.(*dns.CNAME); ok {
-			names = append(names, c.Target)
-		}
-		for _, n := range names {
-			if d, err := netpolicy.CanonicalDomain(n); err == nil && r.NameDenied(d) {
-				denied = d
+	chain := []string{dns.Fqdn(qname)}
+	denied := ""
+	for range 9 {
+		next := ""
+		for _, rr := range resp.Answer {
+			if c, ok := rr.(*dns.CNAME); ok && strings.EqualFold(c.Hdr.Name, chain[len(chain)-1]) {
+				next = c.Target
+				break
 			}
 		}
+		if next == "" || slices.ContainsFunc(chain, func(n string) bool { return strings.EqualFold(n, next) }) {
+			break
+		}
+		if d, err := netpolicy.CanonicalDomain(next); err == nil && r.NameDenied(d) && denied == "" {
+			denied = d
+		}
+		chain = append(chain, next)
 	}
 	if denied == "" {
 		return
 	}
 	if learnsDenied(r) {
-		m.learnFrom(e, denied, resp.Answer)
+		var rrs []dns.RR
+		for _, rr := range resp.Answer {
+			if slices.ContainsFunc(chain, func(n string) bool { return strings.EqualFold(n, rr.Header().Name) }) {
+				rrs = append(rrs, rr)
+			}
+		}
+		m.learnFrom(e, denied, rrs)
 	}
 	resp.Answer, resp.Ns, resp.Extra = nil, nil, nil
 	resp.Rcode = dns.RcodeNameError

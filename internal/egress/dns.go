@@ -114,7 +114,7 @@ func (m *Manager) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 		w.WriteMsg(reply)
 		return
 	}
-	m.screenAnswer(e, resp) // denied.go
+	m.screenAnswer(e, name, resp) // denied.go
 	reply.Rcode = resp.Rcode
 	if resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError {
 		reply.Rcode = dns.RcodeServerFailure

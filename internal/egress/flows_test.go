@@ -96,7 +96,7 @@ func TestScreenAnswer(t *testing.T) {
 		&dns.CNAME{Hdr: dns.RR_Header{Name: "alias.example.", Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 30}, Target: "X.example."},
 		&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP("203.0.113.30")},
 	}
-	m.screenAnswer(e, resp)
+	m.screenAnswer(e, "alias.example", resp)
 	if len(resp.Answer) != 0 || resp.Rcode != dns.RcodeNameError {
 		t.Errorf("an alias of a denied name answered: %v", resp)
 	}
@@ -104,10 +104,16 @@ func TestScreenAnswer(t *testing.T) {
 	if !m.deniedAddr(e, netip.MustParseAddr("203.0.113.30"), true) || m.deniedAddr(e, netip.MustParseAddr("203.0.113.20"), true) {
 		t.Errorf("learned: %v", e.deny.names)
 	}
+	// A record of the denied name off the chain (a hostile upstream's
+	// extra) is not the chain's: nothing learned, nothing refused.
 	ok := new(dns.Msg)
-	ok.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "raw.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP("203.0.113.20")}}
-	m.screenAnswer(e, ok)
-	if len(ok.Answer) != 1 {
-		t.Errorf("an answer of an allowed name was screened out")
+	ok.Answer = []dns.RR{
+		&dns.A{Hdr: dns.RR_Header{Name: "raw.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP("203.0.113.20")},
+		&dns.CNAME{Hdr: dns.RR_Header{Name: "elsewhere.example.", Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 30}, Target: "x.example."},
+		&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP("203.0.113.40")},
+	}
+	m.screenAnswer(e, "raw.example", ok)
+	if len(ok.Answer) != 3 || m.deniedAddr(e, netip.MustParseAddr("203.0.113.40"), true) {
+		t.Errorf("an answer of an allowed name was screened out, or taught: %v", ok.Answer)
 	}
 }
