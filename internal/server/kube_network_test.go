@@ -15,19 +15,26 @@ import (
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
-// linkLocal is the host interface's fe80:: address, or "" if it has none.
+// linkLocal is the host interface's fe80:: address. It has one once a
+// pod's link is on it (the kernel gives a bridge its address with its
+// carrier; kube-up leaves IPv6 on, and guards it): none fails the test,
+// whose IPv6 probes would prove nothing without it.
 func linkLocal(t *testing.T, name string) string {
 	t.Helper()
 	ifc, err := net.InterfaceByName(name)
 	if err != nil {
 		t.Fatalf("the pods' bridge: %v", err)
 	}
-	addrs, _ := ifc.Addrs()
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		t.Fatalf("the addresses of %s: %v", name, err)
+	}
 	for _, a := range addrs {
 		if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() == nil && ip.IP.IsLinkLocalUnicast() {
 			return ip.IP.String()
 		}
 	}
+	t.Fatalf("%s has no IPv6 link-local address (%v): nothing to probe over IPv6", name, addrs)
 	return ""
 }
 
@@ -116,36 +123,38 @@ func TestKubeAPINetwork(t *testing.T) {
 	// copy of it too) have link-local addresses, and the apiserver and the
 	// kubelet listen on [::]. The host's end of the bridge, and the other
 	// sandbox's own address (read inside it), on a port it listens on.
-	if gw := linkLocal(t, "sbxkube0"); gw != "" {
-		for _, port := range []int{6443, 10250} {
-			if open(wide, gw+"%eth0", port) {
-				t.Errorf("a sandbox reaches the host's [%s]:%d over IPv6", gw, port)
-			}
+	gw := linkLocal(t, "sbxkube0")
+	for _, port := range []int{6443, 10250} {
+		if open(wide, gw+"%eth0", port) {
+			t.Errorf("a sandbox reaches the host's [%s]:%d over IPv6", gw, port)
 		}
 	}
 	e.sh("acme", id, "nohup python3 -m http.server -b :: 8000 >/dev/null 2>&1 &")
-	if peer := strings.TrimSpace(e.sh("acme", id, `python3 -c "
+	peer := strings.TrimSpace(e.sh("acme", id, `python3 -c "
 for l in open('/proc/net/if_inet6'):
     f = l.split()
     if f[0].startswith('fe80') and f[5] != 'lo':
-        print(':'.join(f[0][i:i+4] for i in range(0, 32, 4))); break"`)); peer != "" {
-		deadline := time.Now().Add(10 * time.Second)
-		for !open(id, "::1", 8000) && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond)
-		}
-		if !open(id, "::1", 8000) {
-			t.Fatal("the peer's own server does not answer inside it")
-		}
-		if open(wide, peer+"%eth0", 8000) {
-			t.Errorf("a sandbox reaches another's [%s]:8000 over IPv6", peer)
-		}
-	} else {
-		t.Logf("the sandbox has no IPv6 link-local address: nothing to reach over IPv6")
+        print(':'.join(f[0][i:i+4] for i in range(0, 32, 4))); break"`))
+	if peer == "" {
+		t.Fatalf("the sandbox has no IPv6 link-local address (/proc/net/if_inet6: %q): the probe of a peer over IPv6 would prove nothing",
+			e.sh("acme", id, "cat /proc/net/if_inet6"))
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for !open(id, "::1", 8000) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !open(id, "::1", 8000) {
+		t.Fatal("the peer's own server does not answer inside it")
+	}
+	if open(wide, peer+"%eth0", 8000) {
+		t.Errorf("a sandbox reaches another's [%s]:8000 over IPv6", peer)
 	}
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+wide, "acme", nil)
 
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-	if nps, _ := c.NetworkingV1().NetworkPolicies(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "sandbox.dev/id=" + id}); len(nps.Items) != 0 {
+	if nps, err := c.NetworkingV1().NetworkPolicies(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "sandbox.dev/id=" + id}); err != nil {
+		t.Fatalf("listing: %v", err)
+	} else if len(nps.Items) != 0 {
 		t.Errorf("%d NetworkPolicies left after end", len(nps.Items))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -231,9 +232,19 @@ func TestKubeEgressEnforced(t *testing.T) {
 				}
 			}
 		}
+		// The control: the host itself reaches its listener at each
+		// address, so a refusal below is the sandbox's, not a listener
+		// that is not there.
+		local := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
 		for _, h := range targets {
-			if resp, err := http.Get("http://" + h + ":" + hostPort + "/"); err == nil {
-				resp.Body.Close() // the host itself reaches its listener there
+			resp, err := local.Get("http://" + h + ":" + hostPort + "/")
+			if err != nil {
+				t.Fatalf("the host does not reach its own listener at %s: %v", h, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(b) != "internet (the host!)" {
+				t.Fatalf("the host's own listener at %s answered %q %v", h, b, err)
 			}
 			k.refused(t, open.Name, "http://"+h+":"+hostPort+"/")
 			k.refused(t, inet.Name, "http://"+h+":"+hostPort+"/")
@@ -293,7 +304,9 @@ func TestKubeEgressEnforced(t *testing.T) {
 		if _, err := k.client.CoreV1().Pods(k.ns).Get(context.Background(), obj.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("swept pod: %v, want gone", err)
 		}
-		if l, _ := k.client.NetworkingV1().NetworkPolicies(k.ns).List(context.Background(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox}); len(l.Items) != 0 {
+		if l, err := k.client.NetworkingV1().NetworkPolicies(k.ns).List(context.Background(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox}); err != nil {
+			t.Fatalf("listing: %v", err)
+		} else if len(l.Items) != 0 {
 			t.Errorf("%d egress NetworkPolicies left after the sweep", len(l.Items))
 		}
 	})
