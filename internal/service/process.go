@@ -94,6 +94,12 @@ type (
 // may answer to one request.
 const maxProcAnswer = 16 << 20
 
+// maxDaemonRecords is the most processes an honest daemon lists: its
+// running ones (store.MaxProcessRecords, cmd/sandbox-runner's maxRunning)
+// and the finished ones it keeps (its maxFinished). A longer list is
+// nonsense, refused before it is written anywhere.
+const maxDaemonRecords = store.MaxProcessRecords + 128
+
 func (s *Service) processes() (ProcessStore, error) {
 	ps := ProcessStore(s.d.Store)
 	if s.d.Runner == "" {
@@ -109,6 +115,9 @@ func daemonError(pid int, msg string) error {
 		return sandbox.Errorf(sandbox.KindNotFound, "no process %d in this sandbox", pid)
 	case "the process has ended", "the process's stdin is closed", "the process has no terminal":
 		return sandbox.Errorf(sandbox.KindConflict, "process %d: %s", pid, msg)
+	}
+	if strings.HasSuffix(msg, "processes are running; that is the most one sandbox keeps") {
+		return sandbox.Errorf(sandbox.KindLimit, "%s", msg)
 	}
 	return sandbox.Errorf(sandbox.KindInvalid, "%s", msg)
 }
@@ -149,7 +158,7 @@ func (s *Service) askWith(ctx context.Context, exec func(runtime.ExecRequest) (O
 		return nil, err
 	}
 	var a procAnswer
-	if err := json.Unmarshal(out.buf.Bytes(), &a); err != nil || a.Boot == "" {
+	if err := json.Unmarshal(out.buf.Bytes(), &a); err != nil || a.Boot == "" || len(a.Processes) > maxDaemonRecords {
 		return nil, sandbox.Wrap(sandbox.KindBadGateway, err, "the sandbox's process daemon answered nonsense")
 	}
 	if a.Error != "" {
@@ -195,6 +204,9 @@ func (s *Service) startProcess(ctx context.Context, id string, req ProcessReques
 		return nil, err
 	}
 	defer done()
+	if err := s.roomForProcess(ctx, work, ps, sb); err != nil {
+		return nil, err
+	}
 	dir := imageDir
 	if dir == "" {
 		if dir, err = sandbox.ResolvePath(sb.Workdir, req.Dir); err != nil {
@@ -220,6 +232,47 @@ func (s *Service) startProcess(ctx context.Context, id string, req ProcessReques
 	p := view(rec, a.Process)
 	return &p, nil
 }
+
+// roomForProcess refuses a start (KindLimit) when the records of sb's
+// running processes are at store.MaxProcessRecords. Records the store
+// holds as running may have ended unseen, so at the bound the daemon is
+// asked first (its list marks them ended or lost).
+func (s *Service) roomForProcess(ctx, work context.Context, ps ProcessStore, sb *sandbox.Sandbox) error {
+	running := func(recs []store.Process) (n int) {
+		for _, r := range recs {
+			if r.EndedAt.IsZero() && !r.Lost {
+				n++
+			}
+		}
+		return n
+	}
+	recs, err := ps.Processes(ctx, sb.ID)
+	if err != nil || running(recs) < store.MaxProcessRecords {
+		return err
+	}
+	asked := time.Now()
+	a, err := s.ask(ctx, work, sb, procRequest{Op: "list"}, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := s.merge(ctx, ps, sb.ID, a, asked); err != nil {
+		return err
+	}
+	if recs, err = ps.Processes(ctx, sb.ID); err != nil {
+		return err
+	}
+	if running(recs) >= store.MaxProcessRecords {
+		return &sandbox.Error{Kind: sandbox.KindLimit, RetryAfter: 1,
+			Msg: fmt.Sprintf("%d processes of this sandbox are running; that is the most it keeps: end some first", store.MaxProcessRecords)}
+	}
+	return nil
+}
+
+// raceMargin is how long before a list a process of the same boot must
+// have started for its absence from the list to mean it was forgotten:
+// the daemon's clock is the host's, and a start and its record take well
+// under this.
+const raceMargin = 2 * time.Second
 
 func toStore(id, boot string, r *procRecord) store.Process {
 	p := store.Process{Sandbox: id, Boot: boot, Pid: r.Pid, Argv: r.Argv, Dir: r.Dir, TTY: r.TTY,
@@ -287,18 +340,22 @@ func (s *Service) Processes(ctx context.Context, id string) ([]Process, error) {
 		return nil, err
 	}
 	defer done()
+	asked := time.Now()
 	a, err := s.ask(ctx, work, sb, procRequest{Op: "list"}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return s.merge(ctx, ps, sb.ID, a)
+	return s.merge(ctx, ps, sb.ID, a, asked)
 }
 
 // merge records what the daemon's list a says and answers the whole
 // record: the daemon's processes with their live counts, then the stored
-// ones it no longer holds. A stored process of another boot that was
-// running is lost.
-func (s *Service) merge(ctx context.Context, ps ProcessStore, id string, a *procAnswer) ([]Process, error) {
+// ones it no longer holds. A stored process that was running is lost when
+// the daemon does not hold it: of another boot, it died with its init; of
+// this one, it ended and the daemon forgot it (it keeps the last few
+// finished), so its end is unknown — unless it started about when the
+// list was asked (a start racing the list is not in it yet).
+func (s *Service) merge(ctx context.Context, ps ProcessStore, id string, a *procAnswer, asked time.Time) ([]Process, error) {
 	recs, err := ps.Processes(ctx, id)
 	if err != nil {
 		return nil, err
@@ -311,16 +368,42 @@ func (s *Service) merge(ctx context.Context, ps ProcessStore, id string, a *proc
 	for _, r := range recs {
 		stored[key{r.Boot, r.Pid}] = r
 	}
-	var out []Process
 	seen := map[key]bool{}
+	for _, lr := range a.Processes {
+		if lr != nil {
+			seen[key{a.Boot, lr.Pid}] = true
+		}
+	}
+	// The lost first: they make room for the daemon's running ones.
+	var out []Process
+	for _, r := range recs {
+		if seen[key{r.Boot, r.Pid}] {
+			continue
+		}
+		if r.EndedAt.IsZero() && !r.Lost && (r.Boot != a.Boot || r.StartedAt.Before(asked.Add(-raceMargin))) {
+			r.Lost = true
+			if err := ps.PutProcess(ctx, r); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, view(r, nil))
+	}
+	// A finished process the store no longer holds, older than all it
+	// holds when full, was pruned: it is not written back.
+	var oldest time.Time
+	if len(recs) >= store.MaxProcessRecords {
+		oldest = recs[0].StartedAt
+	}
 	for _, lr := range a.Processes {
 		if lr == nil {
 			continue
 		}
 		k := key{a.Boot, lr.Pid}
-		seen[k] = true
 		now := toStore(id, a.Boot, lr)
 		old, ok := stored[k]
+		if !ok && !now.EndedAt.IsZero() && now.StartedAt.Before(oldest) {
+			continue
+		}
 		if ok {
 			now.Session = old.Session
 		}
@@ -330,19 +413,6 @@ func (s *Service) merge(ctx context.Context, ps ProcessStore, id string, a *proc
 			}
 		}
 		out = append(out, view(now, lr))
-	}
-	for _, r := range recs {
-		k := key{r.Boot, r.Pid}
-		if seen[k] {
-			continue
-		}
-		if r.Boot != a.Boot && r.EndedAt.IsZero() && !r.Lost {
-			r.Lost = true
-			if err := ps.PutProcess(ctx, r); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, view(r, nil))
 	}
 	slices.SortStableFunc(out, func(a, b Process) int {
 		if a.StartedAt != b.StartedAt {
@@ -682,6 +752,7 @@ func (s *Service) processesRunning(ctx context.Context, sb *sandbox.Sandbox) boo
 	if !slices.ContainsFunc(recs, func(r store.Process) bool { return r.EndedAt.IsZero() && !r.Lost }) {
 		return false
 	}
+	asked := time.Now()
 	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (Outcome, error) {
 		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -695,7 +766,7 @@ func (s *Service) processesRunning(ctx context.Context, sb *sandbox.Sandbox) boo
 	if err != nil {
 		return false
 	}
-	list, err := s.merge(ctx, ps, sb.ID, a)
+	list, err := s.merge(ctx, ps, sb.ID, a, asked)
 	if err != nil {
 		return true
 	}

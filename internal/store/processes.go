@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
 // Process is the durable record of one background process of a sandbox.
@@ -26,12 +28,18 @@ type Process struct {
 	Lost      bool // its init is gone and its end unknown
 }
 
-// MaxProcessRecords bounds the finished processes kept per sandbox; the
-// oldest go first.
-const MaxProcessRecords = 1000
+// MaxProcessRecords bounds the records kept per sandbox, running ones
+// included, so that a sandbox cannot grow its org's store without bound
+// by starting processes (or by a hostile init answering made-up ones):
+// the oldest ended and lost records go first, and a record that would
+// make more running ones than this is refused. It is the most the
+// sandbox's init runs at once (cmd/sandbox-runner's maxRunning).
+const MaxProcessRecords = 256
 
 // PutProcess writes p's record, replacing the one of the same boot and
-// pid, and drops finished records beyond MaxProcessRecords.
+// pid, and drops the oldest ended and lost records beyond
+// MaxProcessRecords. A new record that would need a running one dropped
+// is refused (KindLimit) and nothing is written.
 func (s *Store) PutProcess(ctx context.Context, p Process) error {
 	db, org, err := s.orgDB(ctx)
 	if err != nil {
@@ -57,10 +65,20 @@ func (s *Store) PutProcess(ctx context.Context, p Process) error {
 		org, p.Sandbox, p.Boot, p.Pid, string(argv), p.Dir, p.TTY, p.Session, millis(p.StartedAt), ended, code, p.Signal, p.TimedOut, p.Lost); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM processes WHERE rowid IN (
-		SELECT rowid FROM processes WHERE org = ? AND sandbox_id = ? AND ended_at IS NOT NULL
-		ORDER BY started_at DESC LIMIT -1 OFFSET ?)`, org, p.Sandbox, MaxProcessRecords); err != nil {
+	var total, running int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(ended_at IS NULL AND NOT lost), 0)
+		FROM processes WHERE org = ? AND sandbox_id = ?`, org, p.Sandbox).Scan(&total, &running); err != nil {
 		return fmt.Errorf("store: %w", err)
+	}
+	if running > MaxProcessRecords {
+		return sandbox.Errorf(sandbox.KindLimit, "%d processes of this sandbox are running; that is the most it keeps: end some first", MaxProcessRecords)
+	}
+	if over := total - MaxProcessRecords; over > 0 {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM processes WHERE rowid IN (
+			SELECT rowid FROM processes WHERE org = ? AND sandbox_id = ? AND (ended_at IS NOT NULL OR lost)
+			ORDER BY started_at, pid LIMIT ?)`, org, p.Sandbox, over); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: %w", err)
