@@ -62,7 +62,7 @@ func BenchmarkEgressFlowCut(b *testing.B) {
 		var cfg server.Config
 		cfg.GVisor.Egress.Uplink, cfg.GVisor.Egress.DNS, cfg.GVisor.Egress.NoFlowCut = in.Uplink, in.DNS, !cut
 		cfg.GVisor.Egress.RateMbit = 8
-		cfg.Service.NetworkAllow = []string{"*"}
+		cfg.Service.NetworkAllow = []string{"*", "internet"}
 		envs[cut], ins[cut] = newEnvConfig(b, cfg), in
 	}
 	policy := map[string]any{"network": map[string]any{"allow": []string{"allowed.example", testenv.RawIP}}}
