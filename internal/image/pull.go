@@ -172,6 +172,11 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	defer os.RemoveAll(scratch)
+	cleaned, err := os.MkdirTemp(dir, ".check-clean-") // swept with the .check- ones
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer os.RemoveAll(cleaned)
 	root, err := os.OpenRoot(scratch)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
@@ -180,7 +185,13 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 	var u Unpacked
 	var ls []v1.Layer
 	for i, l := range layers {
-		f, err := os.Open(l)
+		// What is checked and pushed is the clean copy, not the tar as
+		// the sandbox wrote it: the node unpacks exactly what passed.
+		clean := filepath.Join(cleaned, fmt.Sprintf("layer-%d.tar", i))
+		if err := cleanFile(clean, l, &u); err != nil {
+			return nil, &LayerError{Layer: i + 1, Source: source, Err: err}
+		}
+		f, err := os.Open(clean)
 		if err != nil {
 			return nil, fmt.Errorf("image: %w", err)
 		}
@@ -193,7 +204,7 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 		if err != nil {
 			return nil, &LayerError{Layer: i + 1, Source: source, Err: err}
 		}
-		layer, err := tarball.LayerFromFile(l)
+		layer, err := tarball.LayerFromFile(clean)
 		if err != nil {
 			return nil, fmt.Errorf("image: %w", err)
 		}
@@ -226,6 +237,26 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 	}
 	p.Source, p.SizeBytes = source, u.Cost
 	return p, nil
+}
+
+// cleanFile writes CleanLayer's copy of the layer file src to dst,
+// counting what it left out into u.
+func cleanFile(dst, src string, u *Unpacked) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	dropped, err := CleanLayer(out, in)
+	u.Dropped += dropped
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // FromFile opens an image archive: an OCI layout (a directory, or a tar of
