@@ -7,8 +7,9 @@
 #   sudo scripts/server-image.sh [-v VERSION] ROOT NAME:TAG
 #   sudo scripts/server-image.sh /var/lib/sandbox/kube sandbox/server:0.2.0
 #
-# The image holds /usr/local/bin/sandbox and, beside it, sandbox-runner (the
-# server copies the runner into each sandbox pod), both static (pure Go,
+# The image holds /usr/local/bin/sandbox and, beside it, sandbox-runner (an
+# init container of this image puts the runner on each sandbox pod's
+# read-only runner volume: --runner-image), both static (pure Go,
 # CGO_ENABLED=0); the CA bundle of this machine; a passwd/group naming uid
 # 65532 (the chart runs the server as that user, non-root, on a read-only
 # root filesystem with /data and /tmp its only writable places). -v stamps

@@ -62,6 +62,8 @@ func main() {
 			os.Exit(connectMain(os.Args[2:]))
 		case "credential":
 			os.Exit(credentialMain())
+		case "install":
+			os.Exit(installMain(os.Args[2:]))
 		}
 	}
 	os.Exit(run())

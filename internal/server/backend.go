@@ -312,7 +312,7 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		if err != nil {
 			return backend{}, err
 		}
-		rt, err := kube.Open(ctx, cfg.Kube, kube.Hooks{Image: lib.podImage, ImageEnv: lib.env, PullSecret: lib.secret, Runner: cfg.Runner, NetworkPrivate: bounds.Private}, log)
+		rt, err := kube.Open(ctx, cfg.Kube, kube.Hooks{Image: lib.podImage, ImageEnv: lib.env, PullSecret: lib.secret, NetworkPrivate: bounds.Private}, log)
 		if err != nil {
 			return backend{}, err
 		}

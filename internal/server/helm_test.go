@@ -422,7 +422,8 @@ func TestHelmTemplate(t *testing.T) {
 			t.Errorf("RuntimeClass handler %q", str(rc.Object, "handler"))
 		}
 		for _, want := range []string{"--runtime=kube", "--namespace=sandboxes", "--runtime-class=gvisor", "--data=/data",
-			"--issuer-url=http://sandbox.sandbox-system.svc.cluster.local", "--shutdown-grace=25s", "--bootstrap-key-file=/etc/sandbox/admin-key/key", "--operator-org=system"} {
+			"--issuer-url=http://sandbox.sandbox-system.svc.cluster.local", "--shutdown-grace=25s", "--bootstrap-key-file=/etc/sandbox/admin-key/key", "--operator-org=system",
+			"--runner-image=sandbox/server:" + server.Version} {
 			if !slices.Contains(args, want) {
 				t.Errorf("no %s in %q", want, args)
 			}
@@ -578,7 +579,7 @@ func TestChartFlags(t *testing.T) {
 	// The flags the chart's named values render (templates/_helpers.tpl's
 	// list): TestHelmTemplate sees each in the args.
 	named := []string{"runtime", "namespace", "runtime-class", "data", "listen", "kubeconfig", "server-namespace", "service-account",
-		"issuer-url", "shutdown-grace", "bootstrap-key-file", "operator-org", "preview-domain", "debug", "storage-class"}
+		"issuer-url", "shutdown-grace", "bootstrap-key-file", "operator-org", "preview-domain", "debug", "storage-class", "runner-image"}
 	helpers, err := os.ReadFile(filepath.Join(chartDir, "templates", "_helpers.tpl"))
 	if err != nil {
 		t.Fatal(err)

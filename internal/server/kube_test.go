@@ -400,6 +400,7 @@ func TestKubeImage(t *testing.T) {
 	cfg := server.Config{Images: imagesWithClasses(t)}
 	cfg.Service.ImageAllow = []string{reg.Host}
 	cfg.Kube.PushRepo = reg.Host + "/snapshots"
+	cfg.Kube.RunnerImage = runnerImage(t)
 	e, c, ns := newKubeEnvConfig(t, cfg)
 	ref := push(t, reg, "team/kubetool:1", []string{"GREETING=from the image", "PATH=/bin"}, busyboxLayer(t),
 		tarLayer(t, tarEntry{name: "app/", typ: tar.TypeDir}, tarEntry{name: "app/hello.sh", typ: tar.TypeReg, body: []byte("echo \"$GREETING\"\n")}))
@@ -419,8 +420,8 @@ func TestKubeImage(t *testing.T) {
 	if out := e.sh("acme", id, "sh /app/hello.sh; id -u"); out != "from the image\n1000\n" {
 		t.Errorf("in the pod: %q", out)
 	}
-	// A snapshot: what the pod changed (read by the runner, copied in over
-	// the exec channel) appended to its image and pushed where the cluster
+	// A snapshot: what the pod changed (read by the runner, on the pod's
+	// read-only runner volume) appended to its image and pushed where the cluster
 	// pulls from; a lease of it has the change, and the image's files.
 	e.sh("acme", id, "echo changed > /app/new.txt && mkdir -p /app/deep/er && echo d > /app/deep/er/f")
 	snap := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "snap"}).JSON(t)

@@ -23,7 +23,7 @@ import (
 	"io"
 	"maps"
 	"net/netip"
-	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -61,9 +61,14 @@ type Config struct {
 	// PullSecret names the imagePullSecret a pod of an image needs (a
 	// private registry's); nil or "" means none.
 	PullSecret func(image string) string
-	// Runner is the host path of cmd/sandbox-runner, copied into a pod to
-	// read what it changed (RootfsChanges); empty means it cannot.
-	Runner string
+	// RunnerImage is an image holding cmd/sandbox-runner at RunnerInImage
+	// (the server's own image): an init container of it copies the runner
+	// into a volume in memory that the sandbox's container mounts
+	// read-only at runtime.RunnerPath's directory, where it reads what the
+	// pod changed (RootfsChanges). Empty means pods have no runner and
+	// snapshots are refused: the runner is never copied in through the
+	// pod's own, tenant-writable, filesystem.
+	RunnerImage string
 	// ImageEnv is the environment an image asks for (its config's Env),
 	// given to every program of a pod on it; nil means none.
 	ImageEnv func(image string) []string
@@ -114,6 +119,13 @@ func New(cfg Config) (*Runtime, error) {
 }
 
 const container = "sandbox"
+
+// RunnerInImage is where the runner image holds cmd/sandbox-runner.
+const RunnerInImage = "/usr/local/bin/sandbox-runner"
+
+// runnerDir is the directory of runtime.RunnerPath: the runner volume's
+// mount, read-only in the sandbox's container.
+var runnerDir = path.Dir(runtime.RunnerPath)
 
 // UID and GID every sandbox process runs as.
 const uid, gid = 1000, 1000
@@ -198,7 +210,8 @@ func isolates(spec networkingv1.NetworkPolicySpec) bool {
 
 // pod is the pod of spec.
 func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
-	no := false
+	no, yes := false, true
+	runnerUID := int64(65532) // the server image's user: neither root nor the sandbox's
 	u, g := int64(uid), int64(gid)
 	if spec.User != nil {
 		u, g = int64(spec.User.UID), int64(spec.User.GID)
@@ -266,6 +279,32 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 				{Name: "credential", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &secret}}},
 			},
 		},
+	}
+	if r.cfg.RunnerImage != "" {
+		// The runner, from the server's image, into memory the sandbox
+		// reads and runs but cannot write: the tenant's code never
+		// replaces what the server executes.
+		size := mib(32)
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "runner",
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size}}})
+		p.Spec.InitContainers = []corev1.Container{{
+			Name:            "runner",
+			Image:           r.cfg.RunnerImage,
+			ImagePullPolicy: pullPolicy(r.cfg.RunnerImage),
+			Command:         []string{RunnerInImage, "install", runtime.RunnerPath},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(10, resource.DecimalSI), corev1.ResourceMemory: mib(32)},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(500, resource.DecimalSI), corev1.ResourceMemory: mib(64)},
+			},
+			SecurityContext: &corev1.SecurityContext{
+				RunAsNonRoot: &yes, RunAsUser: &runnerUID, RunAsGroup: &runnerUID, ReadOnlyRootFilesystem: &yes,
+				AllowPrivilegeEscalation: &no,
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+			VolumeMounts: []corev1.VolumeMount{{Name: "runner", MountPath: runnerDir}},
+		}}
+		c := &p.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "runner", MountPath: runnerDir, ReadOnly: true})
 	}
 	if rc := r.cfg.RuntimeClasses[spec.Runtime]; rc != "" {
 		p.Spec.RuntimeClassName = &rc
@@ -561,11 +600,12 @@ func (r *Runtime) Fork(context.Context, runtime.Ref, runtime.Spec) (runtime.Obje
 
 // RootfsChanges reads what a pod changed in its root filesystem: its
 // container's writable layer is the node's, not the API's, so the runner
-// is copied into the pod's /tmp over the exec channel and walks the root
-// for entries newer than the start stamp (sandbox-runner changes). What
-// was deleted is not seen.
+// (runtime.RunnerPath, on the read-only volume its init container filled
+// from RunnerImage) walks the root for entries newer than the start stamp
+// (sandbox-runner changes). What was deleted is not seen. Without a
+// runner image it is runtime.ErrUnsupported.
 func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) error {
-	if r.cfg.Runner == "" {
+	if r.cfg.RunnerImage == "" {
 		return runtime.ErrUnsupported
 	}
 	p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
@@ -575,25 +615,23 @@ func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) e
 	if err != nil {
 		return fmt.Errorf("kube: reading pod %s: %w", name, err)
 	}
-	workdir := "/"
+	workdir, mounted := "/", false
 	for _, c := range p.Spec.Containers {
-		if c.Name == container && c.WorkingDir != "" {
+		if c.Name != container {
+			continue
+		}
+		if c.WorkingDir != "" {
 			workdir = c.WorkingDir
 		}
+		for _, m := range c.VolumeMounts {
+			mounted = mounted || m.Name == "runner" && m.MountPath == runnerDir && m.ReadOnly
+		}
 	}
-	bin, err := os.Open(r.cfg.Runner)
-	if err != nil {
-		return fmt.Errorf("kube: the runner: %w", err)
+	if !mounted {
+		return fmt.Errorf("kube: pod %s predates snapshots (it has no runner volume)", name)
 	}
-	defer bin.Close()
-	const copied = "/tmp/.sandbox-changes"
 	var errb bytes.Buffer
-	if err := r.stream(ctx, name, []string{"/bin/sh", "-c", "cat > " + copied + " && chmod 700 " + copied}, false, bin, io.Discard, &errb, nil); err != nil {
-		return fmt.Errorf("kube: copying the runner into %s: %w: %s", name, err, errb.String())
-	}
-	defer r.stream(context.WithoutCancel(ctx), name, []string{"rm", "-f", copied}, false, nil, io.Discard, io.Discard, nil)
-	errb.Reset()
-	err = r.stream(ctx, name, []string{copied, "changes", startStamp, "/proc", "/sys", "/dev", "/tmp", workdir}, false, nil, w, &errb, nil)
+	err = r.stream(ctx, name, []string{runtime.RunnerPath, "changes", startStamp, "/proc", "/sys", "/dev", "/tmp", runnerDir, workdir}, false, nil, w, &errb, nil)
 	var exit *runtime.ExitError
 	if errors.As(err, &exit) && exit.Code == 3 {
 		return fmt.Errorf("kube: pod %s predates snapshots (no start stamp): %s", name, errb.String())

@@ -42,6 +42,9 @@ type Options struct {
 	// PushRepo is where snapshots are pushed, a repository the cluster
 	// pulls from; empty refuses snapshots.
 	PushRepo string
+	// RunnerImage is the image the pods' runner comes from (the server's
+	// own, which holds it at RunnerInImage); empty refuses snapshots.
+	RunnerImage string
 	// ClusterCIDRs are ranges of the cluster no sandbox policy reaches, on
 	// top of what the server reads from the cluster (ClusterNever): its pod
 	// and service ranges at least, which a namespaced server cannot read,
@@ -51,9 +54,7 @@ type Options struct {
 
 // Hooks are what the backend is told by the server: how an image (a
 // class's name, or a pulled image's digest) maps to a container image
-// (nil: "sandbox/NAME:local"), its environment and its imagePullSecret,
-// and the host path of cmd/sandbox-runner (copied into a pod to read its
-// changes; empty: no snapshots).
+// (nil: "sandbox/NAME:local"), its environment and its imagePullSecret.
 //
 // NetworkPrivate are the private ranges the operator opened to egress
 // policies (--network-private); nil: none.
@@ -61,7 +62,6 @@ type Hooks struct {
 	Image          func(string) string
 	ImageEnv       func(string) []string
 	PullSecret     func(string) string
-	Runner         string
 	NetworkPrivate []netip.Prefix
 }
 
@@ -81,6 +81,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&o.PushRepo, "image-push", "", "kube: a repository the cluster pulls from, where snapshots of sandboxes are pushed (default: none, snapshots refused)")
+	fs.StringVar(&o.RunnerImage, "runner-image", "", "kube: the server's own image, which holds the runner at "+RunnerInImage+": an init container of it puts the runner on a read-only volume of each pod, which reads a snapshot's changes (default: none, snapshots refused)")
 }
 
 // Validate checks the options without a cluster.
@@ -126,7 +127,7 @@ func parseCIDRs(ss []string) ([]netip.Prefix, error) {
 // client-go's own logging (klog, and what it reports as "unhandled") goes
 // to log, the latter at debug level.
 //
-// The hooks say what the server knows of images and where its runner is.
+// The hooks say what the server knows of images.
 func Open(ctx context.Context, o Options, h Hooks, log *slog.Logger) (*Runtime, error) {
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, msg string, kv ...any) {
@@ -174,7 +175,7 @@ func Open(ctx context.Context, o Options, h Hooks, log *slog.Logger) (*Runtime, 
 	}
 	rt, err := New(Config{
 		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
-		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: h.Image, ImageEnv: h.ImageEnv, PullSecret: h.PullSecret, Runner: h.Runner,
+		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: h.Image, ImageEnv: h.ImageEnv, PullSecret: h.PullSecret, RunnerImage: o.RunnerImage,
 		OpenPrivate: h.NetworkPrivate, ClusterNever: ClusterNever(ictx, client, rc, cidrs, log),
 	})
 	if err != nil {

@@ -57,3 +57,44 @@ func TestPodSpec(t *testing.T) {
 		t.Errorf("a runtime without a class got %q", *p.Spec.RuntimeClassName)
 	}
 }
+
+// TestPodRunner: with a runner image, an init container of it (not of
+// the tenant's image, not as the sandbox's user) fills a volume in memory
+// that the sandbox's container mounts read-only where the runner is run
+// from; without one, a pod has no runner at all.
+func TestPodRunner(t *testing.T) {
+	r := &Runtime{cfg: Config{Image: func(n string) string { return "tenant/" + n }, RunnerImage: "sandbox/server:1"}, ns: "sandboxes"}
+	p := r.pod(runtime.Spec{Name: "sbx-a", Image: "x", Workdir: "/work", Volume: runtime.Volume{Scratch: true}})
+	if len(p.Spec.InitContainers) != 1 {
+		t.Fatalf("init containers: %+v", p.Spec.InitContainers)
+	}
+	ic := p.Spec.InitContainers[0]
+	if ic.Image != "sandbox/server:1" || ic.Command[0] != RunnerInImage || *ic.SecurityContext.RunAsUser == uid || !*ic.SecurityContext.ReadOnlyRootFilesystem {
+		t.Errorf("the runner's init container: %+v", ic)
+	}
+	var vol *corev1.Volume
+	for i := range p.Spec.Volumes {
+		if p.Spec.Volumes[i].Name == "runner" {
+			vol = &p.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.EmptyDir == nil || vol.EmptyDir.Medium != corev1.StorageMediumMemory {
+		t.Errorf("the runner's volume: %+v", vol)
+	}
+	n := 0
+	for _, m := range p.Spec.Containers[0].VolumeMounts {
+		if m.Name == "runner" {
+			n++
+			if !m.ReadOnly || m.MountPath+"/runner" != runtime.RunnerPath {
+				t.Errorf("the sandbox's runner mount: %+v", m)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d runner mounts in the sandbox", n)
+	}
+	r.cfg.RunnerImage = ""
+	if p := r.pod(runtime.Spec{Name: "sbx-a", Image: "x", Workdir: "/work", Volume: runtime.Volume{Scratch: true}}); len(p.Spec.InitContainers) != 0 || len(p.Spec.Volumes) != 3 {
+		t.Errorf("without a runner image: %+v %+v", p.Spec.InitContainers, p.Spec.Volumes)
+	}
+}

@@ -106,7 +106,7 @@ owns is refused in server.flags, so there is one place to set each.
 {{- if lt $tgps 6 }}
 {{- fail (printf "terminationGracePeriodSeconds %d: give at least 6 (the server takes 5 s less as --shutdown-grace, then closes its store before the kubelet's SIGKILL)" $tgps) }}
 {{- end }}
-{{- $named := list "runtime" "namespace" "runtime-class" "data" "listen" "kubeconfig" "server-namespace" "service-account" "issuer-url" "shutdown-grace" "bootstrap-key-file" "operator-org" "preview-domain" "debug" "storage-class" }}
+{{- $named := list "runtime" "namespace" "runtime-class" "data" "listen" "kubeconfig" "server-namespace" "service-account" "issuer-url" "shutdown-grace" "bootstrap-key-file" "operator-org" "preview-domain" "debug" "storage-class" "runner-image" }}
 - serve
 - --runtime=kube
 - {{ printf "--namespace=%v" (include "sandbox.sandboxNamespace" .) | quote }}
@@ -118,6 +118,7 @@ owns is refused in server.flags, so there is one place to set each.
 - {{ printf "--issuer-url=%v" (include "sandbox.issuerURL" .) | quote }}
 - --shutdown-grace={{ sub $tgps 5 }}s
 - {{ printf "--operator-org=%v" (.Values.server.operatorOrg) | quote }}
+- {{ printf "--runner-image=%v:%v" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) | quote }}
 {{- if .Values.adminKey.enabled }}
 - {{ printf "--bootstrap-key-file=%s/key" (include "sandbox.adminKeyDir" .) | quote }}
 {{- end }}
