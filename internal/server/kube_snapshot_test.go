@@ -66,7 +66,7 @@ func TestKubeSnapshotRunnerAndLayer(t *testing.T) {
 	cfg.Kube.PushRepo = reg.Host + "/snapshots"
 	cfg.Kube.RunnerImage = runnerImage(t)
 	e, c, ns := newKubeEnvConfig(t, cfg)
-	ref := push(t, reg, "team/kubesnap:1", []string{"PATH=/bin"}, busyboxLayer(t))
+	ref := push(t, reg, "team/kubesnap:1", []string{"PATH=/bin"}, busyboxLayer(t), tarLayer(t, tarEntry{name: "app/", typ: tar.TypeDir}))
 	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool", "ref": ref})
 	id := e.lease("acme", map[string]any{"image": "tool", "ttlSec": 600})
 
@@ -98,7 +98,7 @@ func TestKubeSnapshotRunnerAndLayer(t *testing.T) {
 	// copied before it was run, and makes a setuid file and a FIFO.
 	e.sh("acme", id, `printf '#!/bin/sh\n: > /tmp/pwned\n' > /tmp/evil; busybox chmod 755 /tmp/evil
 (while :; do cat /tmp/evil > /tmp/.sandbox-changes 2>/dev/null; done) </dev/null >/dev/null 2>&1 &
-busybox mkdir -p /app && echo s > /app/suid && busybox chmod 4755 /app/suid && busybox mkfifo /app/fifo && echo ok > /app/plain`)
+echo s > /app/suid && busybox chmod 4755 /app/suid && busybox mkfifo /app/fifo && echo ok > /app/plain`)
 	r := e.do("POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "snap"})
 	if out := e.sh("acme", id, "test -e /tmp/pwned && echo PWNED; true"); out != "" {
 		t.Errorf("the tenant's program ran as the runner: %q", out)
