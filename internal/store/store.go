@@ -29,9 +29,15 @@ type Store struct {
 	dir     string
 	control *sql.DB
 
-	mu   sync.Mutex
-	orgs map[string]*orgDB // by raw org name
+	mu     sync.Mutex
+	orgs   map[string]*orgDB // by raw org name
+	closed bool              // Close ran: no org is opened (or its directory made) again
 }
+
+// ErrClosed is what a call on a closed store returns: work that outlives
+// the server (a late goroutine) is refused instead of re-creating an org's
+// directory, and its database, under a data directory being torn down.
+var ErrClosed = errors.New("store: closed")
 
 // orgDB is one org's database with its hot statement prepared once.
 type orgDB struct {
@@ -55,6 +61,7 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	errs := []error{s.control.Close()}
 	for _, db := range s.orgs {
 		errs = append(errs, db.get.Close(), db.Close())
@@ -76,6 +83,9 @@ func (s *Store) orgDB(ctx context.Context) (*orgDB, string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil, "", ErrClosed
+	}
 	if db := s.orgs[org]; db != nil {
 		return db, org, nil
 	}

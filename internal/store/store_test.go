@@ -77,6 +77,35 @@ func TestOneFilePerOrg(t *testing.T) {
 	}
 }
 
+// TestClosedStoreOpensNothing: a call that comes after Close (a goroutine
+// outliving the server) is refused and makes no org directory under a data
+// directory that is being removed (the server tests found empty orgs/acme-…
+// directories left behind).
+func TestClosedStoreOpensNothing(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Insert(orgCtx("acme"), newRow("exec", ""), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "orgs")); err != nil {
+		t.Fatal(err)
+	}
+	for _, org := range []string{"acme", "globex"} {
+		if _, err := st.Get(orgCtx(org), "sb_x"); !errors.Is(err, ErrClosed) {
+			t.Errorf("Get of %s after Close: %v, want ErrClosed", org, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "orgs")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a call after Close made %s again (%v)", filepath.Join(dir, "orgs"), err)
+	}
+}
+
 func TestOrgRequired(t *testing.T) {
 	st, _ := openStore(t)
 	if _, err := st.Get(context.Background(), "sb_x"); !errors.Is(err, sandbox.ErrUnauthorized) {
