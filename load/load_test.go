@@ -212,7 +212,7 @@ func TestHostileTenant(t *testing.T) {
 		// A REST read streams the file from the sandbox to the client.
 		{"REST reads of a 40 MB file, 8 at once", 24, func(int) (int, string) {
 			return s.head("hostile", "GET", "/v1/sandbox/"+hostile+"/fs?path=big")
-		}, 200, []int{200, 429}, 0, map[int]int{200: 24}}, // 8 at once fit the quota
+		}, 200, []int{200, 429}, 0, nil}, // 8 at once fit the quota, but a reader has the whole body before the server's handler returns and frees its slot, so its next read may meet a full quota (a race, not the quota's decision: seen 200:14 429:10 in CI); every refusal must still name its quota
 		// 100 clients ask for the 40 MB file and read none of it: the
 		// server cuts each after the stall bound (499 here: the answer
 		// ended short), which frees A's command slots.
