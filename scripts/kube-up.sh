@@ -427,6 +427,7 @@ root = "$ROOT/run/runsc"
 [runsc_config]
   platform = "systrap"
 EOF
+mkdir -p "$ROOT/etc/certs.d"
 cat >"$ROOT/etc/containerd.toml" <<EOF
 version = 3
 root = "$ROOT/var/containerd"
@@ -435,6 +436,10 @@ state = "$ROOT/run/containerd"
   address = "$ROOT/run/containerd/containerd.sock"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  # Registry hosts (HOST:PORT/hosts.toml), read at each pull: the tests put
+  # their registry's here (plain HTTP, in a network namespace of theirs).
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$ROOT/etc/certs.d"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "$PAUSE_IMAGE"
 [plugins.'io.containerd.cri.v1.runtime']

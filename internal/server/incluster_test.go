@@ -37,6 +37,7 @@ type release struct {
 	root       string // the test cluster's ROOT (kube-up.sh), for its images
 	ns, sbns   string // the release's namespace, the sandboxes'
 	c          kubernetes.Interface
+	flags      []string // more --set flags of every install and upgrade
 }
 
 // newRelease names a release; nothing is installed yet. Its cleanup
@@ -91,7 +92,7 @@ func (r *release) image(tag, version string) {
 // values are the --set flags of every install and upgrade: the image,
 // never pulled (it is only on the node), and the sandboxes' namespace.
 func (r *release) values(tag string) []string {
-	return []string{"--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never", "--set", "sandboxNamespace.name=" + r.sbns}
+	return append([]string{"--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never", "--set", "sandboxNamespace.name=" + r.sbns}, r.flags...)
 }
 
 // install installs the chart and answers how long until a client of its
@@ -418,6 +419,7 @@ func version(t *testing.T, url string) string {
 // TestHelmInCluster installs the chart with real helm on the test cluster
 // and holds the server it runs to what a team installing it expects:
 //   - the pod becomes ready, and the Python SDK's suite passes against it
+//     (its image pull from a registry in a network namespace of the test's)
 //     through its Service;
 //   - a helm upgrade to a rebuilt image (another version) loses no lease,
 //     row or file, lets a call in flight finish, keeps a long command
@@ -426,6 +428,12 @@ func version(t *testing.T, url string) string {
 //   - helm uninstall leaves no sandbox pod, claim, volume or RBAC behind.
 func TestHelmInCluster(t *testing.T) {
 	r := newRelease(t)
+	// A registry the server's pod and the node both reach (in a network
+	// namespace of the test's, routed from the pods): the SDK pulls an
+	// image from it.
+	reg := testenv.NewRoutedInternet(t).Registry(t, r.root)
+	r.flags = []string{"--set", "server.flags.image-allow=" + reg.Host}
+	imageRef := reg.PushBusybox(t, "sdk/tool:1", map[string]string{"etc/greeting": "hi from the image\n"})
 	r.image("helm-a", "0.2.0+helm-a")
 	took := r.install("helm-a")
 	t.Logf("helm install → ready in %v", took.Round(time.Millisecond))
@@ -438,11 +446,16 @@ func TestHelmInCluster(t *testing.T) {
 	t.Run("python-suite", func(t *testing.T) {
 		py := testenv.PythonSDK(t, "../../sdk/python")
 		cmd := exec.Command(py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "../../sdk/python/tests")
-		cmd.Env = append(os.Environ(), "SANDBOX_URL="+url, "SANDBOX_KEY="+e.keys["suite"], "SANDBOX_TEST_BACKEND=kube", "PYTHONDONTWRITEBYTECODE=1")
+		cmd.Env = append(os.Environ(), "SANDBOX_URL="+url, "SANDBOX_KEY="+e.keys["suite"], "SANDBOX_TEST_BACKEND=kube", "PYTHONDONTWRITEBYTECODE=1",
+			"SANDBOX_TEST_IMAGE_REF="+imageRef)
 		out, err := cmd.CombinedOutput()
 		t.Logf("pytest against %s:\n%s", url, out)
 		if err != nil {
 			t.Fatalf("pytest: %v", err)
+		}
+		// The image cases ran (-rs lists what skipped, and why).
+		if bytes.Contains(out, []byte("SANDBOX_TEST_IMAGE_REF")) {
+			t.Errorf("the SDK's image cases skipped with a registry given")
 		}
 	})
 	// What the suite left running (a sandbox a test leaves to its TTL) is

@@ -50,7 +50,13 @@ func NeedRegistry(t testing.TB, auth bool) *Registry {
 	// A free port is only free until someone takes it: a registry that
 	// could not bind exits, and is started again on another.
 	for attempt := 1; ; attempt++ {
-		addr, err := startRegistry(t, bin, dir, authCfg)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		err = startRegistry(t, exec.Command(bin), addr, dir, authCfg)
 		if err == nil {
 			r.Host = addr
 			break
@@ -62,21 +68,15 @@ func NeedRegistry(t testing.TB, auth bool) *Registry {
 	return r
 }
 
-// startRegistry starts one registry on a free loopback port and answers
-// its address once it serves, or why it did not.
-func startRegistry(t testing.TB, bin, dir, authCfg string) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+// startRegistry starts one registry (cmd, to which "serve CONFIG" is
+// added) on addr and answers once it serves there, or why it did not.
+func startRegistry(t testing.TB, cmd *exec.Cmd, addr, dir, authCfg string) error {
 	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s",
 		filepath.Join(dir, "data"), addr, authCfg)
 	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))
+	cmd.Args = append(cmd.Args, "serve", filepath.Join(dir, "config.yml"))
 	logf, _ := os.Create(filepath.Join(dir, "registry.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -94,7 +94,7 @@ func startRegistry(t testing.TB, bin, dir, authCfg string) (string, error) {
 		case <-exited:
 			logf.Close()
 			b, _ := os.ReadFile(filepath.Join(dir, "registry.log"))
-			return "", fmt.Errorf("the registry exited on %s: %s", addr, b)
+			return fmt.Errorf("the registry exited on %s: %s", addr, b)
 		default:
 		}
 		// Ours, not whatever else took the port first: a registry says so.
@@ -102,12 +102,12 @@ func startRegistry(t testing.TB, bin, dir, authCfg string) (string, error) {
 			res.Body.Close()
 			if res.Header.Get("Docker-Distribution-Api-Version") == "registry/2.0" {
 				t.Cleanup(stop)
-				return addr, nil
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	stop()
 	b, _ := os.ReadFile(filepath.Join(dir, "registry.log"))
-	return "", fmt.Errorf("the registry did not answer on %s: %s", addr, b)
+	return fmt.Errorf("the registry did not answer on %s: %s", addr, b)
 }

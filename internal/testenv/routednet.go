@@ -118,3 +118,53 @@ func NewRoutedInternet(t testing.TB) *RoutedInternet {
 	}
 	return n
 }
+
+// RoutedRegistry is the address of the routed internet's registry
+// (Registry): a private one, as a registry on a cluster's own network
+// would have, so that go-containerregistry — the server's puller, in a pod
+// or not — speaks plain HTTP to it as it does to any registry on an
+// RFC 1918 address. The host routes this /32 alone through the veth.
+const RoutedRegistry = "10.99.255.10"
+
+// Registry starts a real registry (Debian's docker-registry) in the routed
+// internet at RoutedRegistry:5000, which the cluster's pods and its node
+// reach, and tells the node's containerd (the cluster under kubeRoot, whose
+// containerd reads registry hosts from ROOT/etc/certs.d: scripts/kube-up.sh)
+// to pull from it over plain HTTP. Everything goes at the test's end.
+func (n *RoutedInternet) Registry(t testing.TB, kubeRoot string) *Registry {
+	t.Helper()
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		Missing(t, RegistryPart, "docker-registry (Debian's package; scripts/deps.sh installs it for the tests)")
+	}
+	certs := filepath.Join(kubeRoot, "etc", "certs.d")
+	if _, err := os.Stat(certs); err != nil {
+		t.Fatalf("the cluster's containerd reads no registry hosts (%v): scripts/kube-up.sh sets its config_path", err)
+	}
+	for _, args := range [][]string{
+		{"-n", n.NS, "addr", "add", RoutedRegistry + "/32", "dev", n.peer()},
+		{"route", "add", RoutedRegistry + "/32", "via", RoutedA, "dev", n.HostIf},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "route", "del", RoutedRegistry+"/32").Run() })
+	addr := RoutedRegistry + ":5000"
+	hosts := filepath.Join(certs, addr)
+	if err := os.MkdirAll(hosts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hosts) })
+	toml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+addr, "http://"+addr)
+	if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := startRegistry(t, exec.Command("ip", "netns", "exec", n.NS, bin), addr, t.TempDir(), ""); err != nil {
+		t.Fatal(err)
+	}
+	return &Registry{Host: addr}
+}
+
+// peer is the name of the veth's end in the namespace.
+func (n *RoutedInternet) peer() string { return strings.TrimSuffix(n.HostIf, "h") + "n" }
