@@ -44,7 +44,11 @@ type apiEnv struct {
 	h    *api.Server
 }
 
-func newAPI(t *testing.T, cfg ...api.Config) *apiEnv {
+func newAPI(t *testing.T, cfg ...api.Config) *apiEnv { return newAPIWithout(t, nil, cfg...) }
+
+// newAPIWithout is newAPI on a fake backend that lacks the capabilities
+// named.
+func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) *apiEnv {
 	st, err := store.Open(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +57,8 @@ func newAPI(t *testing.T, cfg ...api.Config) *apiEnv {
 	rt := fake.New()
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
-	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Metrics: m, Log: log, Quotas: st})
+	caps := runtime.Discover(rt).Without(lacks...)
+	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, Metrics: m, Log: log, Quotas: st})
 	it := interp.New(svc, "", log)
 	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, svc, svc, it), Auth: st,
 		Metrics: m.Handler()}, log, append(cfg, api.Config{})[0])
@@ -635,10 +640,9 @@ func TestExecStream(t *testing.T) {
 // TestStatsUnavailable: a backend that cannot count answers the disk and
 // says why the rest is absent; a sleeping sandbox is a 409, not woken.
 func TestStatsUnavailable(t *testing.T) {
-	e := newAPI(t)
+	e := newAPIWithout(t, []runtime.Capability{runtime.CapStats})
 	var sb struct{ ID string }
 	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
-	e.rt.Set(func(r *fake.Runtime) { r.StatsErr = runtime.ErrUnsupported })
 	e.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
 		io.WriteString(req.Stdout, "Filesystem 1024-blocks Used Available Capacity Mounted on\nnone 524288 2932 521356 1% /mnt/data\n")
 		return nil

@@ -1,7 +1,10 @@
 // Package runtime defines what the service needs from an isolation backend,
-// and nothing else: create a sandbox from a spec, run a program in it over its
-// one channel (exec), delete it by name AND unique identity, list by label,
-// and read its status. The gvisor backend drives runsc on this machine; a
+// and nothing else. Its core is what every backend has: create a sandbox
+// from a spec, run a program in it over its one channel (exec), stop what
+// runs in it, delete it by name AND unique identity, read its status, list
+// by label. Checkpoints, forks, root-filesystem diffs, stats, network
+// changes and the in-sandbox runner are capabilities: interfaces of their
+// own, which a backend has or not (Discover). The gvisor backend drives runsc on this machine; a
 // Kubernetes backend drives pods through client-go. Everything above this
 // interface is identical for both.
 package runtime
@@ -35,10 +38,6 @@ var ErrNotFound = errors.New("runtime object not found")
 // ErrConflict means the name exists but belongs to another identity: the
 // caller must stop, never retry without the precondition.
 var ErrConflict = errors.New("runtime object identity does not match")
-
-// ErrUnsupported means the backend cannot do this (checkpoint, say); the
-// caller falls back to what it can.
-var ErrUnsupported = errors.New("not supported by this runtime")
 
 // Volume describes the directory mounted at the class workdir. A backend
 // never deletes a volume on its own: the service drops scratch volumes when
@@ -156,7 +155,11 @@ func (e *StartError) Error() string {
 	return "start refused: " + e.Reason + ": " + e.Message
 }
 
-// Runtime is the isolation backend.
+// Runtime is the core of an isolation backend: what every backend has.
+// What only some have are the capabilities below, each an interface of its
+// own that a backend implements or not; Discover finds them once, when the
+// server is wired, and an absent one is answered for in one place (the
+// service's 501), never by a method that says "unsupported".
 type Runtime interface {
 	// Create starts a sandbox and returns once it runs. On failure it leaves
 	// nothing behind; when what runs the sandboxes refused it (no room, an
@@ -166,44 +169,179 @@ type Runtime interface {
 	// exit, or any other error when the channel itself broke. Cancelling ctx
 	// kills the program inside, not only the client.
 	Exec(ctx context.Context, name string, req ExecRequest) error
+	// Stop kills every process in the sandbox but its init, even when the
+	// sandbox's user has exhausted its process limit (a fork bomb); the
+	// sandbox runs on.
+	Stop(ctx context.Context, name string) error
 	// Delete removes the object named by ref.Name only if its identity is
 	// ref.UID; ErrNotFound and ErrConflict mean stop.
 	Delete(ctx context.Context, ref Ref) error
-	// List returns the objects carrying every label in selector.
-	List(ctx context.Context, selector map[string]string) ([]Object, error)
 	// Status returns one object, or ErrNotFound.
 	Status(ctx context.Context, name string) (Object, error)
+	// List returns the objects carrying every label in selector.
+	List(ctx context.Context, selector map[string]string) ([]Object, error)
+}
+
+// Volumes drops the volumes a backend made for its sandboxes (Spec.Volume);
+// a backend never drops one on its own. Every backend has it, but it is not
+// the sandboxes' core: the service needs it beside the runtime.
+type Volumes interface {
 	// DeleteVolume drops a volume. Missing is not an error.
 	DeleteVolume(ctx context.Context, name string) error
+}
+
+// Backend is a backend as the service holds it: its core and its volumes
+// (its capabilities are found with Discover).
+type Backend interface {
+	Runtime
+	Volumes
+}
+
+// Checkpointer saves a sandbox's memory (sleep keeps it; wake restores it).
+type Checkpointer interface {
 	// Checkpoint saves the memory of the object named by ref under key and
 	// removes the object, keeping its volume; Create with Spec.Restore=key
-	// brings it back under a new name. ErrUnsupported when the backend
-	// cannot checkpoint.
+	// brings it back under a new name.
 	Checkpoint(ctx context.Context, ref Ref, key string) error
+	// DropCheckpoint deletes a checkpoint. Missing is not an error.
+	DropCheckpoint(ctx context.Context, key string) error
+}
+
+// Forker copies a running sandbox, memory and all.
+type Forker interface {
 	// Fork creates the object spec describes from the memory of the
 	// running object ref at this instant — and, when spec's volume is a
 	// project volume (which must not exist yet), from a copy of ref's
-	// volume of the same instant — while ref runs on. ErrUnsupported when
-	// the backend cannot.
+	// volume of the same instant — while ref runs on.
 	Fork(ctx context.Context, ref Ref, spec Spec) (Object, error)
+}
+
+// Differ reads what a sandbox changed in its root filesystem (snapshots).
+type Differ interface {
 	// RootfsChanges writes what the sandbox changed in its root filesystem
 	// (the upper layer of its overlay, not its workdir or /tmp) to w as a
-	// tar, deletions as OCI whiteouts. ErrUnsupported when the backend
-	// cannot tell.
+	// tar, deletions as OCI whiteouts.
 	RootfsChanges(ctx context.Context, name string, w io.Writer) error
-	// DropCheckpoint deletes a checkpoint. Missing is not an error.
-	DropCheckpoint(ctx context.Context, key string) error
-	// KillAll kills every process in the sandbox but its init, even when
-	// the sandbox's user has exhausted its process limit (a fork bomb).
-	KillAll(ctx context.Context, name string) error
-	// Stats is the sandbox's use as its runtime counts it, or
-	// ErrUnsupported when the backend cannot tell.
+}
+
+// StatsReader reads a sandbox's use as its runtime counts it.
+type StatsReader interface {
 	Stats(ctx context.Context, name string) (Stats, error)
+}
+
+// Networker changes the egress policy of a running sandbox.
+type Networker interface {
 	// SetNetwork replaces the egress policy of a running sandbox; it takes
-	// effect for new connections. A sandbox created with no network cannot
-	// be given one (its container has no interface): ErrUnsupported, as
-	// from a backend that cannot enforce the policy's rules.
+	// effect for new connections, and cuts open ones the new policy no
+	// longer allows. A sandbox created with no network cannot be given one
+	// (its container has no interface): ErrNoNetwork.
 	SetNetwork(ctx context.Context, name string, rules *netpolicy.Rules) error
+}
+
+// NetworkChecker refuses, before any sandbox is made, a policy the
+// backend cannot enforce; its error is the caller's to read.
+type NetworkChecker interface {
+	CheckNetwork(rules *netpolicy.Rules) error
+}
+
+// Runner is the in-sandbox runner (cmd/sandbox-runner at RunnerPath): the
+// init that keeps background processes, the port relay of previews and
+// the lease credential's writer.
+type Runner interface {
+	// RunnerPath is where the runner is inside every sandbox.
+	RunnerPath() string
+}
+
+// ErrNoNetwork means the sandbox was created with no network interface.
+var ErrNoNetwork = errors.New("the sandbox was created with no network")
+
+// Capability names one optional interface, as the API and the tests name it.
+type Capability string
+
+// The capabilities, by name.
+const (
+	CapCheckpoint Capability = "checkpoint"
+	CapFork       Capability = "fork"
+	CapDiff       Capability = "rootfs-diff"
+	CapStats      Capability = "stats"
+	CapNetwork    Capability = "network"
+	CapRunner     Capability = "runner"
+)
+
+// Capabilities are a backend's optional interfaces, each nil when absent.
+type Capabilities struct {
+	Checkpoint   Checkpointer
+	Fork         Forker
+	Diff         Differ
+	Stats        StatsReader
+	Network      Networker
+	CheckNetwork NetworkChecker
+	Runner       Runner
+}
+
+// Discover finds the capabilities rt implements.
+func Discover(rt Runtime) Capabilities {
+	var c Capabilities
+	c.Checkpoint, _ = rt.(Checkpointer)
+	c.Fork, _ = rt.(Forker)
+	c.Diff, _ = rt.(Differ)
+	c.Stats, _ = rt.(StatsReader)
+	c.Network, _ = rt.(Networker)
+	c.CheckNetwork, _ = rt.(NetworkChecker)
+	c.Runner, _ = rt.(Runner)
+	return c
+}
+
+// Has says whether the capability is there.
+func (c Capabilities) Has(n Capability) bool {
+	switch n {
+	case CapCheckpoint:
+		return c.Checkpoint != nil
+	case CapFork:
+		return c.Fork != nil
+	case CapDiff:
+		return c.Diff != nil
+	case CapStats:
+		return c.Stats != nil
+	case CapNetwork:
+		return c.Network != nil
+	case CapRunner:
+		return c.Runner != nil
+	}
+	return false
+}
+
+// Names lists the capabilities there, in a fixed order.
+func (c Capabilities) Names() []Capability {
+	var out []Capability
+	for _, n := range []Capability{CapCheckpoint, CapFork, CapDiff, CapStats, CapNetwork, CapRunner} {
+		if c.Has(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Without is c less the named capabilities (a test's backend that lacks
+// them, on the fake runtime that has them all).
+func (c Capabilities) Without(names ...Capability) Capabilities {
+	for _, n := range names {
+		switch n {
+		case CapCheckpoint:
+			c.Checkpoint = nil
+		case CapFork:
+			c.Fork = nil
+		case CapDiff:
+			c.Diff = nil
+		case CapStats:
+			c.Stats = nil
+		case CapNetwork:
+			c.Network, c.CheckNetwork = nil, nil
+		case CapRunner:
+			c.Runner = nil
+		}
+	}
+	return c
 }
 
 // Stats is a sandbox's use now, by its runtime's own count.

@@ -26,19 +26,16 @@ const (
 )
 
 // backend is a runtime and what differs with it: where the images live,
-// whether the interpreter's runner is mounted, what must settle before
-// recovery.
+// what must settle before recovery. What the runtime can do beyond its
+// core (the runner among it) is runtime.Discover's to find.
 type backend struct {
-	rt runtime.Runtime
+	rt runtime.Backend
 	// settle waits for work a killed server left running; nil if none.
 	settle func(context.Context) error
 	// imageReady says whether an image can run here; nil means any can
 	// (the cluster's nodes hold them, and a missing one fails the pod with
 	// the cluster's reason).
 	imageReady func(name string) error
-	// runner is the runner's path inside a sandbox; "" runs interpreter
-	// programs through the shell script.
-	runner string
 	// library keeps pulled images; nil where the backend runs none.
 	library service.Library
 }
@@ -299,11 +296,7 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		if err != nil {
 			return backend{}, err
 		}
-		b := backend{rt: rt, settle: rt.Settle, imageReady: localImage(cfg.Images), library: lib}
-		if cfg.Runner != "" {
-			b.runner = runtime.RunnerPath
-		}
-		return b, nil
+		return backend{rt: rt.Backend(), settle: rt.Settle, imageReady: localImage(cfg.Images), library: lib}, nil
 	case BackendKube:
 		lib := &registry{dir: cfg.Images, push: cfg.Kube.PushRepo}
 		// The private ranges the operator opened come out of every
@@ -317,7 +310,7 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 			return backend{}, err
 		}
 		lib.rt = rt
-		return backend{rt: rt, library: lib}, nil
+		return backend{rt: rt.Backend(), library: lib}, nil
 	}
 	return backend{}, fmt.Errorf("unknown backend %q: gvisor or kube", cfg.Backend)
 }

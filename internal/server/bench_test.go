@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
@@ -225,7 +226,7 @@ func BenchmarkWake(b *testing.B) {
 				b.Fatal(err)
 			}
 			// Forget the memory: the wake starts fresh over the kept files.
-			e.srv.Runtime.DropCheckpoint(ctx, row.Checkpoint)
+			runtime.Discover(e.srv.Runtime).Checkpoint.DropCheckpoint(ctx, row.Checkpoint)
 			e.srv.Store.Transition(ctx, id, row.Status, &sandbox.Sandbox{Status: row.Status, Name: row.Name, UID: row.UID})
 		}, resume)
 	})

@@ -209,7 +209,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
-		Quotas: st, Host: host.New(cfg.Data), Runner: b.runner, Library: b.library,
+		Quotas: st, Host: host.New(cfg.Data), Library: b.library,
 	})
 	if err := reconcile(ctx, st, b, svc, sessions, log); err != nil {
 		st.Close()
@@ -219,7 +219,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
 	previews := service.NewPreviews(svc, signer, cfg.Preview, st, st)
-	it := interp.New(svc, b.runner, log)
+	// The interpreter runs a program through the runner where sandboxes
+	// have one, else through the shell.
+	runner := ""
+	if r := runtime.Discover(b.rt).Runner; r != nil {
+		runner = r.RunnerPath()
+	}
+	it := interp.New(svc, runner, log)
 	typed := ops.New(svc, svc, svc, it).WithPreviews(previews)
 	h := api.New(api.Deps{
 		Leases: svc, Work: svc, Processes: svc, Images: svc, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,

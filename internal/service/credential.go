@@ -283,10 +283,10 @@ func (s *Service) writeCredential(ctx context.Context, sb *sandbox.Sandbox, toke
 	defer cancel()
 	errBuf := NewOutput(4 << 10)
 	req := runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", credentialScript}, Dir: "/", Stdin: strings.NewReader(token), Stderr: errBuf}
-	if s.d.Runner != "" {
+	if r := s.caps.Runner; r != nil {
 		// One static process, no shell in the image needed, and the one
 		// writer trusted to run as the sandbox's root.
-		req.Argv, req.Root = []string{s.d.Runner, "credential"}, true
+		req.Argv, req.Root = []string{r.RunnerPath(), "credential"}, true
 	}
 	err := s.d.Runtime.Exec(wctx, sb.Name, req)
 	if err != nil {

@@ -28,6 +28,9 @@ func (s *Service) Fork(ctx context.Context, id string, req ForkRequest) (*sandbo
 		return nil, err
 	}
 	defer done()
+	if s.caps.Fork == nil {
+		return nil, s.unsupported(runtime.CapFork)
+	}
 	switch {
 	case src.Project != "" && req.Project == "":
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "sandbox %s works on project %q: its fork needs a new project (\"project\"), which gets a copy of the volume", src.ID, src.Project)
@@ -67,5 +70,5 @@ func (s *Service) Fork(ctx context.Context, id string, req ForkRequest) (*sandbo
 // forkStart starts sb's container from from's memory (and, for a
 // project, a copy of its volume) at this instant.
 func (s *Service) forkStart(ctx context.Context, from, sb *sandbox.Sandbox) (runtime.Object, error) {
-	return s.d.Runtime.Fork(ctx, runtime.Ref{Name: from.Name, UID: from.UID}, s.spec(sb, ""))
+	return s.caps.Fork.Fork(ctx, runtime.Ref{Name: from.Name, UID: from.UID}, s.spec(sb, ""))
 }

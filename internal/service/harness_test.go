@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/meter"
 	"github.com/sandboxd/sandbox/internal/metrics"
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
@@ -35,6 +36,15 @@ type option func(*service.Config, *service.Deps)
 func withFees(env map[string]string) option {
 	return func(_ *service.Config, d *service.Deps) {
 		d.Meter = &meter.Meter{Fees: meter.FeesFromEnv(func(k string) string { return env[k] }), Ledger: d.Store.(*store.Store)}
+	}
+}
+
+// without gives the service a backend that lacks the capabilities named
+// (the fake has them all).
+func without(lacks ...runtime.Capability) option {
+	return func(_ *service.Config, d *service.Deps) {
+		c := runtime.Discover(d.Runtime).Without(lacks...)
+		d.Capabilities = &c
 	}
 }
 

@@ -217,18 +217,18 @@ func (s *Service) Snapshot(ctx context.Context, id string, req SnapshotRequest) 
 		return nil, err
 	}
 	defer done()
+	if s.caps.Diff == nil {
+		return nil, s.unsupported(runtime.CapDiff)
+	}
 	start := time.Now()
 	layers := []func(io.Writer) error{func(w io.Writer) error {
-		return withoutCredential(w, func(w io.Writer) error { return s.d.Runtime.RootfsChanges(work, sb.Name, w) })
+		return withoutCredential(w, func(w io.Writer) error { return s.caps.Diff.RootfsChanges(work, sb.Name, w) })
 	}}
 	if req.Workdir {
 		layers = append(layers, func(w io.Writer) error { return s.workdirLayer(ctx, sb, w) })
 	}
 	p, err := lib.Derive(work, sb.Image, "snapshot of "+sb.ID, lim, layers...)
-	switch {
-	case errors.Is(err, runtime.ErrUnsupported):
-		return nil, sandbox.Errorf(sandbox.KindUnsupported, "this server's backend cannot read a sandbox's filesystem changes")
-	case err != nil:
+	if err != nil {
 		return nil, imageError(err)
 	}
 	im := store.Image{Name: req.Name, Digest: p.Digest, Source: "snapshot of " + sb.ID, SizeBytes: p.SizeBytes, CreatedAt: s.now()}

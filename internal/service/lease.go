@@ -225,16 +225,6 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	// now: the start may have used up all of its time.
 	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancelRecord()
-	if errors.Is(err, runtime.ErrUnsupported) {
-		// Nothing was made: the row (and a project it named first) goes.
-		if uerr := s.transition(recordCtx, sb, moved(sb, sandbox.StatusEnded)); uerr != nil {
-			log.Error("removing the row of a refused fork", "err", uerr)
-		}
-		if sb.Project != "" {
-			s.d.Store.DropProject(recordCtx, sb.Project, true)
-		}
-		return nil, sandbox.Errorf(sandbox.KindUnsupported, "this server's backend cannot fork a running sandbox: it cannot checkpoint memory")
-	}
 	if says, room := clusterSays(err); room {
 		// Nothing runs, and the caller is told to come back: the row ends
 		// (an error row would hold no quota, only wait for the reaper and

@@ -200,8 +200,8 @@ func (s *Service) wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 		}
 		return nil, err
 	}
-	if used != "" {
-		if err := s.d.Runtime.DropCheckpoint(startCtx, used); err != nil {
+	if used != "" && s.caps.Checkpoint != nil {
+		if err := s.caps.Checkpoint.DropCheckpoint(startCtx, used); err != nil {
 			log.Warn("dropping a used checkpoint", "err", err)
 		}
 	}
@@ -268,8 +268,12 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 	}
 	ref := runtime.Ref{Name: sb.Name, UID: sb.UID}
 	key := sb.ID
-	if err := s.d.Runtime.Checkpoint(ctx, ref, key); err != nil {
-		if !errors.Is(err, runtime.ErrUnsupported) {
+	err = errors.ErrUnsupported // no Checkpointer: the memory goes
+	if s.caps.Checkpoint != nil {
+		err = s.caps.Checkpoint.Checkpoint(ctx, ref, key)
+	}
+	if err != nil {
+		if !errors.Is(err, errors.ErrUnsupported) {
 			log.Warn("checkpoint failed; sleeping without memory", "err", err)
 		}
 		key = ""
@@ -341,7 +345,7 @@ func (s *Service) Stop(ctx context.Context, id string) (*StopResult, error) {
 	if sb.Status == sandbox.StatusRunning {
 		killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
-		if err := s.d.Runtime.KillAll(killCtx, sb.Name); err != nil {
+		if err := s.d.Runtime.Stop(killCtx, sb.Name); err != nil {
 			s.log.Warn("killing leftover processes", "sandbox", sb.ID, "err", err)
 		}
 	}
@@ -401,8 +405,8 @@ func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*
 		}
 	}
 	var errs []error
-	if sb.Checkpoint != "" {
-		errs = append(errs, s.d.Runtime.DropCheckpoint(ctx, sb.Checkpoint))
+	if sb.Checkpoint != "" && s.caps.Checkpoint != nil {
+		errs = append(errs, s.caps.Checkpoint.DropCheckpoint(ctx, sb.Checkpoint))
 	}
 	if sb.Project == "" || purge {
 		errs = append(errs, s.d.Runtime.DeleteVolume(ctx, sb.Volume))

@@ -163,8 +163,7 @@ func TestSleepWake(t *testing.T) {
 
 func TestSleepFallbacks(t *testing.T) {
 	t.Run("no checkpoint: sleeps without memory, wakes fresh", func(t *testing.T) {
-		h := newHarness(t)
-		h.rt.Set(func(r *fakeRT) { r.NoCheckpoint = true })
+		h := newHarness(t, without(runtime.CapCheckpoint))
 		sb := h.lease(acme, service.LeaseRequest{})
 		slept, err := h.svc.Sleep(acme, sb.ID)
 		if err != nil || slept.MemoryKept || len(h.rt.Objects()) != 0 {
@@ -197,8 +196,7 @@ func TestSleepFallbacks(t *testing.T) {
 		}
 	})
 	t.Run("the cluster refuses the wake: its reason, still sleeping", func(t *testing.T) {
-		h := newHarness(t)
-		h.rt.Set(func(r *fakeRT) { r.NoCheckpoint = true })
+		h := newHarness(t, without(runtime.CapCheckpoint))
 		sb := h.lease(acme, service.LeaseRequest{})
 		h.svc.Sleep(acme, sb.ID)
 		for _, tc := range []struct {

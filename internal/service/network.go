@@ -27,7 +27,7 @@ func (s *Service) networkPolicy(p *netpolicy.Policy) (*netpolicy.Policy, error) 
 	}
 	// A backend that cannot enforce some rule (names, on Kubernetes) says
 	// so before a row is written.
-	if c, ok := s.d.Runtime.(networkChecker); ok {
+	if c := s.caps.CheckNetwork; c != nil {
 		if err := c.CheckNetwork(r); err != nil {
 			return nil, err
 		}
@@ -36,12 +36,6 @@ func (s *Service) networkPolicy(p *netpolicy.Policy) (*netpolicy.Policy, error) 
 		return got, nil
 	}
 	return &netpolicy.Policy{}, nil
-}
-
-// networkChecker is a backend that can refuse a policy it cannot enforce,
-// with the reason for the caller (a *sandbox.Error).
-type networkChecker interface {
-	CheckNetwork(*netpolicy.Rules) error
 }
 
 // networkRules is the runtime's form of sb's policy: nil for a sandbox
@@ -85,14 +79,17 @@ func (s *Service) SetNetwork(ctx context.Context, id string, p *netpolicy.Policy
 		return nil, sandbox.Errorf(sandbox.KindConflict, "sandbox %s was leased with no network, so it has no interface to open: lease a sandbox with a network policy (it can be narrowed to none and opened again)", sb.ID)
 	}
 	if sb.Status == sandbox.StatusRunning {
+		if s.caps.Network == nil {
+			return nil, s.unsupported(runtime.CapNetwork)
+		}
 		rules, _ := netpolicy.Parse(got) // nil parses to no rules: closed
-		err := s.d.Runtime.SetNetwork(ctx, sb.Name, rules)
+		err := s.caps.Network.SetNetwork(ctx, sb.Name, rules)
 		var se *sandbox.Error
 		if errors.As(err, &se) {
 			return nil, err // the backend said why, for the caller
 		}
-		if errors.Is(err, runtime.ErrUnsupported) {
-			return nil, sandbox.Wrap(sandbox.KindUnsupported, err, "this server's backend cannot change the network of a running sandbox")
+		if errors.Is(err, runtime.ErrNoNetwork) {
+			return nil, sandbox.Wrap(sandbox.KindConflict, err, "sandbox "+sb.ID+" was leased with no network, so it has no interface to open")
 		}
 		if err != nil {
 			return nil, sandbox.Wrap(sandbox.KindInternal, err, "the network policy could not be applied")

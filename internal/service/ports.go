@@ -25,8 +25,8 @@ var ErrNoListener = errors.New("nothing listens on that port")
 // DialPort connects to port inside sandbox id; the connection lives until
 // it is closed (not with ctx, which only bounds the dial).
 func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	if s.d.Runner == "" {
-		return nil, sandbox.Errorf(sandbox.KindUnsupported, "port previews need the in-sandbox runner, which this server's backend does not have")
+	if s.caps.Runner == nil {
+		return nil, s.unsupported(runtime.CapRunner)
 	}
 	if port < 1 || port > 65535 {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "port %d: a port is 1-65535", port)
@@ -50,7 +50,7 @@ func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	go func() {
 		defer close(ended)
 		defer done()
-		err := s.d.Runtime.Exec(work, sb.Name, runtime.ExecRequest{Argv: []string{s.d.Runner, "connect", strconv.Itoa(port)}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: errBuf})
+		err := s.d.Runtime.Exec(work, sb.Name, runtime.ExecRequest{Argv: []string{s.caps.Runner.RunnerPath(), "connect", strconv.Itoa(port)}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: errBuf})
 		var exit *runtime.ExitError
 		if errors.As(err, &exit) && exit.Code == 4 {
 			err = ErrNoListener

@@ -102,8 +102,8 @@ const maxDaemonRecords = store.MaxProcessRecords + 128
 
 func (s *Service) processes() (ProcessStore, error) {
 	ps := ProcessStore(s.d.Store)
-	if s.d.Runner == "" {
-		return nil, sandbox.Errorf(sandbox.KindUnsupported, "background processes need the in-sandbox runner, which this server's backend does not have")
+	if s.caps.Runner == nil {
+		return nil, s.unsupported(runtime.CapRunner)
 	}
 	return ps, nil
 }
@@ -132,7 +132,7 @@ func (s *Service) call(ctx context.Context, exec func(runtime.ExecRequest) (Outc
 		in = io.MultiReader(in, data)
 	}
 	errBuf := NewOutput(4 << 10)
-	o, err := exec(runtime.ExecRequest{Argv: []string{s.d.Runner, "proc"}, Dir: "/", Stdin: in, Stdout: out, Stderr: errBuf})
+	o, err := exec(runtime.ExecRequest{Argv: []string{s.caps.Runner.RunnerPath(), "proc"}, Dir: "/", Stdin: in, Stdout: out, Stderr: errBuf})
 	if err != nil {
 		return err
 	}

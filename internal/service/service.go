@@ -198,8 +198,13 @@ func (c Config) Validate() error {
 // Deps are the parts the service is built from. Store and Runtime are
 // required; the rest may be nil.
 type Deps struct {
-	Store   Store
-	Runtime runtime.Runtime
+	Store Store
+	// Runtime is the isolation backend: its core, its volumes, and the
+	// capabilities it has (Capabilities).
+	Runtime runtime.Backend
+	// Capabilities are what Runtime can do beyond its core; nil means
+	// runtime.Discover(Runtime), a test's fake may be given fewer.
+	Capabilities *runtime.Capabilities
 	// RuntimeName is what the backend provides (e.g. "gvisor"): the default
 	// and the only runtime offered. Empty means "gvisor".
 	RuntimeName string
@@ -221,10 +226,6 @@ type Deps struct {
 	// Library unpacks and finds pulled images; nil keeps none but the
 	// classes'.
 	Library Library
-	// Runner is the in-sandbox path of cmd/sandbox-runner, whose init
-	// keeps the background processes; empty means the backend has none
-	// and processes are refused (501).
-	Runner string
 	// Credentials exchange a caller's token for each lease's own
 	// credential (CredentialPath); nil hands none.
 	Credentials Exchanger
@@ -247,6 +248,7 @@ type Service struct {
 	cfg  Config
 	d    Deps
 	log  *slog.Logger
+	caps runtime.Capabilities
 	cmds inflight
 
 	locksMu sync.Mutex
@@ -270,7 +272,30 @@ func New(cfg Config, d Deps) *Service {
 	// Validate refused bad bounds; a caller that skipped it gets none,
 	// the safe side.
 	cfg.network, _ = cfg.NetworkBounds()
-	return &Service{cfg: cfg, d: d, log: d.Log}
+	caps := runtime.Discover(d.Runtime)
+	if d.Capabilities != nil {
+		caps = *d.Capabilities
+	}
+	return &Service{cfg: cfg, d: d, log: d.Log, caps: caps}
+}
+
+// Capabilities lists what this server's backend can do beyond its core.
+func (s *Service) Capabilities() []runtime.Capability { return s.caps.Names() }
+
+// unsupported is the one answer to what a capability this server's
+// backend lacks would do (501, KindUnsupported).
+func (s *Service) unsupported(c runtime.Capability) error {
+	return sandbox.Errorf(sandbox.KindUnsupported, "this server's %s backend cannot %s", s.d.RuntimeName, capabilityDoes[c])
+}
+
+// capabilityDoes says what each capability does, for unsupported.
+var capabilityDoes = map[runtime.Capability]string{
+	runtime.CapCheckpoint: "keep a sleeping sandbox's memory",
+	runtime.CapFork:       "fork a running sandbox: it cannot copy a sandbox's memory",
+	runtime.CapDiff:       "read a sandbox's filesystem changes, which a snapshot is made of",
+	runtime.CapStats:      "report a sandbox's CPU, memory and processes",
+	runtime.CapNetwork:    "change the network of a running sandbox",
+	runtime.CapRunner:     "run background processes or port previews: its sandboxes have no in-sandbox runner",
 }
 
 // Ceiling is the absolute bound on a lease in force (the reaper applies it

@@ -3,7 +3,6 @@ package service
 import (
 	"bytes"
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -49,9 +48,12 @@ func (s *Service) Stats(ctx context.Context, id string) (*Stats, error) {
 	}
 	defer done()
 	st := &Stats{ID: sb.ID, At: s.now().UTC(), Disk: []DiskUsed{}}
-	rs, err := s.d.Runtime.Stats(ctx, sb.Name)
+	var rs runtime.Stats
+	if s.caps.Stats != nil {
+		rs, err = s.caps.Stats.Stats(ctx, sb.Name)
+	}
 	switch {
-	case errors.Is(err, runtime.ErrUnsupported):
+	case s.caps.Stats == nil:
 		st.Unavailable = "the " + s.d.RuntimeName + " backend does not report CPU, memory and processes"
 	case err != nil:
 		return nil, sandbox.Wrap(sandbox.KindBadGateway, err, "reading the sandbox's stats failed")

@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"sort"
 	"sync"
@@ -56,8 +55,6 @@ type Runtime struct {
 	Program ExecFunc
 	// DeleteErr fails every Delete with it.
 	DeleteErr error
-	// NoCheckpoint makes Checkpoint answer runtime.ErrUnsupported.
-	NoCheckpoint bool
 	// CheckpointErr fails Checkpoint with it (the object stays).
 	CheckpointErr error
 	// StatsErr fails Stats with it.
@@ -201,8 +198,6 @@ func (r *Runtime) Checkpoint(ctx context.Context, ref runtime.Ref, key string) e
 	defer r.mu.Unlock()
 	r.call("checkpoint %s", ref.Name)
 	switch {
-	case r.NoCheckpoint:
-		return runtime.ErrUnsupported
 	case r.CheckpointErr != nil:
 		return r.CheckpointErr
 	}
@@ -221,8 +216,6 @@ func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, spec runtime.Spec) 
 	r.call("fork %s", ref.Name)
 	var err error
 	switch o, ok := r.objs[ref.Name]; {
-	case r.NoCheckpoint:
-		err = runtime.ErrUnsupported
 	case r.CheckpointErr != nil:
 		err = r.CheckpointErr
 	case !ok || o.UID != ref.UID:
@@ -235,10 +228,7 @@ func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, spec runtime.Spec) 
 	return r.Create(ctx, spec)
 }
 
-// RootfsChanges has none to tell.
-func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) error {
-	return runtime.ErrUnsupported
-}
+// The fake is no runtime.Differ: it has no root filesystem to tell of.
 
 // DropCheckpoint deletes a checkpoint; missing is not an error.
 func (r *Runtime) DropCheckpoint(ctx context.Context, key string) error {
@@ -249,8 +239,8 @@ func (r *Runtime) DropCheckpoint(ctx context.Context, key string) error {
 	return nil
 }
 
-// KillAll records the call.
-func (r *Runtime) KillAll(ctx context.Context, name string) error {
+// Stop records the call.
+func (r *Runtime) Stop(ctx context.Context, name string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.call("killall %s", name)
@@ -268,8 +258,8 @@ func (r *Runtime) Die(name string) {
 	delete(r.objs, name)
 }
 
-// Stop marks an object as not running without removing it.
-func (r *Runtime) Stop(name string) {
+// Halt marks an object as not running without removing it.
+func (r *Runtime) Halt(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if o, ok := r.objs[name]; ok {
@@ -392,7 +382,7 @@ func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.
 		return runtime.ErrNotFound
 	}
 	if spec.Network == nil {
-		return runtime.ErrUnsupported
+		return runtime.ErrNoNetwork
 	}
 	spec.Network = rules
 	r.specs[name] = spec

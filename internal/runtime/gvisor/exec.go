@@ -254,11 +254,11 @@ func hasEnv(env []string, key string) bool {
 	return false
 }
 
-// KillAll kills every process of the sandbox but PID 1. It runs `kill -9 -1`
+// Stop kills every process of the sandbox but PID 1. It runs `kill -9 -1`
 // as the sandbox's root with CAP_KILL alone: uid 1000 may have exhausted its
 // RLIMIT_NPROC (a fork bomb), and root's count is its own. The command is
 // ours, never a caller's.
-func (r *Runtime) KillAll(ctx context.Context, name string) error {
+func (r *Runtime) Stop(ctx context.Context, name string) error {
 	m, err := r.loadMeta(name)
 	if err != nil {
 		return err

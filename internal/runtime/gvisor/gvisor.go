@@ -823,6 +823,21 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 	}
 }
 
+// Backend is r as the service sees it: a runtime.Runner too when the
+// runner is mounted into its sandboxes (Config.Runner).
+func (r *Runtime) Backend() runtime.Backend {
+	if r.cfg.Runner == "" {
+		return r
+	}
+	return withRunner{r}
+}
+
+// withRunner is the backend whose sandboxes carry the runner.
+type withRunner struct{ *Runtime }
+
+// RunnerPath is where the runner is mounted.
+func (withRunner) RunnerPath() string { return runtime.RunnerPath }
+
 // runnerMount is the read-only bind of the interpreter's runner, if any.
 func (r *Runtime) runnerMount() []map[string]any {
 	if r.cfg.Runner == "" {
@@ -1154,7 +1169,7 @@ func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.
 		return err
 	}
 	if m.Net == nil || m.Net.Index == 0 {
-		return runtime.ErrUnsupported
+		return runtime.ErrNoNetwork
 	}
 	mgr, err := r.egress()
 	if err != nil {

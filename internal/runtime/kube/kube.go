@@ -359,8 +359,8 @@ func pullPolicy(image string) corev1.PullPolicy {
 // judge), else the last status at the start timeout. A policy with domain
 // rules is refused before anything is made (CheckNetwork).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object, error) {
-	if spec.Restore != "" {
-		return runtime.Object{}, runtime.ErrUnsupported
+	if spec.Restore != "" { // no Checkpointer: the service never asks
+		return runtime.Object{}, errors.New("kube: this backend keeps no checkpoints to restore")
 	}
 	if err := r.CheckNetwork(spec.Network); err != nil {
 		return runtime.Object{}, err
@@ -586,28 +586,29 @@ func (r *Runtime) DeleteVolume(ctx context.Context, name string) error {
 	return nil
 }
 
-// Checkpoint is not offered: a sleeping pod is deleted and started fresh
-// over its volume when woken.
-func (r *Runtime) Checkpoint(context.Context, runtime.Ref, string) error {
-	return runtime.ErrUnsupported
+// This backend is no runtime.Checkpointer (a sleeping pod is deleted and
+// started fresh over its volume when woken) and no runtime.Forker (a pod's
+// memory cannot be copied).
+
+// Backend is r as the service sees it: a runtime.Differ too when pods have
+// the runner (Config.RunnerImage), which reads their changes.
+func (r *Runtime) Backend() runtime.Backend {
+	if r.cfg.RunnerImage == "" {
+		return r
+	}
+	return withRunner{r}
 }
 
-// Fork cannot be done without a checkpoint: a pod's memory cannot be
-// copied.
-func (r *Runtime) Fork(context.Context, runtime.Ref, runtime.Spec) (runtime.Object, error) {
-	return runtime.Object{}, runtime.ErrUnsupported
-}
+// withRunner is the backend whose pods carry the runner.
+type withRunner struct{ *Runtime }
 
 // RootfsChanges reads what a pod changed in its root filesystem: its
 // container's writable layer is the node's, not the API's, so the runner
 // (runtime.RunnerPath, on the read-only volume its init container filled
 // from RunnerImage) walks the root for entries newer than the start stamp
-// (sandbox-runner changes). What was deleted is not seen. Without a
-// runner image it is runtime.ErrUnsupported.
-func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) error {
-	if r.cfg.RunnerImage == "" {
-		return runtime.ErrUnsupported
-	}
+// (sandbox-runner changes). What was deleted is not seen.
+func (w withRunner) RootfsChanges(ctx context.Context, name string, out io.Writer) error {
+	r := w.Runtime
 	p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return runtime.ErrNotFound
@@ -631,7 +632,7 @@ func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) e
 		return fmt.Errorf("kube: pod %s predates snapshots (it has no runner volume)", name)
 	}
 	var errb bytes.Buffer
-	err = r.stream(ctx, name, []string{runtime.RunnerPath, "changes", startStamp, "/proc", "/sys", "/dev", "/tmp", runnerDir, workdir}, false, nil, w, &errb, nil)
+	err = r.stream(ctx, name, []string{runtime.RunnerPath, "changes", startStamp, "/proc", "/sys", "/dev", "/tmp", runnerDir, workdir}, false, nil, out, &errb, nil)
 	var exit *runtime.ExitError
 	if errors.As(err, &exit) && exit.Code == 3 {
 		return fmt.Errorf("kube: pod %s predates snapshots (no start stamp): %s", name, errb.String())
@@ -642,12 +643,9 @@ func (r *Runtime) RootfsChanges(ctx context.Context, name string, w io.Writer) e
 	return nil
 }
 
-// DropCheckpoint has nothing to drop.
-func (r *Runtime) DropCheckpoint(context.Context, string) error { return nil }
-
-// KillAll kills every process of the sandbox user but PID 1 (a namespace's
+// Stop kills every process of the sandbox user but PID 1 (a namespace's
 // init ignores a SIGKILL sent from inside it).
-func (r *Runtime) KillAll(ctx context.Context, name string) error {
+func (r *Runtime) Stop(ctx context.Context, name string) error {
 	err := r.stream(ctx, name, []string{"/bin/kill", "-9", "-1"}, false, nil, io.Discard, io.Discard, nil)
 	var exit *runtime.ExitError
 	if errors.As(err, &exit) {
@@ -887,8 +885,5 @@ func (q sizeQueue) Next() *remotecommand.TerminalSize {
 	}
 }
 
-// Stats is not available on this backend yet: the pod's numbers live in the
-// metrics API (metrics-server), which the cluster need not run.
-func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error) {
-	return runtime.Stats{}, runtime.ErrUnsupported
-}
+// Stats: this backend is no runtime.StatsReader yet: the pod's numbers
+// live in the metrics API (metrics-server), which the cluster need not run.

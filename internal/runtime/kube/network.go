@@ -43,7 +43,7 @@ func policyName(pod string) string { return pod + "-egress" }
 // NetworkPolicy matches addresses and ports, not names, so a domain rule
 // would be either a silent no-op or a one-time lookup that goes stale. The
 // error is a *sandbox.Error of KindUnsupported, its message for the
-// caller, and wraps runtime.ErrUnsupported.
+// caller.
 func (r *Runtime) CheckNetwork(rules *netpolicy.Rules) error {
 	if rules == nil || !rules.HasNames() {
 		return nil
@@ -52,9 +52,9 @@ func (r *Runtime) CheckNetwork(rules *netpolicy.Rules) error {
 	for _, n := range slices.Concat(rules.AllowNames, rules.DenyNames) {
 		names = append(names, n.String())
 	}
-	return sandbox.Wrap(sandbox.KindUnsupported, runtime.ErrUnsupported, fmt.Sprintf(
+	return sandbox.Errorf(sandbox.KindUnsupported,
 		"domain rules (%s) cannot be enforced on this server's Kubernetes backend: its NetworkPolicies match addresses and ports only; allow CIDRs (or \"internet\") instead",
-		strings.Join(names, ", ")))
+		strings.Join(names, ", "))
 }
 
 // never is the set no policy of this backend reaches: netpolicy.Never with
