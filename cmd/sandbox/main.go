@@ -40,13 +40,13 @@ Usage:
   sandbox image gc [--older-than DUR] [--data DIR]
         delete the unpacked images nothing names or runs; print what was freed
   sandbox credits add --data DIR --org ORG --cents N
-        prepay an org's leases (only matters when SANDBOX_FEE_CENTS* set a fee)
+        prepay an org's leases (only matters when sandbox serve --fee sets a fee)
   sandbox quota get|set|clear --data DIR --org ORG [--projects N] [--live dev=2] ...
         read or override one org's quotas (see 'sandbox quota')
 
-Lease fees default to 0. SANDBOX_FEE_CENTS sets a fee for every class and
-SANDBOX_FEE_CENTS_EXEC|_DEV|_DESKTOP|_ANDROID one per class; a lease the org's
-balance cannot pay is refused with 402.
+Lease fees default to 0. sandbox serve --fee N sets a fee (in cents) for
+every class and --fee CLASS=N one class's; a lease the org's balance cannot
+pay is refused with 402.
 
 Every API call carries 'Authorization: Bearer <key>'. Start with:
   sandbox keys create --data /var/lib/sandbox --org myteam

@@ -1,11 +1,13 @@
 // Package meter gates and debits every lease through one interface, kind
-// "sandbox". Fees come from the environment and default to zero: shipping
-// the meter must not ship a price. A fee that is negative or not a number is
-// treated as zero (free), never as an error that would stop the server.
+// "sandbox". Fees are the operator's flags (--fee) and default to zero:
+// shipping the meter must not ship a price. A fee that is negative, not a
+// number or for no class refuses the server's start: a typo must never
+// silently mean free.
 package meter
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,29 +20,80 @@ const Kind = "sandbox"
 
 // Fees are the per-lease fees in cents.
 type Fees struct {
-	Default int64            // SANDBOX_FEE_CENTS
-	ByClass map[string]int64 // SANDBOX_FEE_CENTS_EXEC, _DEV, _DESKTOP, _ANDROID
+	Default int64            // every class's, unless ByClass names it
+	ByClass map[string]int64 // a class's own
 }
 
-// FeesFromEnv reads the fees through getenv (os.Getenv in the server).
-func FeesFromEnv(getenv func(string) string) Fees {
-	f := Fees{Default: parseFee(getenv("SANDBOX_FEE_CENTS")), ByClass: map[string]int64{}}
-	for _, c := range sandbox.ClassNames() {
-		if v := getenv("SANDBOX_FEE_CENTS_" + strings.ToUpper(c)); v != "" {
-			f.ByClass[c] = parseFee(v)
+// Config is the meter's part of the server's configuration.
+type Config struct {
+	Fees Fees
+}
+
+// RegisterFlags defines the meter's flag on fs, writing into c.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.Var(&c.Fees, "fee", "the fee of one lease, in cents, debited from the org's balance (sandbox credits add): N for every class, or CLASS=N for one ("+strings.Join(sandbox.ClassNames(), ", ")+"); repeatable; 0 (free) by default")
+}
+
+// EnvFees are the environment variables that set fees before --fee did;
+// the server refuses to start while one is set, rather than let a lease
+// be free that the operator meant to charge for.
+func EnvFees(getenv func(string) string) []string {
+	var set []string
+	for _, k := range append([]string{"SANDBOX_FEE_CENTS"}, feeEnvClasses()...) {
+		if getenv(k) != "" {
+			set = append(set, k)
 		}
 	}
-	return f
+	return set
 }
 
-// parseFee turns an environment value into cents: anything but a
-// non-negative integer is free.
-func parseFee(v string) int64 {
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n < 0 {
-		return 0
+func feeEnvClasses() []string {
+	var out []string
+	for _, c := range sandbox.ClassNames() {
+		out = append(out, "SANDBOX_FEE_CENTS_"+strings.ToUpper(c))
 	}
-	return n
+	return out
+}
+
+// String shows the fees as the flag takes them.
+func (f *Fees) String() string {
+	if f == nil {
+		return ""
+	}
+	var parts []string
+	if f.Default != 0 {
+		parts = append(parts, strconv.FormatInt(f.Default, 10))
+	}
+	for _, c := range sandbox.ClassNames() {
+		if n, ok := f.ByClass[c]; ok {
+			parts = append(parts, c+"="+strconv.FormatInt(n, 10))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set takes one --fee: N, or CLASS=N.
+func (f *Fees) Set(v string) error {
+	class, cents, named := strings.Cut(v, "=")
+	if !named {
+		class, cents = "", v
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(cents), 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q: a fee is a whole number of cents, 0 or more", cents)
+	}
+	if !named {
+		f.Default = n
+		return nil
+	}
+	if _, err := sandbox.LookupClass(class); err != nil || class == "" {
+		return fmt.Errorf("%q: no such class (%s)", class, strings.Join(sandbox.ClassNames(), ", "))
+	}
+	if f.ByClass == nil {
+		f.ByClass = map[string]int64{}
+	}
+	f.ByClass[class] = n
+	return nil
 }
 
 // For returns the fee of one lease of class: its own fee if set, else the

@@ -3,32 +3,41 @@ package meter
 import (
 	"context"
 	"errors"
+	"flag"
 	"sync"
 	"testing"
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
-func TestFeesFromEnv(t *testing.T) {
-	env := map[string]string{
-		"SANDBOX_FEE_CENTS":         "5",
-		"SANDBOX_FEE_CENTS_DEV":     "100",
-		"SANDBOX_FEE_CENTS_DESKTOP": "-3",
-		"SANDBOX_FEE_CENTS_ANDROID": "lots",
+func TestFeeFlag(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--fee", "5", "--fee", "dev=100", "--fee", "desktop=0"}); err != nil {
+		t.Fatal(err)
 	}
-	f := FeesFromEnv(func(k string) string { return env[k] })
-	for class, want := range map[string]int64{"exec": 5, "dev": 100, "desktop": 0, "android": 0} {
-		if got := f.For(class); got != want {
+	for class, want := range map[string]int64{"exec": 5, "dev": 100, "desktop": 0, "android": 5} {
+		if got := c.Fees.For(class); got != want {
 			t.Errorf("fee of %s = %d, want %d", class, got, want)
 		}
 	}
-	if f := FeesFromEnv(func(string) string { return "" }); f.For("exec") != 0 || f.For("dev") != 0 {
+	if s := fs.Lookup("fee").Value.String(); s != "5,desktop=0,dev=100" {
+		t.Errorf("shown as %q", s)
+	}
+	if f := (Fees{}); f.For("exec") != 0 || f.For("dev") != 0 {
 		t.Error("fees must default to zero")
 	}
-	for _, v := range []string{"", "x", "-1", "1.5", "99999999999999999999"} {
-		if parseFee(v) != 0 {
-			t.Errorf("parseFee(%q) is not free", v)
+	// A typo refuses the start; it never means free.
+	for _, v := range []string{"", "x", "-1", "1.5", "99999999999999999999", "dve=3", "dev=", "=3", "dev=-1"} {
+		var f Fees
+		if err := f.Set(v); err == nil {
+			t.Errorf("--fee %q accepted: %+v", v, f)
 		}
+	}
+	env := map[string]string{"SANDBOX_FEE_CENTS_DEV": "100"}
+	if got := EnvFees(func(k string) string { return env[k] }); len(got) != 1 || got[0] != "SANDBOX_FEE_CENTS_DEV" {
+		t.Errorf("the old variables set: %v", got)
 	}
 }
 

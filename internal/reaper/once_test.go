@@ -215,7 +215,7 @@ func TestRunDrains(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	for _, c := range []reaper.Config{{Every: -1}, {IdleAfter: -time.Second}, {Grace: -1}, {Concurrency: -1}} {
+	for _, c := range []reaper.Config{{Every: -1}, {Grace: -1}, {Concurrency: -1}} {
 		if c.Validate() == nil {
 			t.Errorf("%+v validated", c)
 		}

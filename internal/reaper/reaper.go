@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/flagx"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -34,7 +35,7 @@ const (
 // Policy holds the bounds Due applies.
 type Policy struct {
 	Ceiling   time.Duration // absolute bound from creation
-	IdleAfter time.Duration // unused this long → sleep; zero never sleeps
+	IdleAfter time.Duration // unused this long → sleep; not positive: never
 }
 
 // Config is the reaper's schedule and bounds, as an operator sets them.
@@ -42,7 +43,7 @@ type Config struct {
 	// Every is the interval between rounds; zero means one minute.
 	Every time.Duration
 	// IdleAfter puts a running sandbox unused this long to sleep; zero
-	// means never (`sandbox serve` defaults to DefaultIdleAfter).
+	// means DefaultIdleAfter, negative never (the flag's 0).
 	IdleAfter time.Duration
 	// Grace is how old an unclaimed runtime object must be before the
 	// sweep deletes it; zero means DefaultGrace.
@@ -65,6 +66,9 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
 	}
+	if c.IdleAfter == 0 {
+		c.IdleAfter = DefaultIdleAfter
+	}
 	return c
 }
 
@@ -72,7 +76,8 @@ func (c Config) withDefaults() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := c.withDefaults()
 	fs.DurationVar(&c.Every, "reap-every", d.Every, "how often the reaper ends expired leases, sleeps idle sandboxes and sweeps orphans")
-	fs.DurationVar(&c.IdleAfter, "idle-after", DefaultIdleAfter, "put a sandbox unused this long to sleep (memory checkpointed); 0 never")
+	c.IdleAfter = d.IdleAfter
+	fs.Var(flagx.DurationOff(&c.IdleAfter), "idle-after", "put a sandbox unused this long to sleep (memory checkpointed); 0 never")
 	fs.DurationVar(&c.Grace, "sweep-grace", d.Grace, "age before a runtime object that no row claims is swept")
 }
 
@@ -81,8 +86,6 @@ func (c Config) Validate() error {
 	switch {
 	case c.Every < 0:
 		return errors.New("--reap-every must be positive")
-	case c.IdleAfter < 0:
-		return errors.New("--idle-after must not be negative (0 never sleeps)")
 	case c.Grace < 0:
 		return errors.New("--sweep-grace must not be negative")
 	case c.Concurrency < 0:
@@ -231,7 +234,7 @@ func (r *Reaper) policy() Policy {
 	if c <= 0 {
 		c = sandbox.DefaultCeiling
 	}
-	return Policy{Ceiling: c, IdleAfter: r.IdleAfter}
+	return Policy{Ceiling: c, IdleAfter: r.withDefaults().IdleAfter}
 }
 
 func (r *Reaper) clock() func() time.Time {

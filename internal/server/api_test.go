@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/meter"
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/server"
 )
@@ -583,10 +584,8 @@ func TestStopCancelsWorkNotTheSandbox(t *testing.T) {
 }
 
 func TestMeterUsageAndMetrics(t *testing.T) {
-	// Fees as the environment would give them: exec costs 3 cents, dev's
-	// setting is garbage (free).
-	fees := map[string]string{"SANDBOX_FEE_CENTS_EXEC": "3", "SANDBOX_FEE_CENTS_DEV": "garbage"}
-	e := newEnvConfig(t, server.Config{Getenv: func(k string) string { return fees[k] }}, "dev")
+	// Fees as --fee exec=3 gives them: exec costs 3 cents, dev is free.
+	e := newEnvConfig(t, server.Config{Meter: meter.Config{Fees: meter.Fees{ByClass: map[string]int64{"exec": 3}}}}, "dev")
 
 	// No balance: refused with 402, nothing created.
 	r := e.must(http.StatusPaymentRequired, "POST", "/v1/sandbox", "acme", nil)

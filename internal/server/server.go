@@ -65,10 +65,7 @@ type Config struct {
 	API      api.Config
 	Preview  preview.Config
 	Identity identity.Config
-
-	// Getenv reads the fee settings (SANDBOX_FEE_CENTS...); nil means
-	// os.Getenv.
-	Getenv func(string) string
+	Meter    meter.Config
 }
 
 // RegisterFlags defines every server flag on fs, writing into c: the
@@ -85,6 +82,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.API.RegisterFlags(fs)
 	c.Preview.RegisterFlags(fs)
 	c.Identity.RegisterFlags(fs)
+	c.Meter.RegisterFlags(fs)
 	c.GVisor.RegisterFlags(fs)
 	c.Kube.RegisterFlags(fs)
 }
@@ -128,6 +126,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("runner not found at %s: run scripts/deps.sh, or pass --runner none", c.Runner))
 		}
 	}
+	if set := meter.EnvFees(os.Getenv); len(set) > 0 {
+		errs = append(errs, fmt.Errorf("%s: fees are no longer read from the environment; pass --fee N (every class) or --fee CLASS=N instead, and unset it", strings.Join(set, ", ")))
+	}
 	return errors.Join(errs...)
 }
 
@@ -139,9 +140,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Backend == "" {
 		c.Backend = BackendGVisor
-	}
-	if c.Getenv == nil {
-		c.Getenv = os.Getenv
 	}
 	return c
 }
@@ -207,7 +205,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	svc := service.New(cfg.Service, service.Deps{
 		Credentials: id.exchanger, Verify: &id.verify, OperatorOrg: operatorOrg(cfg),
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
-		Meter:      &meter.Meter{Fees: meter.FeesFromEnv(cfg.Getenv), Ledger: st},
+		Meter:      &meter.Meter{Fees: cfg.Meter.Fees, Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
 		Quotas: st, Host: host.New(cfg.Data), Library: b.library,
 	})

@@ -84,7 +84,7 @@ func refusal(err error) error {
 // the disk reserve. A headroom that cannot be read admits (and is logged):
 // the quotas still bound every org.
 func (s *Service) admitHost(ctx context.Context, c sandbox.Class) error {
-	if s.d.Host == nil || s.cfg.ReserveMemoryMiB == 0 && s.cfg.ReserveDiskMiB == 0 {
+	if s.d.Host == nil || s.cfg.ReserveMemoryMiB <= 0 && s.cfg.ReserveDiskMiB <= 0 {
 		return nil
 	}
 	mem, disk, err := s.d.Host.Headroom(ctx)

@@ -33,9 +33,9 @@ type harness struct {
 
 type option func(*service.Config, *service.Deps)
 
-func withFees(env map[string]string) option {
+func withFees(byClass map[string]int64) option {
 	return func(_ *service.Config, d *service.Deps) {
-		d.Meter = &meter.Meter{Fees: meter.FeesFromEnv(func(k string) string { return env[k] }), Ledger: d.Store.(*store.Store)}
+		d.Meter = &meter.Meter{Fees: meter.Fees{ByClass: byClass}, Ledger: d.Store.(*store.Store)}
 	}
 }
 

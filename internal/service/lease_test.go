@@ -28,7 +28,7 @@ func (h *harness) snapshot(ctx context.Context) snapshot {
 // exec fee is above the balance; ...), so the answer shows which check ran
 // first. Each refusal leaves no row, container, volume or fee behind.
 func TestLeaseCheckOrder(t *testing.T) {
-	h := newHarness(t, withFees(map[string]string{"SANDBOX_FEE_CENTS_EXEC": "100"}), func(_ *service.Config, d *service.Deps) {
+	h := newHarness(t, withFees(map[string]int64{"exec": 100}), func(_ *service.Config, d *service.Deps) {
 		d.ImageReady = func(name string) error {
 			if name == "desktop" {
 				return errors.New("no rootfs")
@@ -84,7 +84,7 @@ func TestLeaseCheckOrder(t *testing.T) {
 // hint, counted over the whole store (sleeping ones count), before the fee;
 // another org is not affected; an ended one frees a place.
 func TestLeaseCap(t *testing.T) {
-	h := newHarness(t, withFees(map[string]string{"SANDBOX_FEE_CENTS_EXEC": "0"}))
+	h := newHarness(t, withFees(map[string]int64{"exec": 0}))
 	var ids []string
 	for range 16 {
 		ids = append(ids, h.lease(acme, service.LeaseRequest{}).ID)
@@ -113,7 +113,7 @@ func TestLeaseCap(t *testing.T) {
 // error with a reason, no container, and the fee refunded; the answer is a
 // 503 naming the row.
 func TestLeaseStartFails(t *testing.T) {
-	h := newHarness(t, withFees(map[string]string{"SANDBOX_FEE_CENTS_EXEC": "10"}))
+	h := newHarness(t, withFees(map[string]int64{"exec": 10}))
 	h.st.Credit(context.Background(), "acme", 10)
 	h.rt.Set(func(r *fakeRT) { r.CreateErr = errors.New("runsc: boom") })
 	_, err := h.svc.Lease(acme, service.LeaseRequest{})
@@ -141,7 +141,7 @@ func TestLeaseStartFails(t *testing.T) {
 // the retry makes anew — but an older project; for any other reason the row
 // is kept as error, with the cluster's reason.
 func TestLeaseClusterRefusals(t *testing.T) {
-	h := newHarness(t, withFees(map[string]string{"SANDBOX_FEE_CENTS_DEV": "10"}))
+	h := newHarness(t, withFees(map[string]int64{"dev": 10}))
 	h.st.Credit(context.Background(), "acme", 100)
 	noRoom := &runtime.StartError{Reason: "Unschedulable", Message: "0/1 nodes are available: 1 Insufficient cpu.", Capacity: true}
 	h.rt.Set(func(r *fakeRT) { r.CreateErr = fmt.Errorf("kube: pod sbx-x cannot start: %w", noRoom) })

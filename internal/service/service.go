@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/flagx"
 	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/netpolicy"
@@ -85,7 +86,7 @@ type Config struct {
 	// ReserveMemoryMiB and ReserveDiskMiB are the host headroom a start
 	// (lease, wake, restore) must leave: the host's available memory less
 	// the class's memory limit, and the data disk's free space. Zero
-	// keeps none; `sandbox serve` defaults to DefaultReserve*.
+	// means DefaultReserve*, negative none (the flags' 0).
 	ReserveMemoryMiB int64
 	ReserveDiskMiB   int64
 	// ImageAllow are the reference prefixes (a registry, or a registry and
@@ -136,6 +137,12 @@ func (c Config) withDefaults() Config {
 		c.StartTimeout = DefaultStartTimeout
 	}
 	c.Quota = quota.Default().Over(c.Quota)
+	if c.ReserveMemoryMiB == 0 {
+		c.ReserveMemoryMiB = DefaultReserveMemoryMiB
+	}
+	if c.ReserveDiskMiB == 0 {
+		c.ReserveDiskMiB = DefaultReserveDiskMiB
+	}
 	return c
 }
 
@@ -147,8 +154,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ExecTimeout, "exec-timeout", d.ExecTimeout, "timeout of a command that names none (timeoutSec 0), and of each file operation")
 	fs.DurationVar(&c.MaxExecTimeout, "max-exec-timeout", d.MaxExecTimeout, "the largest timeoutSec a caller may ask for; larger ones are cut to it")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", d.StartTimeout, "how long a sandbox may take to start or wake before the lease fails (503)")
-	fs.Int64Var(&c.ReserveMemoryMiB, "reserve-memory-mib", DefaultReserveMemoryMiB, "host memory (MiB) a start must leave available beyond the class's limit, else 503; 0 keeps none")
-	fs.Int64Var(&c.ReserveDiskMiB, "reserve-disk-mib", DefaultReserveDiskMiB, "free space (MiB) on the data disk below which starts are refused (503); 0 keeps none")
+	c.ReserveMemoryMiB, c.ReserveDiskMiB = d.ReserveMemoryMiB, d.ReserveDiskMiB
+	fs.Var(flagx.Int64Off(&c.ReserveMemoryMiB), "reserve-memory-mib", "host memory (MiB) a start must leave available beyond the class's limit, else 503; 0 keeps none")
+	fs.Var(flagx.Int64Off(&c.ReserveDiskMiB), "reserve-disk-mib", "free space (MiB) on the data disk below which starts are refused (503); 0 keeps none")
 	fs.Func("image-allow", "a registry or repository prefix tenants may pull images from (POST /v1/images), e.g. registry.example.com/team; repeatable; none by default", func(v string) error {
 		if v == "" || strings.ContainsAny(v, " \t") {
 			return errors.New("an image prefix such as registry.example.com/team")
