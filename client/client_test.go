@@ -67,6 +67,11 @@ func TestClient(t *testing.T) {
 	c, s := newClient(t)
 	ctx := context.Background()
 
+	// The server on runsc has every capability.
+	if info, err := c.Info(ctx); err != nil || info.Backend != "gvisor" || !info.Has("checkpoint") || !info.Has("fork") || !info.Has("rootfs-diff") || !info.Has("stats") || !info.Has("runner") {
+		t.Errorf("info: %+v %v", info, err)
+	}
+
 	sb, err := c.Lease(ctx, client.LeaseRequest{TTLSec: 300, Metadata: map[string]string{"team": "a", "run": "1"}})
 	if err != nil {
 		t.Fatal(err)

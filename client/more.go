@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -183,4 +184,24 @@ func (c *Client) Volumes(ctx context.Context) ([]Volume, error) {
 // sandbox holds it).
 func (c *Client) DeleteVolume(ctx context.Context, project string) error {
 	return c.do(ctx, request{method: "DELETE", path: "/v1/volumes/" + esc(project)})
+}
+
+// Info is what a server is and what its backend can do beyond the core.
+type Info struct {
+	Version string `json:"version"`
+	Backend string `json:"backend"` // gvisor or kube
+	// Capabilities: checkpoint (sleep keeps memory), fork, rootfs-diff
+	// (snapshots), stats, network (change a running sandbox's policy),
+	// runner (background processes, port previews). An absent one's
+	// calls answer 501.
+	Capabilities []string `json:"capabilities"`
+}
+
+// Has says whether the server's backend has the capability.
+func (i *Info) Has(capability string) bool { return slices.Contains(i.Capabilities, capability) }
+
+// Info asks the server what it is and can do.
+func (c *Client) Info(ctx context.Context) (*Info, error) {
+	var i Info
+	return &i, c.do(ctx, request{method: "GET", path: "/v1/info", out: &i})
 }

@@ -18,9 +18,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/sandboxd/sandbox/internal/catalog"
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
 )
 
@@ -115,7 +115,7 @@ func imageCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		*images = filepath.Join(*data, "images")
 	}
 	if verb == "pull" || verb == "import" {
-		if err := service.CheckImageName(pos[0]); err != nil {
+		if err := catalog.CheckImageName(pos[0]); err != nil {
 			return errors.New(sandbox.Message(err))
 		}
 	}

@@ -145,6 +145,23 @@ type Deps struct {
 	Issuer Issuer
 	// Narrator takes notes into session logs; nil refuses them.
 	Narrator Narrator
+	// Backend names where sandboxes run ("gvisor", "kube"), and
+	// Capabilities what that backend does beyond its core (runtime's
+	// names: "checkpoint", "fork", …), for GET /v1/info.
+	Backend      string
+	Capabilities []string
+}
+
+// infoBody is GET /v1/info: what this server is and can do, so that a
+// client (and a test) asks for a capability, not for a backend by name.
+type infoBody struct {
+	Version string `json:"version"`
+	Backend string `json:"backend" jsonschema:"where sandboxes run: gvisor (runsc on the server's machine) or kube (pods on a cluster)"`
+	// Capabilities beyond the core (lease, exec, files, end): checkpoint
+	// (sleep keeps memory), fork, rootfs-diff (snapshots), stats, network
+	// (change a running sandbox's policy), runner (background processes,
+	// port previews). What is absent answers 501.
+	Capabilities []string `json:"capabilities" jsonschema:"what the backend does beyond the core: checkpoint (sleep keeps memory), fork, rootfs-diff (snapshots), stats, network (change a running sandbox's policy), runner (background processes and port previews); an absent one answers 501"`
 }
 
 // Server serves the HTTP API.
@@ -287,6 +304,10 @@ func (s *Server) routes() {
 	if s.Images != nil {
 		s.imageRoutes()
 	}
+	s.handle("GET /v1/info", func(w http.ResponseWriter, r *http.Request) error {
+		writeJSON(w, http.StatusOK, infoBody{Version: s.Version, Backend: s.Backend, Capabilities: append([]string{}, s.Capabilities...)})
+		return nil
+	}, doc{Summary: "What this server is and what its backend can do beyond the core (a capability absent here answers 501)", Answer: typ[infoBody]()})
 	s.handle("GET /v1/volumes", s.volumes, doc{Summary: "The org's project volumes with size and last use", Answer: typ[volumesBody]()})
 	s.handle("DELETE /v1/volumes/{project}", s.deleteVolume, doc{Summary: "Delete a project volume (refused while a live sandbox holds it)", Answer: typ[service.VolumeResult](), Errors: []int{404, 409, 502}})
 	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota), doc{Summary: "An org's quota override and effective quotas (an admin key of the operator org)", Answer: typ[orgQuotaBody](), Errors: onOrg})

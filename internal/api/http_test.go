@@ -60,8 +60,12 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	caps := runtime.Discover(rt).Without(lacks...)
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, Metrics: m, Log: log, Quotas: st})
 	it := interp.New(svc, "", log)
-	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, svc, svc, it), Auth: st,
-		Metrics: m.Handler()}, log, append(cfg, api.Config{})[0])
+	var names []string
+	for _, c := range svc.Capabilities() {
+		names = append(names, string(c))
+	}
+	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, svc, nil, it), Auth: st,
+		Metrics: m.Handler(), Backend: "fake", Capabilities: names}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)
@@ -469,7 +473,7 @@ func TestFollowerPagesTheBacklog(t *testing.T) {
 	go sessions.Run(ctx)
 	defer func() { cancel(); sessions.Wait() }()
 	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it,
-		Ops: ops.New(svc, svc, svc, it), Auth: st, Sessions: &pages}, log, api.Config{})
+		Ops: ops.New(svc, svc, nil, it), Auth: st, Sessions: &pages}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	defer h.Close()
@@ -635,6 +639,26 @@ func TestExecStream(t *testing.T) {
 	if res, b := stream("sb_" + strings.Repeat("z", 26)); res.StatusCode != 404 || !strings.Contains(string(b), "not found") {
 		t.Errorf("a stream for an unknown id: %d %s", res.StatusCode, b)
 	}
+}
+
+// TestInfo: GET /v1/info names the backend and what it can do beyond
+// the core, for any key; a client asks it for a capability instead of
+// guessing from the backend's name.
+func TestInfo(t *testing.T) {
+	e := newAPIWithout(t, []runtime.Capability{runtime.CapFork, runtime.CapStats})
+	var info struct {
+		Backend      string
+		Capabilities []string
+	}
+	e.must(200, "GET", "/v1/info", "acme", "").json(t, &info)
+	if info.Backend != "fake" || strings.Join(info.Capabilities, ",") != "checkpoint,network" {
+		t.Errorf("info: %+v", info)
+	}
+	e.must(401, "GET", "/v1/info", "", "")
+	// What it leaves out answers 501.
+	var sb struct{ ID string }
+	e.must(201, "POST", "/v1/sandbox", "acme", "").json(t, &sb)
+	e.must(501, "POST", "/v1/sandbox/"+sb.ID+"/fork", "acme", "")
 }
 
 // TestStatsUnavailable: a backend that cannot count answers the disk and

@@ -4,43 +4,43 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/sandboxd/sandbox/internal/catalog"
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // Images is what the image routes need.
 type Images interface {
-	PullImage(ctx context.Context, req service.ImageRequest) (*service.ImageInfo, error)
-	PullImageTo(ctx context.Context, req service.ImageRequest, progress image.Progress) (*service.ImageInfo, error)
-	Images(ctx context.Context) ([]service.ImageInfo, error)
-	DeleteImage(ctx context.Context, name string) (*service.ImageInfo, error)
-	Snapshot(ctx context.Context, id string, req service.SnapshotRequest) (*service.ImageInfo, error)
+	PullImage(ctx context.Context, req catalog.ImageRequest) (*catalog.ImageInfo, error)
+	PullImageTo(ctx context.Context, req catalog.ImageRequest, progress image.Progress) (*catalog.ImageInfo, error)
+	Images(ctx context.Context) ([]catalog.ImageInfo, error)
+	DeleteImage(ctx context.Context, name string) (*catalog.ImageInfo, error)
+	Snapshot(ctx context.Context, id string, req catalog.SnapshotRequest) (*catalog.ImageInfo, error)
 }
 
-var _ Images = (*service.Service)(nil)
+var _ Images = (*catalog.Catalog)(nil)
 
 type imagesBody struct {
-	Images []service.ImageInfo `json:"images"`
+	Images []catalog.ImageInfo `json:"images"`
 }
 
 func (s *Server) imageRoutes() {
 	s.handle("POST /v1/images", s.pullImage, doc{Summary: "Pull an image into the org's images, from a registry the operator allows (--image-allow); its bytes count against the disk quota. Lease it with {\"image\": name}. " +
 		`With Accept: application/x-ndjson the answer streams: a line {"layer", "layers", "bytes"} after each layer unpacked, then {"image"} or {"error"}`,
-		Body: typ[service.ImageRequest](), Answer: typ[service.ImageInfo](), AnswerRaw: ndjson, Status: 201, Errors: []int{400, 403, 404, 501, 502}})
+		Body: typ[catalog.ImageRequest](), Answer: typ[catalog.ImageInfo](), AnswerRaw: ndjson, Status: 201, Errors: []int{400, 403, 404, 501, 502}})
 	s.handle("GET /v1/images", s.listImages, doc{Summary: "The images the org may lease: its own, then the server's", Answer: typ[imagesBody](), Errors: []int{501}})
-	s.handle("DELETE /v1/images/{name}", s.deleteImage, doc{Summary: "Delete one of the org's images (refused while a live sandbox runs it)", Answer: typ[service.ImageInfo](), Errors: []int{404, 409, 501}})
+	s.handle("DELETE /v1/images/{name}", s.deleteImage, doc{Summary: "Delete one of the org's images (refused while a live sandbox runs it)", Answer: typ[catalog.ImageInfo](), Errors: []int{404, 409, 501}})
 }
 
 // snapshotRoutes are under each sandbox prefix.
 func (s *Server) snapshotRoutes(p string) {
 	s.handle("POST "+p+"/{id}/snapshot", s.snapshot, doc{Summary: "Save the sandbox's filesystem (what it changed in its root; with workdir, its workdir too) as an image of the org: " +
 		"later leases and interpreter sessions start from there ({\"image\": name}). Memory is not part of an image",
-		Body: typ[service.SnapshotRequest](), Answer: typ[service.ImageInfo](), Status: 201, Errors: []int{400, 403, 404, 409, 501, 502}})
+		Body: typ[catalog.SnapshotRequest](), Answer: typ[catalog.ImageInfo](), Status: 201, Errors: []int{400, 403, 404, 409, 501, 502}})
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
-	var req service.SnapshotRequest
+	var req catalog.SnapshotRequest
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
-	var req service.ImageRequest
+	var req catalog.ImageRequest
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
@@ -75,14 +75,14 @@ type pullProgress struct {
 }
 
 type pullEnd struct {
-	Image *service.ImageInfo `json:"image,omitempty"`
+	Image *catalog.ImageInfo `json:"image,omitempty"`
 	Error string             `json:"error,omitempty"`
 }
 
 // pullStream answers a pull as NDJSON: progress as each layer is
 // unpacked, then the image. A refusal before the first layer is an
 // ordinary error answer.
-func (s *Server) pullStream(w http.ResponseWriter, r *http.Request, req service.ImageRequest) error {
+func (s *Server) pullStream(w http.ResponseWriter, r *http.Request, req catalog.ImageRequest) error {
 	l := &lineWriter{w: w, rc: http.NewResponseController(w)}
 	started := false
 	begin := func() {

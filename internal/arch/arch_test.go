@@ -61,6 +61,8 @@ func TestLayering(t *testing.T) {
 		{"internal/reaper", backends, false},
 		{"internal/api", backends, false},
 		{"internal/ops", backends, false},
+		{"internal/catalog", backends, false},
+		{"internal/catalog", []string{"internal/api", "internal/server"}, false},
 		{"internal/mcpserver", backends, false},
 		{"internal/terminal", backends, false},
 		{"internal/interp", backends, false},

@@ -3,19 +3,19 @@ package ops
 import (
 	"context"
 
+	"github.com/sandboxd/sandbox/internal/catalog"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // Images is what the image ops (snapshot, images) need of the service.
 // Pulling and deleting stay with the REST routes: an agent saves and
 // lists templates, the org's people curate them.
 type Images interface {
-	Images(ctx context.Context) ([]service.ImageInfo, error)
-	Snapshot(ctx context.Context, id string, req service.SnapshotRequest) (*service.ImageInfo, error)
+	Images(ctx context.Context) ([]catalog.ImageInfo, error)
+	Snapshot(ctx context.Context, id string, req catalog.SnapshotRequest) (*catalog.ImageInfo, error)
 }
 
-var _ Images = (*service.Service)(nil)
+var _ Images = (*catalog.Catalog)(nil)
 
 func (o *Ops) images() (Images, error) {
 	if o.imgs == nil {
@@ -28,13 +28,13 @@ func (o *Ops) images() (Images, error) {
 // and the sandbox's id.
 type SnapshotIn struct {
 	ID string `json:"id" jsonschema:"the running sandbox to save"`
-	service.SnapshotRequest
+	catalog.SnapshotRequest
 }
 
 // Snapshot saves what sandbox in.ID changed in its root (and with
 // workdir its workdir) as an image of the org named in.Name, and answers
 // the image: a lease or run_code with {"image": name} starts from it.
-func (o *Ops) Snapshot(ctx context.Context, in SnapshotIn) (*service.ImageInfo, error) {
+func (o *Ops) Snapshot(ctx context.Context, in SnapshotIn) (*catalog.ImageInfo, error) {
 	im, err := o.images()
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ type ImagesIn struct{}
 
 // ImagesOut is the images the org may lease.
 type ImagesOut struct {
-	Images []service.ImageInfo `json:"images"`
+	Images []catalog.ImageInfo `json:"images"`
 }
 
 // ListImages lists the images the org may lease ({"image": name}): its
@@ -65,7 +65,7 @@ func (o *Ops) ListImages(ctx context.Context, _ ImagesIn) (*ImagesOut, error) {
 		return nil, err
 	}
 	if list == nil {
-		list = []service.ImageInfo{}
+		list = []catalog.ImageInfo{}
 	}
 	return &ImagesOut{Images: list}, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/sandboxd/sandbox/internal/catalog"
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -37,7 +38,14 @@ type backend struct {
 	// the cluster's reason).
 	imageReady func(name string) error
 	// library keeps pulled images; nil where the backend runs none.
-	library service.Library
+	library imageLibrary
+}
+
+// imageLibrary is what both the lease (finding an image) and the catalog
+// (pulling and making one) need of a backend's images.
+type imageLibrary interface {
+	service.Library
+	catalog.Library
 }
 
 // writeLayers writes each layer to a file of a staging directory beside

@@ -27,7 +27,7 @@ func BenchmarkImagePull(b *testing.B) {
 	reg := testenv.NeedRegistry(b, false)
 	images := imagesWithClasses(b)
 	cfg := server.Config{Images: images}
-	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Catalog.Allow = []string{reg.Host}
 	e := newEnvConfig(b, cfg)
 	var layers []tarEntry
 	for i := range 4 {
@@ -94,7 +94,7 @@ func BenchmarkLeaseImage(b *testing.B) {
 	reg := testenv.NeedRegistry(b, false)
 	images := imagesWithClasses(b)
 	cfg := server.Config{Images: images}
-	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Catalog.Allow = []string{reg.Host}
 	e := newEnvConfig(b, cfg)
 	ref := push(b, reg, "bench/tool:1", []string{"PATH=/bin"}, busyboxLayer(b))
 	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool", "ref": ref})

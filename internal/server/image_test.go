@@ -21,9 +21,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/sandboxd/sandbox/internal/catalog"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/server"
-	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
@@ -142,7 +142,7 @@ func TestImagesOnRunsc(t *testing.T) {
 	reg := testenv.NeedRegistry(t, false)
 	images := imagesWithClasses(t)
 	cfg := server.Config{Images: images}
-	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Catalog.Allow = []string{reg.Host}
 	e := newEnvConfig(t, cfg)
 
 	tool := push(t, reg, "team/tool:1", []string{"GREETING=hello from the image", "PATH=/bin"},
@@ -289,12 +289,12 @@ func TestImagePullWithAuth(t *testing.T) {
 	reg := testenv.NeedRegistry(t, true)
 	images := imagesWithClasses(t)
 	cfg := server.Config{Images: images}
-	cfg.Service.ImageAllow = []string{reg.Host + "/team"}
+	cfg.Catalog.Allow = []string{reg.Host + "/team"}
 	e := newEnvConfig(t, cfg)
 	ref := push(t, reg, "team/private:1", nil, busyboxLayer(t))
 	e.must(http.StatusBadRequest, "POST", "/v1/images", "acme", map[string]string{"name": "p", "ref": ref})
-	e.must(http.StatusBadRequest, "POST", "/v1/images", "acme", service.ImageRequest{Name: "p", Ref: ref, Username: reg.User, Password: "wrong"})
-	e.must(http.StatusCreated, "POST", "/v1/images", "acme", service.ImageRequest{Name: "p", Ref: ref, Username: reg.User, Password: reg.Password})
+	e.must(http.StatusBadRequest, "POST", "/v1/images", "acme", catalog.ImageRequest{Name: "p", Ref: ref, Username: reg.User, Password: "wrong"})
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", catalog.ImageRequest{Name: "p", Ref: ref, Username: reg.User, Password: reg.Password})
 	// Nothing of the password is on disk.
 	filepath.WalkDir(e.data, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
@@ -366,7 +366,7 @@ func TestSnapshotOnRunsc(t *testing.T) {
 func TestImageUserOnRunsc(t *testing.T) {
 	reg := testenv.NeedRegistry(t, false)
 	cfg := server.Config{Images: imagesWithClasses(t)}
-	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Catalog.Allow = []string{reg.Host}
 	e := newEnvConfig(t, cfg)
 	passwd := tarLayer(t, tarEntry{name: "etc/", typ: tar.TypeDir}, tarEntry{name: "etc/passwd", typ: tar.TypeReg, mode: 0o644,
 		body: []byte("root:x:0:0:root:/root:/bin/sh\napp:x:1234:2345:app:/home/app:/bin/sh\n")})
@@ -396,7 +396,7 @@ func TestImageUserOnRunsc(t *testing.T) {
 func TestImageRunOnRunsc(t *testing.T) {
 	reg := testenv.NeedRegistry(t, false)
 	cfg := server.Config{Images: imagesWithClasses(t)}
-	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Catalog.Allow = []string{reg.Host}
 	e := newEnvConfig(t, cfg)
 	app := tarLayer(t, tarEntry{name: "srv/", typ: tar.TypeDir}, tarEntry{name: "srv/serve.sh", typ: tar.TypeReg, body: []byte("pwd; echo \"args: $*\"; sleep 600\n")})
 	ref := pushWith(t, reg, "team/server:1", func(c *v1.Config) {

@@ -446,7 +446,7 @@ func TestHelmInCluster(t *testing.T) {
 	t.Run("python-suite", func(t *testing.T) {
 		py := testenv.PythonSDK(t, "../../sdk/python")
 		cmd := exec.Command(py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "../../sdk/python/tests")
-		cmd.Env = append(os.Environ(), "SANDBOX_URL="+url, "SANDBOX_KEY="+e.keys["suite"], "SANDBOX_TEST_BACKEND=kube", "PYTHONDONTWRITEBYTECODE=1",
+		cmd.Env = append(os.Environ(), "SANDBOX_URL="+url, "SANDBOX_KEY="+e.keys["suite"], "PYTHONDONTWRITEBYTECODE=1",
 			"SANDBOX_TEST_IMAGE_REF="+imageRef)
 		out, err := cmd.CombinedOutput()
 		t.Logf("pytest against %s:\n%s", url, out)

@@ -62,7 +62,7 @@ func runnerImage(t testing.TB) string {
 func TestKubeSnapshotRunnerAndLayer(t *testing.T) {
 	reg := testenv.NeedRegistry(t, false)
 	cfg := server.Config{Images: imagesWithClasses(t)}
-	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Catalog.Allow = []string{reg.Host}
 	cfg.Kube.PushRepo = reg.Host + "/snapshots"
 	cfg.Kube.RunnerImage = runnerImage(t)
 	e, c, ns := newKubeEnvConfig(t, cfg)

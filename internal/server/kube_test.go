@@ -398,7 +398,7 @@ func TestKubeRefusesAMissingRuntimeClass(t *testing.T) {
 func TestKubeImage(t *testing.T) {
 	reg := testenv.NeedRegistry(t, false)
 	cfg := server.Config{Images: imagesWithClasses(t)}
-	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Catalog.Allow = []string{reg.Host}
 	cfg.Kube.PushRepo = reg.Host + "/snapshots"
 	cfg.Kube.RunnerImage = runnerImage(t)
 	e, c, ns := newKubeEnvConfig(t, cfg)
@@ -445,7 +445,7 @@ func TestKubeImage(t *testing.T) {
 func TestKubePrivateImage(t *testing.T) {
 	reg := testenv.NeedRegistry(t, true)
 	cfg := server.Config{Images: imagesWithClasses(t)}
-	cfg.Service.ImageAllow = []string{reg.Host}
+	cfg.Catalog.Allow = []string{reg.Host}
 	e, c, ns := newKubeEnvConfig(t, cfg)
 	ref := push(t, reg, "team/private:1", []string{"PATH=/bin"}, busyboxLayer(t))
 	e.must(http.StatusBadRequest, "POST", "/v1/images", "acme", map[string]string{"name": "p", "ref": ref})

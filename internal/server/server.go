@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/catalog"
 	"github.com/sandboxd/sandbox/internal/host"
 	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/interp"
@@ -66,6 +67,7 @@ type Config struct {
 	Preview  preview.Config
 	Identity identity.Config
 	Meter    meter.Config
+	Catalog  catalog.Config
 }
 
 // RegisterFlags defines every server flag on fs, writing into c: the
@@ -83,6 +85,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Preview.RegisterFlags(fs)
 	c.Identity.RegisterFlags(fs)
 	c.Meter.RegisterFlags(fs)
+	c.Catalog.RegisterFlags(fs)
 	c.GVisor.RegisterFlags(fs)
 	c.Kube.RegisterFlags(fs)
 }
@@ -207,7 +210,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: cfg.Meter.Fees, Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
-		Quotas: st, Host: host.New(cfg.Data), Library: b.library,
+		Quotas: st, Host: host.New(cfg.Data), Library: b.library, Images: st,
 	})
 	if err := reconcile(ctx, st, b, svc, sessions, log); err != nil {
 		st.Close()
@@ -224,11 +227,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		runner = r.RunnerPath()
 	}
 	it := interp.New(svc, runner, log)
-	typed := ops.New(svc, svc, svc, it).WithPreviews(previews)
+	images := catalog.New(cfg.Catalog, svc, st, b.library, runtime.Discover(b.rt).Diff, sandbox.RuntimeGVisor, log)
+	typed := ops.New(svc, svc, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Processes: svc, Images: svc, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
+		Leases: svc, Work: svc, Processes: svc, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
-		Issuer: id.issuerRoutes(),
+		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(svc.Capabilities()),
 	}, log, cfg.API)
 	return &Server{
 		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
@@ -262,6 +266,15 @@ func ensureBootstrapKey(ctx context.Context, st *store.Store, path, org string, 
 	}
 	log.Info("bootstrap key ensured", "key", k.ID, "org", org, "scope", k.Scope, "created", created)
 	return nil
+}
+
+// capabilityNames are the capabilities as the API names them.
+func capabilityNames(caps []runtime.Capability) []string {
+	out := make([]string, len(caps))
+	for i, c := range caps {
+		out[i] = string(c)
+	}
+	return out
 }
 
 // DefaultRunner finds cmd/sandbox-runner: beside the running executable

@@ -89,9 +89,6 @@ type Config struct {
 	// means DefaultReserve*, negative none (the flags' 0).
 	ReserveMemoryMiB int64
 	ReserveDiskMiB   int64
-	// ImageAllow are the reference prefixes (a registry, or a registry and
-	// repository path) tenants may pull images from; empty allows none.
-	ImageAllow []string
 	// ImageAllowRoot lets an image whose config says root run as root
 	// (without capabilities, inside the sandbox); refused otherwise.
 	ImageAllowRoot bool
@@ -157,13 +154,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.ReserveMemoryMiB, c.ReserveDiskMiB = d.ReserveMemoryMiB, d.ReserveDiskMiB
 	fs.Var(flagx.Int64Off(&c.ReserveMemoryMiB), "reserve-memory-mib", "host memory (MiB) a start must leave available beyond the class's limit, else 503; 0 keeps none")
 	fs.Var(flagx.Int64Off(&c.ReserveDiskMiB), "reserve-disk-mib", "free space (MiB) on the data disk below which starts are refused (503); 0 keeps none")
-	fs.Func("image-allow", "a registry or repository prefix tenants may pull images from (POST /v1/images), e.g. registry.example.com/team; repeatable; none by default", func(v string) error {
-		if v == "" || strings.ContainsAny(v, " \t") {
-			return errors.New("an image prefix such as registry.example.com/team")
-		}
-		c.ImageAllow = append(c.ImageAllow, v)
-		return nil
-	})
 	fs.Func("network-allow", "what tenants may let a sandbox reach (a lease's network.allow): internet (every public address), * (any domain), a domain, *.domain, or an IPv4 CIDR; repeatable or comma-separated; none by default, so sandboxes have no network", func(v string) error {
 		for e := range strings.SplitSeq(v, ",") {
 			c.NetworkAllow = append(c.NetworkAllow, strings.TrimSpace(e))
@@ -231,9 +221,10 @@ type Deps struct {
 	// Host tells the machine's headroom for admission; nil admits every
 	// start.
 	Host Host
-	// Library unpacks and finds pulled images; nil keeps none but the
-	// classes'.
+	// Library finds pulled images, and Images resolves an org's image
+	// names; nil keeps none but the classes'.
 	Library Library
+	Images  ImageStore
 	// Credentials exchange a caller's token for each lease's own
 	// credential (CredentialPath); nil hands none.
 	Credentials Exchanger
@@ -290,10 +281,21 @@ func New(cfg Config, d Deps) *Service {
 // Capabilities lists what this server's backend can do beyond its core.
 func (s *Service) Capabilities() []runtime.Capability { return s.caps.Names() }
 
-// unsupported is the one answer to what a capability this server's
-// backend lacks would do (501, KindUnsupported).
-func (s *Service) unsupported(c runtime.Capability) error {
-	return sandbox.Errorf(sandbox.KindUnsupported, "this server's %s backend cannot %s", s.d.RuntimeName, capabilityDoes[c])
+// unsupported is Unsupported of this server's backend.
+func (s *Service) unsupported(c runtime.Capability) error { return Unsupported(s.d.RuntimeName, c) }
+
+// Unsupported is the one answer to what a capability the backend lacks
+// would do (501, KindUnsupported), wherever it is asked for.
+func Unsupported(backend string, c runtime.Capability) error {
+	return sandbox.Errorf(sandbox.KindUnsupported, "this server's %s backend cannot %s", backend, capabilityDoes[c])
+}
+
+// Use is the seam the service's neighbours (internal/catalog, …) stand
+// on: it opens a piece of work on a running sandbox of the caller's org,
+// waking it, counted against the org's commands quota; done ends it, and
+// Stop cancels work.
+func (s *Service) Use(ctx context.Context, id string) (*sandbox.Sandbox, context.Context, func(), error) {
+	return s.use(ctx, id, true)
 }
 
 // capabilityDoes says what each capability does, for unsupported.

@@ -1,8 +1,8 @@
 """The Python SDK against a real server (SANDBOX_URL, SANDBOX_KEY): run by
 sdk/sdk_test.go, which starts one, and by internal/server's
 TestHelmInCluster against the server the Helm chart runs in the test cluster
-(SANDBOX_TEST_BACKEND=kube: what that backend does not do is skipped, by
-name, and nothing else)."""
+(what the server's backend does not do, by GET /v1/info's capabilities, is
+skipped, and nothing else)."""
 
 import asyncio
 import os
@@ -15,13 +15,18 @@ from sandboxd import (AsyncSandbox, NotFoundError, Sandbox, SandboxError, async_
                       async_run_code, delete_image, images, pull_image, run_code)
 from sandboxd._sync import _HTTP
 
-# The kube backend has no background processes (nor what needs them: a
-# fork's running process, a sandbox's process count), and snapshots there
-# need a registry the cluster pulls from (--image-push), which the in-cluster
-# test server is not given.
-KUBE = os.environ.get("SANDBOX_TEST_BACKEND") == "kube"
-no_kube_processes = pytest.mark.skipif(KUBE, reason="kube backend: no background processes")
-no_kube_snapshots = pytest.mark.skipif(KUBE, reason="kube backend: snapshots need --image-push (a registry the cluster pulls from)")
+# What the server's backend can do beyond the core (GET /v1/info): a case
+# skips by capability, never by the backend's name.
+_info = httpx.get(os.environ["SANDBOX_URL"].rstrip("/") + "/v1/info",
+                  headers={"Authorization": "Bearer " + os.environ["SANDBOX_KEY"]})
+_info.raise_for_status()
+CAPS = set(_info.json()["capabilities"])
+BACKEND = _info.json()["backend"]
+needs_runner = pytest.mark.skipif("runner" not in CAPS, reason="the backend has no in-sandbox runner: no background processes")
+# On kube a snapshot starts from a pulled image only: the class images these
+# cases lease are on the nodes, in no registry (501 by design).
+needs_diff = pytest.mark.skipif("rootfs-diff" not in CAPS or BACKEND == "kube",
+                                reason="no snapshot of a class-image sandbox on this backend")
 
 
 def test_sync_sandbox():
@@ -45,7 +50,7 @@ def test_sync_sandbox():
         tgz = sbx.files.archive("d", gzip=True)
         assert sbx.files.extract("d2", tgz)["entries"] >= 1
         assert sbx.files.read("d2/bin.dat") == data
-        if not KUBE:
+        if "stats" in CAPS:
             assert sbx.stats()["processes"] >= 1
 
         sbx.set_metadata({"suite": "py"})
@@ -168,7 +173,7 @@ def _cut_view(sbx: Sandbox, cut: _Cut) -> Sandbox:
     return Sandbox(sbx.info, http)
 
 
-@no_kube_processes
+@needs_runner
 def test_processes():
     with Sandbox.create() as sbx:
         p = sbx.start_process("for i in 1 2 3; do echo line $i; sleep 0.5; done; echo gone >&2; exit 3")
@@ -217,7 +222,7 @@ def test_processes():
             list(sbx.process_output(99999))
 
 
-@no_kube_processes
+@needs_runner
 def test_fork():
     with Sandbox.create(metadata={"side": "original"}) as sbx:
         sbx.files.write("f.txt", "before the fork")
@@ -231,7 +236,7 @@ def test_fork():
         assert e.value.status == 400 and "no project" in e.value.message
 
 
-@no_kube_processes
+@needs_runner
 def test_async_processes():
     async def main():
         async with await AsyncSandbox.create() as sbx:
@@ -259,7 +264,7 @@ def test_async_processes():
 IMAGE_REF = os.environ.get("SANDBOX_TEST_IMAGE_REF")
 
 
-@no_kube_snapshots
+@needs_diff
 def test_snapshot_and_images():
     with Sandbox.create() as sbx:
         sbx.commands.run("mkdir -p ~/.config && echo 41 > ~/.config/n && echo kept > notes.txt")
@@ -303,7 +308,7 @@ def test_pull_image():
     assert delete_image("tool").digest == im.digest
 
 
-@no_kube_snapshots
+@needs_diff
 def test_async_images():
     async def main():
         async with await AsyncSandbox.create() as sbx:
