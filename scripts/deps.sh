@@ -45,9 +45,9 @@ packages=(mmdebstrap ca-certificates iproute2 git e2fsprogs util-linux procps)
 # `sandbox shell` in a real pseudo-terminal (tmux), and the SDKs' own suites
 # (Python from Debian's packages, no index; Node for the TypeScript SDK);
 # images are pulled from a real registry (the CNCF distribution registry)
-# and built from a static busybox.
+# and built from a static busybox; the docs' examples run with curl.
 if [ "${SANDBOX_TEST_DEPS:-}" = 1 ]; then
-	packages+=(chromium tmux python3-httpx python3-websockets python3-pytest python3-venv nodejs docker-registry busybox-static)
+	packages+=(chromium tmux python3-httpx python3-websockets python3-pytest python3-venv nodejs docker-registry busybox-static curl)
 fi
 missing=()
 for p in "${packages[@]}"; do

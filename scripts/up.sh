@@ -59,7 +59,7 @@ Or hand code to the interpreter (13 languages; pass session_id again to keep its
 curl -sS $URL/v1/exec -H 'Authorization: Bearer $KEY' -d '{"language":"py","code":"print(6*7)"}'
 
 A shell in the browser: POST $URL/v1/sandbox/\$ID/terminal/ticket, then open $URL + the "url" it answers.
-MCP clients connect to $URL/mcp with the same key. README.md has the rest of the API.
+MCP clients connect to $URL/mcp with the same key. docs/api.md has the rest of the API.
 
 This key is tenant-scoped: the org's sandboxes only. An admin key manages the org's keys
 (--scope admin), and one of the operator org every org's keys and quotas and /metrics:

@@ -125,7 +125,7 @@ func TestOIDCCallers(t *testing.T) {
 		}
 	})
 
-	// OIDC callers are never admin (README, Keys): not of their own org,
+	// OIDC callers are never admin (docs/api.md, Keys): not of their own org,
 	// and not of the operator org, whatever the provider says the org is.
 	t.Run("never admin", func(t *testing.T) {
 		operator := p.Token(t, "system", "sandbox")
