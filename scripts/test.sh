@@ -59,11 +59,11 @@ done
 # The egress rules with the default uplink (this host's own namespace) are
 # tested before the cluster comes up: the egress table drops whatever comes
 # in on an sbx* link that is no sandbox's, and the cluster's bridge is
-# sbxkube0, so beside the cluster the test skips (internal/server
+# sbxkube0, so beside the cluster the test skips (test/integration
 # TestEgressHostUplinkOnRunsc).
 if [ $# -eq 0 ]; then
-	log "go test -run TestEgressHostUplinkOnRunsc ./internal/server/ (no cluster up yet)"
-	SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_REQUIRE=gvisor go test -count=1 -timeout 10m -run '^TestEgressHostUplinkOnRunsc$' -v ./internal/server/ >/tmp/sandbox-hostuplink.log 2>&1 || true
+	log "go test -run TestEgressHostUplinkOnRunsc ./test/integration/ (no cluster up yet)"
+	SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_REQUIRE=gvisor go test -count=1 -timeout 10m -run '^TestEgressHostUplinkOnRunsc$' -v ./test/integration/ >/tmp/sandbox-hostuplink.log 2>&1 || true
 	tail -5 /tmp/sandbox-hostuplink.log
 	grep -q -- '^--- PASS: TestEgressHostUplinkOnRunsc' /tmp/sandbox-hostuplink.log || die "TestEgressHostUplinkOnRunsc did not pass (see above; a test cluster left up makes it skip: scripts/kube-down.sh)"
 fi

@@ -1,0 +1,136 @@
+package integration_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// echoServer answers every GET with the request line and headers it got.
+const echoServer = `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (self.requestline + "\n" + "".join(k + ": " + v + "\n" for k, v in self.headers.items())).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", 8001), H).serve_forever()
+`
+
+// TestPortPreviewOnRunsc: an HTTP server on the sandbox's own loopback
+// answers through /v1/sandbox/{id}/ports/{port}/…, relayed over the exec
+// channel; the caller's key does not reach it; nothing listening is a 502;
+// another org's sandbox is a 404.
+func TestPortPreviewOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	e.sh("acme", id, "echo 'hello from inside' > hello.txt")
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", echoServer}})
+	get := func(org, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.http.URL+"/v1/sandbox/"+id+"/ports/"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+e.keys[org])
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	var code int
+	var body string
+	for range 50 { // the servers take a moment to listen
+		if code, body = get("acme", "8000/hello.txt"); code == 200 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != 200 || body != "hello from inside\n" {
+		t.Fatalf("through the preview: %d %q", code, body)
+	}
+	for range 50 {
+		if code, body = get("acme", "8001/some/path?q=1"); code == 200 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != 200 || !strings.HasPrefix(body, "GET /some/path?q=1 HTTP/1.1\n") || !strings.Contains(body, "X-Forwarded-For: 127.0.0.1") {
+		t.Errorf("the request as the app saw it: %d %q", code, body)
+	}
+	if strings.Contains(strings.ToLower(body), "authorization") || strings.Contains(body, e.keys["acme"]) {
+		t.Errorf("the caller's key reached the sandbox: %q", body)
+	}
+	if code, body = get("acme", "8002/"); code != http.StatusBadGateway || !strings.Contains(body, "nothing listens on port 8002") {
+		t.Errorf("a port with no listener: %d %q", code, body)
+	}
+	if code, _ = get("globex", "8000/hello.txt"); code != http.StatusNotFound {
+		t.Errorf("another org's preview: %d", code)
+	}
+	if code, _ = get("acme", "0/"); code != http.StatusBadRequest {
+		t.Errorf("port 0: %d", code)
+	}
+}
+
+// wsEcho is a WebSocket echo server from Python's standard library alone:
+// the handshake, then each (masked, short) text frame sent back.
+const wsEcho = `import base64, hashlib, socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8003)); s.listen(8)
+while True:
+    c, _ = s.accept()
+    req = b""
+    while b"\r\n\r\n" not in req:
+        req += c.recv(4096)
+    key = [l.split(b": ", 1)[1] for l in req.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key")][0]
+    acc = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+    while True:
+        h = c.recv(2)
+        if len(h) < 2 or h[0] & 0x0f == 8:
+            break
+        n = h[1] & 0x7f
+        mask = c.recv(4)
+        data = bytearray(c.recv(n))
+        for i in range(len(data)):
+            data[i] ^= mask[i % 4]
+        c.sendall(bytes([0x81, len(data)]) + bytes(data))
+    c.close()
+`
+
+// TestPortPreviewWebSocketOnRunsc: a WebSocket upgrade passes through a
+// preview, and messages go both ways (a dev server's live reload).
+func TestPortPreviewWebSocketOnRunsc(t *testing.T) {
+	e := newEnv(t)
+	id := e.lease("acme", nil)
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", wsEcho}})
+	url := "ws" + strings.TrimPrefix(e.http.URL, "http") + "/v1/sandbox/" + id + "/ports/8003/live"
+	var c *websocket.Conn
+	var err error
+	for range 50 {
+		c, _, err = websocket.Dial(t.Context(), url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.keys["acme"]}}})
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dialing the preview's WebSocket: %v", err)
+	}
+	defer c.CloseNow()
+	for _, msg := range []string{"reload?", "again"} {
+		if err := c.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(t.Context())
+		if err != nil || string(got) != msg {
+			t.Fatalf("echo of %q: %q %v", msg, got, err)
+		}
+	}
+}
