@@ -311,10 +311,10 @@ func TestClient(t *testing.T) {
 	if r, err := c.Renew(ctx, sb.ID, 600); err != nil || time.Until(r.Expires()) < 590*time.Second {
 		t.Errorf("renew: %+v %v", r, err)
 	}
-	if p, err := c.Pause(ctx, sb.ID); err != nil || p.Status != "sleeping" {
+	if p, err := c.Sleep(ctx, sb.ID); err != nil || p.Status != "sleeping" {
 		t.Errorf("pause: %+v %v", p, err)
 	}
-	if w, err := c.Resume(ctx, sb.ID); err != nil || w.Status != "running" {
+	if w, err := c.Wake(ctx, sb.ID); err != nil || w.Status != "running" {
 		t.Errorf("resume: %+v %v", w, err)
 	}
 	if st, err := c.Stop(ctx, sb.ID); err != nil || st.ID != sb.ID {

@@ -2,36 +2,18 @@ package client
 
 import (
 	"context"
-	"time"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Image is an image the org may lease (LeaseRequest.Image, or
 // RunCodeRequest.Image for a new interpreter session). Its time is Unix
 // seconds; Created converts it.
-type Image struct {
-	Name      string `json:"name"`
-	Digest    string `json:"digest"`
-	Source    string `json:"source"` // the reference it was pulled from, or "snapshot of sb_…"
-	SizeBytes int64  `json:"sizeBytes"`
-	// Scope is org (the org's own: pulled or snapshot) or server (the
-	// operator's, offered to every org).
-	Scope     string `json:"scope"`
-	CreatedAt int64  `json:"createdAt"`
-}
-
-func (i *Image) Created() time.Time { return time.Unix(i.CreatedAt, 0) }
+type Image = wire.Image
 
 // PullRequest pulls Ref into the org's images under Name. The registry
 // must be one the operator allows (else 403); the image counts against
 // the org's disk quota (403 quota_exceeded when it does not fit).
-type PullRequest struct {
-	Name string `json:"name"`
-	Ref  string `json:"ref"` // e.g. registry.example/team/tool:1.2, or @sha256:…
-	// Username and Password are the registry's, for this pull only: the
-	// server stores neither.
-	Username string `json:"username,omitempty"`
-	Password string `json:"password,omitempty"`
-}
+type PullRequest = wire.PullRequest
 
 // PullImage pulls an image into the org's images and returns it.
 func (c *Client) PullImage(ctx context.Context, req PullRequest) (*Image, error) {
@@ -55,12 +37,7 @@ func (c *Client) DeleteImage(ctx context.Context, name string) (*Image, error) {
 }
 
 // SnapshotRequest names the image a snapshot makes.
-type SnapshotRequest struct {
-	Name string `json:"name"`
-	// Workdir saves the workdir's files too (the next lease starts with
-	// them); else only what the sandbox changed in its root.
-	Workdir bool `json:"workdir,omitempty"`
-}
+type SnapshotRequest = wire.SnapshotRequest
 
 // Snapshot saves sandbox id's filesystem — what it changed in its root
 // (packages installed) and with Workdir its workdir — as an image of the

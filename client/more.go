@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"io"
 	"mime/multipart"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -187,18 +187,7 @@ func (c *Client) DeleteVolume(ctx context.Context, project string) error {
 }
 
 // Info is what a server is and what its backend can do beyond the core.
-type Info struct {
-	Version string `json:"version"`
-	Backend string `json:"backend"` // gvisor or kube
-	// Capabilities: checkpoint (sleep keeps memory), fork, rootfs-diff
-	// (snapshots), stats, network (change a running sandbox's policy),
-	// runner (background processes, port previews). An absent one's
-	// calls answer 501.
-	Capabilities []string `json:"capabilities"`
-}
-
-// Has says whether the server's backend has the capability.
-func (i *Info) Has(capability string) bool { return slices.Contains(i.Capabilities, capability) }
+type Info = wire.Info
 
 // Info asks the server what it is and can do.
 func (c *Client) Info(ctx context.Context) (*Info, error) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"io"
 	"net/url"
 	"strconv"
@@ -16,45 +17,10 @@ import (
 
 // ProcessRequest is a background process: Argv wins; else Command runs
 // with sh -c.
-type ProcessRequest struct {
-	Argv    []string          `json:"argv,omitempty"`
-	Command string            `json:"command,omitempty"`
-	Stdin   string            `json:"stdin,omitempty"` // written at the start; stdin stays open (ProcessStdin)
-	Dir     string            `json:"dir,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
-	TTY     bool              `json:"tty,omitempty"` // on a terminal: stderr merged into stdout, resizable
-	Cols    uint16            `json:"cols,omitempty"`
-	Rows    uint16            `json:"rows,omitempty"`
-	// TimeoutSec kills it after that long (exit 124); zero: it runs until
-	// it ends, is signalled, or the sandbox stops or ends.
-	TimeoutSec int    `json:"timeoutSec,omitempty"`
-	Session    string `json:"session,omitempty"` // narrate its start and end into this session's log
-}
+type ProcessRequest = wire.ProcessRequest
 
 // Process is a background process's record. Its times are Unix seconds.
-type Process struct {
-	Pid     int      `json:"pid"`
-	Argv    []string `json:"argv"`
-	Dir     string   `json:"dir"`
-	TTY     bool     `json:"tty,omitempty"`
-	Session string   `json:"session,omitempty"`
-	// Status is running, exited, or lost (the sandbox started again
-	// without its memory: the end is unknown).
-	Status    string `json:"status"`
-	StartedAt int64  `json:"startedAt"`
-	EndedAt   int64  `json:"endedAt,omitempty"`
-	ExitCode  *int   `json:"exitCode,omitempty"`
-	Signal    string `json:"signal,omitempty"` // what killed it, e.g. SIGTERM
-	TimedOut  bool   `json:"timedOut,omitempty"`
-	// OutputBytes is all it wrote; DroppedBytes what the server no longer
-	// keeps of it (it keeps the last 1 MiB).
-	OutputBytes  int64 `json:"outputBytes"`
-	DroppedBytes int64 `json:"droppedBytes"`
-	StdinOpen    bool  `json:"stdinOpen,omitempty"`
-}
-
-// Running says the process has not ended.
-func (p *Process) Running() bool { return p.Status == "running" }
+type Process = wire.Process
 
 func processPath(id string, pid int) string {
 	return "/v1/sandbox/" + esc(id) + "/processes/" + strconv.Itoa(pid)

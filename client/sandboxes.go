@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"io"
 	"net/http"
 	"net/url"
@@ -65,13 +66,7 @@ func (c *Client) Lease(ctx context.Context, req LeaseRequest) (*Sandbox, error) 
 
 // ForkRequest asks for a fork of a running sandbox; every field may be
 // left out but Project for a project sandbox.
-type ForkRequest struct {
-	// Project is the fork's project: a new one, which gets a copy of the
-	// volume (required for a project sandbox, refused for another).
-	Project  string            `json:"project,omitempty"`
-	TTLSec   int64             `json:"ttlSec,omitempty"`   // the fork's lease; zero is the class's
-	Metadata map[string]string `json:"metadata,omitempty"` // nil: the original's
-}
+type ForkRequest = wire.ForkRequest
 
 // Fork leases a new sandbox that goes on from running sandbox id's memory
 // and files at this instant (its processes too) while id runs on; a
@@ -150,22 +145,32 @@ func (c *Client) SetMetadata(ctx context.Context, id string, m map[string]string
 	return &sb, c.do(ctx, request{method: "PUT", path: "/v1/sandbox/" + esc(id) + "/metadata", in: m, out: &sb})
 }
 
-// Pause puts a sandbox to sleep now; Resume wakes it.
-func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) {
+// Sleep puts a sandbox to sleep now: its memory is kept where the
+// backend can checkpoint (MemoryKept says).
+func (c *Client) Sleep(ctx context.Context, id string) (*Sandbox, error) {
 	var sb Sandbox
-	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/pause", out: &sb})
+	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/sleep", out: &sb})
 }
 
-func (c *Client) Resume(ctx context.Context, id string) (*Sandbox, error) {
+// Wake wakes a sleeping sandbox now (any exec, file call or renew wakes
+// it too).
+func (c *Client) Wake(ctx context.Context, id string) (*Sandbox, error) {
 	var sb Sandbox
-	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/resume", out: &sb})
+	return &sb, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/wake", out: &sb})
 }
+
+// Pause is Sleep.
+//
+// Deprecated: use Sleep; one word per concept.
+func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) { return c.Sleep(ctx, id) }
+
+// Resume is Wake.
+//
+// Deprecated: use Wake; one word per concept.
+func (c *Client) Resume(ctx context.Context, id string) (*Sandbox, error) { return c.Wake(ctx, id) }
 
 // Stopped says how many commands a stop cancelled.
-type Stopped struct {
-	ID      string `json:"id"`
-	Stopped int    `json:"stopped"`
-}
+type Stopped = wire.Stopped
 
 // Stop cancels every command running in a sandbox; the sandbox stays.
 func (c *Client) Stop(ctx context.Context, id string) (*Stopped, error) {
@@ -174,11 +179,7 @@ func (c *Client) Stop(ctx context.Context, id string) (*Stopped, error) {
 }
 
 // Ended is the end of a sandbox.
-type Ended struct {
-	ID     string `json:"id"`
-	Ended  bool   `json:"ended"`
-	Purged bool   `json:"purged"`
-}
+type Ended = wire.Ended
 
 // End ends a sandbox; purge drops its project volume too.
 func (c *Client) End(ctx context.Context, id string, purge bool) (*Ended, error) {
@@ -328,19 +329,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, std
 
 // Stats is a running sandbox's use now. CPUSeconds, MemoryBytes and
 // Processes are nil where the backend cannot tell (Unavailable says so).
-type Stats struct {
-	ID          string    `json:"id"`
-	At          time.Time `json:"at"`
-	CPUSeconds  *float64  `json:"cpuSeconds,omitempty"`
-	MemoryBytes *int64    `json:"memoryBytes,omitempty"`
-	Processes   *int      `json:"processes,omitempty"`
-	Unavailable string    `json:"unavailable,omitempty"`
-	Disk        []struct {
-		Path      string `json:"path"`
-		UsedBytes int64  `json:"usedBytes"`
-		SizeBytes int64  `json:"sizeBytes"`
-	} `json:"disk"`
-}
+type Stats = wire.Stats
 
 // Stats reads a running sandbox's use (409 for a sleeping one).
 func (c *Client) Stats(ctx context.Context, id string) (*Stats, error) {

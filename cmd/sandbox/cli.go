@@ -44,7 +44,8 @@ or the file 'sandbox login' writes):
   sandbox renew ID --ttl DUR                extend a lease
   sandbox fork ID [--project P] [--ttl DUR]
                                             a new sandbox going on from this one's memory and files (a project sandbox's needs a new P)
-  sandbox pause|resume|stop ID              sleep, wake, or stop every command of a sandbox
+  sandbox sleep|wake|stop ID                sleep (memory kept where it can be), wake, or stop every command of a sandbox
+                                            (pause and resume are sleep's and wake's old names)
   sandbox end ID [--purge]                  end a sandbox (--purge drops its project volume)
   sandbox run-code --language py FILE|- [--image NAME]
                                             run a program in the code interpreter (--image: a new session on that image)

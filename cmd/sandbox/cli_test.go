@@ -52,7 +52,7 @@ func (c cli) must(args ...string) string {
 
 // TestCLI: the client verbs of the binary on a real server and runtime —
 // login, lease, ls, get, exec (exit code, stdin), cp of a tree both ways,
-// logs, run-code, renew, pause/resume, stop, end — each output format once.
+// logs, run-code, renew, sleep/wake (and pause/resume), stop, end — each output format once.
 func TestCLI(t *testing.T) {
 	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
 	home := t.TempDir()
@@ -138,6 +138,13 @@ COMP_WORDS=(sandbox get sb_); COMP_CWORD=2; _sandbox; echo "${COMPREPLY[@]}"`)
 
 	// Lifecycle.
 	c.must("renew", sb.ID, "--ttl", "20m")
+	if out := c.must("sleep", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {
+		t.Errorf("sleep: %s", out)
+	}
+	if out := c.must("wake", sb.ID, "-o", "json"); !strings.Contains(out, `"running"`) {
+		t.Errorf("wake: %s", out)
+	}
+	// The old names stay, for scripts written before.
 	if out := c.must("pause", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {
 		t.Errorf("pause: %s", out)
 	}

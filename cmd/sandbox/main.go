@@ -97,10 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return lsCmd(ctx, args[1:], stdout, stderr)
 	case "get":
 		return onSandbox("get", (*client.Client).Get)(ctx, args[1:], stdout, stderr)
-	case "pause":
-		return onSandbox("pause", (*client.Client).Pause)(ctx, args[1:], stdout, stderr)
-	case "resume":
-		return onSandbox("resume", (*client.Client).Resume)(ctx, args[1:], stdout, stderr)
+	case "sleep", "pause": // pause and resume: the verbs' old names
+		return onSandbox(args[0], (*client.Client).Sleep)(ctx, args[1:], stdout, stderr)
+	case "wake", "resume":
+		return onSandbox(args[0], (*client.Client).Wake)(ctx, args[1:], stdout, stderr)
 	case "renew":
 		return renewCmd(ctx, args[1:], stdout, stderr)
 	case "stop":

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"io"
 	"log/slog"
 	"net/http"
@@ -154,15 +155,7 @@ type Deps struct {
 
 // infoBody is GET /v1/info: what this server is and can do, so that a
 // client (and a test) asks for a capability, not for a backend by name.
-type infoBody struct {
-	Version string `json:"version"`
-	Backend string `json:"backend" jsonschema:"where sandboxes run: gvisor (runsc on the server's machine) or kube (pods on a cluster)"`
-	// Capabilities beyond the core (lease, exec, files, end): checkpoint
-	// (sleep keeps memory), fork, rootfs-diff (snapshots), stats, network
-	// (change a running sandbox's policy), runner (background processes,
-	// port previews). What is absent answers 501.
-	Capabilities []string `json:"capabilities" jsonschema:"what the backend does beyond the core: checkpoint (sleep keeps memory), fork, rootfs-diff (snapshots), stats, network (change a running sandbox's policy), runner (background processes and port previews); an absent one answers 501"`
-}
+type infoBody = wire.Info
 
 // Server serves the HTTP API.
 type Server struct {
@@ -275,8 +268,12 @@ func (s *Server) routes() {
 		s.handle("GET "+p+"/{id}/stats", onID(s.Work.Stats), doc{Summary: "A running sandbox's use now: CPU seconds, memory, processes (by the runtime's count; absent with unavailable where the backend cannot tell) and the disk of its workdir and rootfs",
 			Answer: typ[service.Stats](), Errors: onSandbox})
 		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop), onIDDoc(s.Work.Stop, "Stop every command running in the sandbox"))
-		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep), doc{Summary: "Sleep now (memory kept where the runtime can checkpoint)", Answer: typ[sandbox.Object](), Errors: onSandbox})
-		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})
+		// One word per concept: sleep and wake; /pause and /resume are
+		// their wire-compatible aliases for clients written before.
+		s.handle("POST "+p+"/{id}/sleep", onID(s.Leases.Sleep), doc{Summary: "Sleep now (memory kept where the backend can checkpoint: memoryKept says)", Answer: typ[sandbox.Object](), Errors: onSandbox})
+		s.handle("POST "+p+"/{id}/wake", onID(s.Leases.Resume), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})
+		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep), doc{Summary: "Sleep now: an alias of /sleep", Answer: typ[sandbox.Object](), Errors: onSandbox})
+		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume), doc{Summary: "Wake now: an alias of /wake", Answer: typ[sandbox.Object](), Errors: onLease})
 		s.handle("POST "+p+"/{id}/fork", s.fork, doc{Summary: "Fork: a new sandbox that goes on from this one's memory and files at this instant (its processes too) while this one runs on; " +
 			"a project sandbox's fork needs a new project, which gets a copy of the volume. 501 where the backend cannot checkpoint",
 			Body: typ[service.ForkRequest](), Answer: typ[sandbox.Object](), Status: 201, Errors: []int{400, 402, 403, 404, 409, 429, 501, 502, 503}})

@@ -14,7 +14,6 @@ import (
 	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/preview"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // Ports is what the port preview routes need: a connection to a port on a
@@ -23,12 +22,12 @@ import (
 type Ports interface {
 	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 	Config() preview.Config
-	Link(ctx context.Context, id string, port int, ttlSec int64) (*service.PreviewLink, error)
+	Link(ctx context.Context, id string, port int, ttlSec int64) (*preview.PreviewLink, error)
 	Access(ctx context.Context, token, id string, port int) (context.Context, time.Time, error)
 	Public(ctx context.Context, id string, port int) (context.Context, error)
 }
 
-var _ Ports = (*service.Previews)(nil)
+var _ Ports = (*preview.Previews)(nil)
 
 func (s *Server) portRoutes(p string) {
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
@@ -37,13 +36,13 @@ func (s *Server) portRoutes(p string) {
 			"and the app's Set-Cookie, Service-Worker-Allowed, Access-Control-* and Clear-Site-Data headers are dropped. A browser's navigation, a request with a preview link's token, " +
 			"or one without a key is redirected (307, the token kept) to the host form {port}-{id}.{preview-domain}, the preview's own origin, where links and public ports work. " +
 			"The Authorization header never reaches the app. 502 when nothing listens",
-			BodyRaw: "application/octet-stream", AnswerRaw: "application/octet-stream", Query: []string{service.TokenParam + ": a preview link's token (redirected to the host form with it)"},
+			BodyRaw: "application/octet-stream", AnswerRaw: "application/octet-stream", Query: []string{preview.TokenParam + ": a preview link's token (redirected to the host form with it)"},
 			Errors: []int{400, 401, 404, 409, 429, 501, 502}})
 	}
 	s.handle("POST "+p+"/{id}/ports/{port}/link", s.previewLink, doc{Summary: "Mint a preview link to a port: url, the host form with the token, opens the preview in a browser with no key (on the preview's own origin) until expiresAt " +
 		"(ttlSec, default 1 h, never past the lease nor the minting token's expiry), until the sandbox ends or until the API key that minted it is revoked or expires. pathUrl is the path form, without the token, for API clients with a key. " +
 		"Treat url as a secret: whoever has it opens that port",
-		Body: typ[linkRequest](), Answer: typ[service.PreviewLink](), Status: http.StatusCreated, Errors: []int{404, 409, 501}})
+		Body: typ[linkRequest](), Answer: typ[preview.PreviewLink](), Status: http.StatusCreated, Errors: []int{404, 409, 501}})
 }
 
 // linkRequest is the body of POST …/ports/{port}/link.
@@ -138,7 +137,7 @@ func (s *Server) pathPreview(w http.ResponseWriter, r *http.Request) {
 		s.previewError(w, r, sandbox.Errorf(sandbox.KindInvalid, "the preview path is malformed"))
 		return
 	}
-	if r.URL.Query().Has(service.TokenParam) || r.Header.Get("Authorization") == "" || isNavigation(r) {
+	if r.URL.Query().Has(preview.TokenParam) || r.Header.Get("Authorization") == "" || isNavigation(r) {
 		s.toHostForm(w, r, id, port, escaped[i+len(mark)-1:])
 		return
 	}
@@ -192,18 +191,18 @@ func (s *Server) toHostForm(w http.ResponseWriter, r *http.Request, id string, p
 // sent to the URL without the token), the cookie of an earlier visit, or
 // nobody on a public port. done means it has answered.
 func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string, port int) (_ context.Context, release func(), done bool) {
-	if tok := r.URL.Query().Get(service.TokenParam); tok != "" {
+	if tok := r.URL.Query().Get(preview.TokenParam); tok != "" {
 		ctx, exp, err := s.Ports.Access(r.Context(), tok, id, port)
 		if err != nil {
 			s.previewError(w, r, err)
 			return nil, nil, true
 		}
-		http.SetCookie(w, &http.Cookie{Name: service.CookieName, Value: tok, Path: "/", Expires: exp, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
+		http.SetCookie(w, &http.Cookie{Name: preview.CookieName, Value: tok, Path: "/", Expires: exp, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			// The token leaves the address bar (and the history, and
 			// every Referer the app's page would send).
 			q := r.URL.Query()
-			q.Del(service.TokenParam)
+			q.Del(preview.TokenParam)
 			to := r.URL.EscapedPath()
 			if len(q) > 0 {
 				to += "?" + q.Encode()
@@ -219,7 +218,7 @@ func (s *Server) previewAccess(w http.ResponseWriter, r *http.Request, id string
 		return s.keyAccess(w, r)
 	}
 	var lastErr error
-	for _, c := range r.CookiesNamed(service.CookieName) {
+	for _, c := range r.CookiesNamed(preview.CookieName) {
 		ctx, _, err := s.Ports.Access(r.Context(), c.Value, id, port)
 		if err == nil {
 			return ctx, func() {}, false
@@ -380,7 +379,7 @@ func stripCredentials(r *http.Request) {
 	for _, line := range r.Header.Values("Cookie") {
 		for _, pair := range strings.Split(line, ";") {
 			name, _, _ := strings.Cut(pair, "=")
-			if strings.TrimSpace(name) != service.CookieName && strings.TrimSpace(pair) != "" {
+			if strings.TrimSpace(name) != preview.CookieName && strings.TrimSpace(pair) != "" {
 				kept = append(kept, strings.TrimSpace(pair))
 			}
 		}
@@ -389,8 +388,8 @@ func stripCredentials(r *http.Request) {
 	if len(kept) > 0 {
 		r.Header.Set("Cookie", strings.Join(kept, "; "))
 	}
-	if q := r.URL.Query(); q.Has(service.TokenParam) {
-		q.Del(service.TokenParam)
+	if q := r.URL.Query(); q.Has(preview.TokenParam) {
+		q.Del(preview.TokenParam)
 		r.URL.RawQuery = q.Encode()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"io"
 	"log/slog"
 	"net/http"
@@ -116,24 +117,10 @@ func (c *Catalog) lock(org string) func() {
 
 // ImageRequest is the body of POST /v1/images: pull ref into the org's
 // images under name.
-type ImageRequest struct {
-	Name     string `json:"name" jsonschema:"the image's name in your org (letters, digits, '.', '_', '-'; up to 64)"`
-	Ref      string `json:"ref" jsonschema:"an OCI or Docker image reference, by tag or digest, from a registry the operator allows"`
-	Username string `json:"username,omitempty" jsonschema:"registry username, for this pull only (never stored, never in a sandbox)"`
-	Password string `json:"password,omitempty" jsonschema:"registry password or token, for this pull only"`
-}
+type ImageRequest = wire.PullRequest
 
 // ImageInfo is an image as the API shows it.
-type ImageInfo struct {
-	Name      string `json:"name"`
-	Digest    string `json:"digest"`
-	Source    string `json:"source"`
-	SizeBytes int64  `json:"sizeBytes"`
-	// Scope is org (the caller's org's own) or server (the operator's,
-	// offered to every org).
-	Scope     string `json:"scope"`
-	CreatedAt int64  `json:"createdAt"` // Unix seconds
-}
+type ImageInfo = wire.Image
 
 func infoOf(im store.Image) ImageInfo {
 	scope := "org"
@@ -242,10 +229,7 @@ func (c *Catalog) imageRoom(ctx context.Context) (org string, lim image.Limits, 
 }
 
 // SnapshotRequest is the body of POST /v1/sandbox/{id}/snapshot.
-type SnapshotRequest struct {
-	Name    string `json:"name" jsonschema:"the new image's name in your org"`
-	Workdir bool   `json:"workdir,omitempty" jsonschema:"include the workdir's files too (a project's volume is otherwise not part of an image)"`
-}
+type SnapshotRequest = wire.SnapshotRequest
 
 // Snapshot saves sandbox id's filesystem — what it changed in its root
 // (packages installed, files under site-packages) and, with Workdir, its

@@ -3,16 +3,16 @@ package ops
 import (
 	"context"
 
+	"github.com/sandboxd/sandbox/internal/preview"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // Previews mints preview links (preview_link).
 type Previews interface {
-	Link(ctx context.Context, id string, port int, ttlSec int64) (*service.PreviewLink, error)
+	Link(ctx context.Context, id string, port int, ttlSec int64) (*preview.PreviewLink, error)
 }
 
-var _ Previews = (*service.Previews)(nil)
+var _ Previews = (*preview.Previews)(nil)
 
 // WithPreviews gives o the preview_link op; without it the op answers
 // that this server serves no previews. Call it before o serves.
@@ -33,7 +33,7 @@ type PreviewLinkIn struct {
 // its own origin), and the path form's without the token (for requests
 // with a key). Whoever holds it opens that port until it expires, the
 // sandbox ends, or the key that minted it is revoked.
-func (o *Ops) PreviewLink(ctx context.Context, in PreviewLinkIn) (*service.PreviewLink, error) {
+func (o *Ops) PreviewLink(ctx context.Context, in PreviewLinkIn) (*preview.PreviewLink, error) {
 	if err := needID(in.ID); err != nil {
 		return nil, err
 	}

@@ -219,7 +219,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	auth := id.authenticator(st, svc, log)
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
-	previews := service.NewPreviews(svc, signer, cfg.Preview, st, st)
+	previews := preview.NewPreviews(svc, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.
 	runner := ""

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"github.com/sandboxd/sandbox/wire"
 	"maps"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -10,11 +11,7 @@ import (
 
 // ForkRequest is the body of POST /v1/sandbox/{id}/fork, and of the typed
 // op and MCP tool fork.
-type ForkRequest struct {
-	Project  string            `json:"project,omitempty" jsonschema:"for a project sandbox: the NEW project of the fork, which gets a copy of the volume (a project has one live sandbox)"`
-	TTLSec   int64             `json:"ttlSec,omitempty" jsonschema:"the fork's lease length in seconds; defaults to the class's"`
-	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"the fork's metadata; defaults to the original's"`
-}
+type ForkRequest = wire.ForkRequest
 
 // Fork leases a new sandbox of the same org, class and image that goes on
 // from sandbox id's memory and files at this instant — its processes, its

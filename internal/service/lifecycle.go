@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"github.com/sandboxd/sandbox/wire"
 	"sync"
 	"time"
 
@@ -326,10 +327,7 @@ func (s *Service) died(ctx context.Context, sb *sandbox.Sandbox, cause error) er
 }
 
 // StopResult says what Stop did.
-type StopResult struct {
-	ID      string `json:"id"`
-	Stopped int    `json:"stopped"`
-}
+type StopResult = wire.Stopped
 
 // Stop ends the WORK: it cancels every in-flight command of the sandbox
 // (each killed inside the sandbox, not only its client), then kills every
@@ -354,11 +352,7 @@ func (s *Service) Stop(ctx context.Context, id string) (*StopResult, error) {
 }
 
 // EndResult says what End did.
-type EndResult struct {
-	ID     string `json:"id"`
-	Ended  bool   `json:"ended"`
-	Purged bool   `json:"purged"`
-}
+type EndResult = wire.Ended
 
 // End removes the container and the row. The project volume is kept unless
 // purge is set; a scratch volume always dies with its sandbox. If the

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"io"
 	"slices"
 	"strconv"
@@ -40,41 +41,10 @@ type ProcessStore interface {
 
 // ProcessRequest is the body of POST /v1/sandbox/{id}/processes, and of
 // the typed op and MCP tool process_start.
-type ProcessRequest struct {
-	Argv       []string          `json:"argv,omitempty" jsonschema:"program and arguments, run as is; wins over command"`
-	Command    string            `json:"command,omitempty" jsonschema:"a shell line, run with sh -c"`
-	Stdin      string            `json:"stdin,omitempty" jsonschema:"text written to the process's stdin at its start; stdin stays open until closed (POST .../stdin?eof=1)"`
-	Dir        string            `json:"dir,omitempty" jsonschema:"working directory, under the sandbox's workdir"`
-	Env        map[string]string `json:"env,omitempty" jsonschema:"environment variables added for this process"`
-	TTY        bool              `json:"tty,omitempty" jsonschema:"run it on a terminal (stderr merged into stdout; resizable)"`
-	Cols       uint16            `json:"cols,omitempty" jsonschema:"terminal width, with tty"`
-	Rows       uint16            `json:"rows,omitempty" jsonschema:"terminal height, with tty"`
-	TimeoutSec int               `json:"timeoutSec,omitempty" jsonschema:"seconds before it is killed (exit code 124); 0: it runs until it ends, is signalled or stopped, or the sandbox ends"`
-	Session    string            `json:"session,omitempty" jsonschema:"a session name: the process's start and end are narrated into that session's live log"`
-}
+type ProcessRequest = wire.ProcessRequest
 
 // Process is a background process as every door shows it.
-type Process struct {
-	Pid     int      `json:"pid"`
-	Argv    []string `json:"argv"`
-	Dir     string   `json:"dir"`
-	TTY     bool     `json:"tty,omitempty"`
-	Session string   `json:"session,omitempty"`
-	// Status is running, exited, or lost (the sandbox started again
-	// without its memory: the end is unknown).
-	Status    string `json:"status"`
-	StartedAt int64  `json:"startedAt"`         // Unix seconds
-	EndedAt   int64  `json:"endedAt,omitempty"` // Unix seconds
-	ExitCode  *int   `json:"exitCode,omitempty"`
-	Signal    string `json:"signal,omitempty"` // what killed it, e.g. SIGKILL (exit code 128+n)
-	TimedOut  bool   `json:"timedOut,omitempty"`
-	// OutputBytes is all it wrote; DroppedBytes the part no longer kept
-	// (the ring keeps the last ProcessRingBytes). Both are absent once the
-	// sandbox no longer holds the output.
-	OutputBytes  int64 `json:"outputBytes"`
-	DroppedBytes int64 `json:"droppedBytes"`
-	StdinOpen    bool  `json:"stdinOpen,omitempty"`
-}
+type Process = wire.Process
 
 // Process statuses.
 const (

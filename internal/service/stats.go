@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"github.com/sandboxd/sandbox/wire"
 	"strconv"
 	"strings"
 	"time"
@@ -15,22 +16,10 @@ import (
 // runtime's own count (absent, with Unavailable saying why, where the
 // backend cannot tell), and the disk of its workdir and rootfs as df
 // inside sees them.
-type Stats struct {
-	ID          string     `json:"id"`
-	At          time.Time  `json:"at"`
-	CPUSeconds  *float64   `json:"cpuSeconds,omitempty"`
-	MemoryBytes *int64     `json:"memoryBytes,omitempty"`
-	Processes   *int       `json:"processes,omitempty"`
-	Unavailable string     `json:"unavailable,omitempty"`
-	Disk        []DiskUsed `json:"disk"`
-}
+type Stats = wire.Stats
 
 // DiskUsed is one filesystem of the sandbox.
-type DiskUsed struct {
-	Path      string `json:"path"`
-	UsedBytes int64  `json:"usedBytes"`
-	SizeBytes int64  `json:"sizeBytes"`
-}
+type DiskUsed = wire.DiskUsed
 
 // Stats reads a running sandbox's use. A sleeping one has none to read and
 // is not woken for it (409).

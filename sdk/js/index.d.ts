@@ -192,7 +192,13 @@ export class Sandbox {
 
   refresh(): Promise<SandboxInfo>;
   setTimeout(seconds: number): Promise<void>;
+  /** Sleep now: the memory is kept where the backend can checkpoint (info.memoryKept says). */
+  sleep(): Promise<void>;
+  /** Wake now. */
+  wake(): Promise<void>;
+  /** @deprecated sleep()'s old name. */
   pause(): Promise<void>;
+  /** @deprecated wake()'s old name. */
   resume(): Promise<void>;
   stop(): Promise<number>;
   setMetadata(metadata: Record<string, string>): Promise<void>;

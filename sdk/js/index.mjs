@@ -332,12 +332,24 @@ export class Sandbox {
     this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/renew`, { json: { ttlSec: seconds } });
   }
 
-  async pause() {
-    this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/pause`);
+  /** Sleep now: the memory is kept where the backend can checkpoint (info.memoryKept says). */
+  async sleep() {
+    this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/sleep`);
   }
 
+  /** Wake now (any command, file call or renew wakes a sleeping sandbox too). */
+  async wake() {
+    this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/wake`);
+  }
+
+  /** @deprecated sleep()'s old name. */
+  async pause() {
+    return this.sleep();
+  }
+
+  /** @deprecated wake()'s old name. */
   async resume() {
-    this.info = await this.http.json("POST", `/v1/sandbox/${this.id}/resume`);
+    return this.wake();
   }
 
   /** Replace the sandbox's metadata ({} clears it). */

@@ -62,7 +62,11 @@ test("a sandbox, end to end", async () => {
 
     await sbx.setTimeout(600);
     assert.ok(sbx.info.expiresAt - Date.now() / 1000 > 590);
-    await sbx.pause();
+    await sbx.sleep();
+    assert.equal(sbx.info.status, "sleeping");
+    await sbx.wake();
+    assert.equal(sbx.info.status, "running");
+    await sbx.pause(); // the old names stay
     assert.equal(sbx.info.status, "sleeping");
     await sbx.resume();
     assert.equal(sbx.info.status, "running");

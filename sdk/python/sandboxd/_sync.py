@@ -279,11 +279,21 @@ class Sandbox:
         """Extend the lease to ``timeout`` seconds from now (never past the ceiling)."""
         self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/renew", json={"ttlSec": int(timeout)}))
 
+    def sleep(self) -> None:
+        """Sleep now: the memory is kept where the backend can checkpoint."""
+        self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/sleep"))
+
+    def wake(self) -> None:
+        """Wake now (any command, file call or renew wakes a sleeping sandbox too)."""
+        self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/wake"))
+
     def pause(self) -> None:
-        self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/pause"))
+        """``sleep``'s old name."""
+        self.sleep()
 
     def resume(self) -> None:
-        self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/resume"))
+        """``wake``'s old name."""
+        self.wake()
 
     def set_metadata(self, metadata: Dict[str, str]) -> None:
         """Replace the sandbox's metadata ({} clears it)."""

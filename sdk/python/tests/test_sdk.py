@@ -87,7 +87,11 @@ def test_sync_sandbox():
 
         sbx.set_timeout(600)
         assert sbx.info.expires_at - time.time() > 590
-        sbx.pause()
+        sbx.sleep()
+        assert sbx.info.status == "sleeping"
+        sbx.wake()
+        assert sbx.info.status == "running"
+        sbx.pause()  # the old names stay
         assert sbx.info.status == "sleeping"
         sbx.resume()
         assert sbx.info.status == "running"
