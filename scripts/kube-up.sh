@@ -58,6 +58,10 @@
 #
 # Environment:
 #   KUBE_UP_KUBECTL=0   do not build kubectl (kubecheck is enough for the script)
+#   KUBE_UP_BUILD_ONLY=1  build (or find up to date) every binary and stop: no
+#                       apt, no cluster. scripts/test.sh runs it beside
+#                       scripts/deps.sh on a fresh machine, where the builds
+#                       are most of the half hour a cold cluster takes
 set -euo pipefail
 
 K8S=v1.37.2
@@ -119,19 +123,22 @@ fi
 srchash() { cat "$@" | sha256sum | cut -c1-16; }
 
 # ---------------------------------------------------------------- apt
+build_only=${KUBE_UP_BUILD_ONLY:-0}
 pkgs=(runc etcd-server containernetworking-plugins iproute2 iptables openssl util-linux busybox-static)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
+if [ "$build_only" = 1 ]; then
+	step "build only: apt packages left to the run that starts the cluster"
+elif [ ${#missing[@]} -gt 0 ]; then
 	step "apt-get install ${missing[*]}"
 	apt-get update -qq >/dev/null
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
 	step "apt packages present (${pkgs[*]})"
 fi
-for b in runc etcd iptables /bin/busybox /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
+[ "$build_only" = 1 ] || for b in runc etcd iptables /bin/busybox /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
 	command -v "$b" >/dev/null || die "$b not found after apt-get install"
 done
 
@@ -347,6 +354,11 @@ if need_build tools "$TOOLS_STAMP" imgtar pause; then
 		(cd "$ROOT/src/$t" && quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/$t" .)
 	done
 	set_stamp tools "$TOOLS_STAMP"
+fi
+
+if [ "$build_only" = 1 ]; then
+	step "build only: every binary is up to date in $ROOT/bin"
+	exit 0
 fi
 
 # ---------------------------------------------------------------- pki, configs

@@ -24,6 +24,19 @@ die() { printf '[test] error: %s\n' "$*" >&2; exit 1; }
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
 
+# On a fresh machine the cluster's builds (Kubernetes, containerd, gVisor,
+# CoreDNS, … from the module proxy: most of a cold cluster's half hour) run
+# beside scripts/deps.sh, whose image builds wait on the network and dpkg
+# more than on the CPU. kube-up.sh below waits for them; if they failed
+# (no Go yet, say), it builds what is missing itself.
+kube_build=
+if [ "${SANDBOX_KUBE:-1}" = 1 ] && [ $# -eq 0 ]; then
+	log "scripts/kube-up.sh's builds in the background (KUBE_UP_BUILD_ONLY=1; log /tmp/sandbox-kube-build.log)"
+	KUBE_UP_BUILD_ONLY=1 KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}" >/tmp/sandbox-kube-build.log 2>&1 &
+	kube_build=$!
+	trap 'kill "$kube_build" 2>/dev/null || true' EXIT
+fi
+
 SANDBOX_IMAGES=$IMAGES SANDBOX_TEST_DEPS=1 bash scripts/deps.sh
 
 # The Go deps.sh found or installed (the same search: lib.sh).
@@ -73,6 +86,11 @@ fi
 kubeconfig= helm=
 if [ "${SANDBOX_KUBE:-1}" = 1 ]; then
 	KROOT=${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}
+	if [ -n "$kube_build" ]; then
+		t0=$SECONDS
+		wait "$kube_build" && log "the cluster's background builds are done (waited $((SECONDS - t0)) s)" ||
+			{ tail -5 /tmp/sandbox-kube-build.log; log "the cluster's background builds failed: kube-up.sh builds what is missing"; }
+	fi
 	trap 'bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
 	log "scripts/kube-up.sh $KROOT"
 	KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT"
