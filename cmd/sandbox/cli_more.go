@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"io/fs"
 	"os"
@@ -20,7 +21,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sandboxd/sandbox/client"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 func isTerminal(r io.Reader) bool {
@@ -170,7 +170,7 @@ func upload(ctx context.Context, c *client.Client, src, id, dst string, stderr i
 			if d.IsDir() {
 				h.Name += "/"
 			}
-			if _, err := service.CheckEntry(h); err != nil {
+			if _, err := files.CheckEntry(h); err != nil {
 				fmt.Fprintf(stderr, "skipped %s: %v\n", p, err)
 				return nil
 			}
@@ -234,7 +234,7 @@ func download(ctx context.Context, c *client.Client, id, src, dst string) (int, 
 		return 0, err
 	}
 	tr := tar.NewReader(arc)
-	var entries service.Entries
+	var entries files.Entries
 	n := 0
 	for {
 		h, err := tr.Next()

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/files"
 	"github.com/sandboxd/sandbox/wire"
 	"io"
 	"log/slog"
@@ -53,17 +54,21 @@ type Leases interface {
 	Usage(ctx context.Context) ([]store.Usage, error)
 }
 
-// Work is what the exec and file routes need.
+// Work is what the exec routes need.
 type Work interface {
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
 	ExecTo(ctx context.Context, id string, req service.ExecRequest, stdout, stderr io.Writer) (*service.ExecResult, error)
 	Stats(ctx context.Context, id string) (*service.Stats, error)
-	Archive(ctx context.Context, id, path string, gz bool, head func(full string) io.Writer) error
-	Extract(ctx context.Context, id, path string, r io.Reader) (*service.ExtractResult, error)
-	Read(ctx context.Context, id, path string, max int64) (*service.ReadResult, error)
-	ReadTo(ctx context.Context, id, path string, max int64, open func(service.FileHead) (io.Writer, error)) (*service.ReadResult, error)
-	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
+}
+
+// Files is what the file and archive routes need (internal/files).
+type Files interface {
+	Archive(ctx context.Context, id, path string, gz bool, head func(full string) io.Writer) error
+	Extract(ctx context.Context, id, path string, r io.Reader) (*files.ExtractResult, error)
+	Read(ctx context.Context, id, path string, max int64) (*files.ReadResult, error)
+	ReadTo(ctx context.Context, id, path string, max int64, open func(files.FileHead) (io.Writer, error)) (*files.ReadResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
 }
 
 // Quotas is what the quota, volume and follower routes need of the service.
@@ -115,6 +120,7 @@ type Deps struct {
 	Version     string
 	Leases      Leases
 	Work        Work
+	Files       Files
 	Quotas      Quotas
 	Operator    Operator
 	Consoles    Consoles
@@ -280,11 +286,11 @@ func (s *Server) routes() {
 		s.handle("GET "+p+"/{id}/fs", s.readFS, doc{Summary: "A file's bytes (streamed), or a directory's entries one per line (X-Sandbox-Kind says which)", AnswerRaw: "application/octet-stream, text/plain",
 			Query: []string{"path: under the workdir; empty is the workdir"}, Errors: onFiles})
 		s.handle("POST "+p+"/{id}/fs", s.writeFS, doc{Summary: "Write a whole file (the body, streamed); parents are created", BodyRaw: "application/octet-stream",
-			Answer: typ[service.WriteResult](), Query: []string{"path: under the workdir"}, Errors: onFiles})
+			Answer: typ[files.WriteResult](), Query: []string{"path: under the workdir"}, Errors: onFiles})
 		s.handle("GET "+p+"/{id}/fs/archive", s.archive, doc{Summary: "A directory as a tar, streamed (gzip=1: gzipped)", AnswerRaw: "application/x-tar, application/gzip",
 			Query: []string{"path: the directory, under the workdir", "gzip: 1 to gzip the tar"}, Errors: onFiles})
 		s.handle("POST "+p+"/{id}/fs/archive", s.extract, doc{Summary: "Extract a tar (or tar.gz) under a directory, streamed; entries that leave it (absolute, '..', links out, devices) refuse the whole archive and nothing is written",
-			BodyRaw: "application/x-tar, application/gzip, application/octet-stream", Answer: typ[service.ExtractResult](), Query: []string{"path: the directory to extract under (created)"}, Errors: onFiles})
+			BodyRaw: "application/x-tar, application/gzip, application/octet-stream", Answer: typ[files.ExtractResult](), Query: []string{"path: the directory to extract under (created)"}, Errors: onFiles})
 		if s.Processes != nil {
 			s.processRoutes(p)
 		}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"net/http"
 	"strconv"
@@ -174,11 +175,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 // the sandbox with its Content-Length, or a directory's entries one per
 // line as text/plain; X-Sandbox-Kind says which.
 func (s *Server) readFS(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.ReadTo(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), 0, func(f service.FileHead) (io.Writer, error) {
+	res, err := s.Files.ReadTo(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), 0, func(f files.FileHead) (io.Writer, error) {
 		fsHead(w, f.Path, f.Woken, "file", "application/octet-stream", f.Size)
 		return w, nil
 	})
-	if errors.Is(err, service.ErrStreamBroken) {
+	if errors.Is(err, files.ErrStreamBroken) {
 		s.log.Warn("a file read stopped mid-answer", "sandbox", r.PathValue("id"), "err", err)
 		return nil // the answer is short of its length: the client sees it cut
 	}
@@ -212,7 +213,7 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	err = s.Work.Archive(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), gz, func(full string) io.Writer {
+	err = s.Files.Archive(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), gz, func(full string) io.Writer {
 		h := w.Header()
 		h.Set("Content-Type", map[bool]string{false: "application/x-tar", true: "application/gzip"}[gz])
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -220,14 +221,14 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusOK)
 		return w
 	})
-	if errors.Is(err, service.ErrStreamBroken) {
+	if errors.Is(err, files.ErrStreamBroken) {
 		return nil // the answer is cut short: the client sees a broken tar
 	}
 	return err
 }
 
 func (s *Server) extract(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.Extract(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
+	res, err := s.Files.Extract(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body)
 	if err != nil {
 		return err
 	}
@@ -236,7 +237,7 @@ func (s *Server) extract(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) writeFS(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body, r.ContentLength)
+	res, err := s.Files.Write(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"), r.Body, r.ContentLength)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"log/slog"
 	"net"
@@ -59,12 +60,13 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	m := metrics.New()
 	caps := runtime.Discover(rt).Without(lacks...)
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, Metrics: m, Log: log, Quotas: st})
-	it := interp.New(svc, "", log)
+	fs := files.Join(svc, files.New(svc, 0, 0))
+	it := interp.New(fs, "", log)
 	var names []string
 	for _, c := range svc.Capabilities() {
 		names = append(names, string(c))
 	}
-	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(svc, svc, nil, it), Auth: st,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, svc, nil, it), Auth: st,
 		Metrics: m.Handler(), Backend: "fake", Capabilities: names}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -466,14 +468,15 @@ func TestFollowerPagesTheBacklog(t *testing.T) {
 	defer st.Close()
 	log := slog.New(slog.DiscardHandler)
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: fake.New(), Log: log, Quotas: st})
-	it := interp.New(svc, "", log)
+	fs := files.Join(svc, files.New(svc, 0, 0))
+	it := interp.New(fs, "", log)
 	sessions := narrate.New(st, log)
 	pages := pageCounter{Log: sessions}
 	ctx, cancel := context.WithCancel(context.Background())
 	go sessions.Run(ctx)
 	defer func() { cancel(); sessions.Wait() }()
-	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it,
-		Ops: ops.New(svc, svc, nil, it), Auth: st, Sessions: &pages}, log, api.Config{})
+	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it,
+		Ops: ops.New(fs, svc, nil, it), Auth: st, Sessions: &pages}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	defer h.Close()

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"mime"
 	"net/http"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // typedOps registers the typed ops (POST /v1/sandbox/{op}, JSON in and out)
@@ -84,7 +84,7 @@ func (s *Server) sessionFiles(w http.ResponseWriter, r *http.Request) error {
 }
 
 // maxUpload bounds one multipart upload (each file is also bounded by
-// service.MaxFileBytes).
+// files.MaxFileBytes).
 const maxUpload = 256 << 20
 
 // uploadFiles writes every file part of a multipart/form-data body into the
@@ -114,7 +114,7 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 			part.Close()
 			continue
 		}
-		res, err := s.Work.Write(r.Context(), id, name, part, -1)
+		res, err := s.Files.Write(r.Context(), id, name, part, -1)
 		part.Close()
 		if err != nil {
 			var tooBig *http.MaxBytesError
@@ -150,7 +150,7 @@ func uploadError(err error, written []interp.File) error {
 }
 
 func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Work.ReadTo(r.Context(), r.PathValue("session"), r.PathValue("path"), 0, func(f service.FileHead) (io.Writer, error) {
+	res, err := s.Files.ReadTo(r.Context(), r.PathValue("session"), r.PathValue("path"), 0, func(f files.FileHead) (io.Writer, error) {
 		h := w.Header()
 		h.Set("Content-Type", "application/octet-stream")
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -159,7 +159,7 @@ func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusOK)
 		return w, nil
 	})
-	if errors.Is(err, service.ErrStreamBroken) {
+	if errors.Is(err, files.ErrStreamBroken) {
 		s.log.Warn("a download stopped mid-answer", "session", r.PathValue("session"), "err", err)
 		return nil
 	}

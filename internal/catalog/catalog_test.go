@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"strings"
 	"testing"
@@ -48,7 +49,8 @@ func TestCatalog(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: fake.New(), Quotas: st})
 	lib := &library{}
-	c := catalog.New(catalog.Config{Allow: []string{"reg.example/team"}}, svc, st, lib, nil, "fake", nil)
+	fs := files.Join(svc, files.New(svc, 0, 0))
+	c := catalog.New(catalog.Config{Allow: []string{"reg.example/team"}}, fs, st, lib, nil, "fake", nil)
 	acme := org("acme")
 
 	ok := sandbox.Kind(-1)
@@ -101,7 +103,7 @@ func TestCatalog(t *testing.T) {
 		t.Errorf("another org's snapshot: %v", err)
 	}
 
-	none := catalog.New(catalog.Config{}, svc, st, lib, nil, "fake", nil)
+	none := catalog.New(catalog.Config{}, fs, st, lib, nil, "fake", nil)
 	if _, err := none.PullImage(acme, catalog.ImageRequest{Name: "tool", Ref: "reg.example/team/x:1"}); sandbox.KindOf(err) != sandbox.KindForbidden || !strings.Contains(err.Error(), "--image-allow") {
 		t.Errorf("no registry allowed: %v", err)
 	}

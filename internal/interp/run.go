@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"log/slog"
 	"strings"
@@ -22,12 +23,12 @@ type Sandboxes interface {
 	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
 	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
-	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
 	Run(ctx context.Context, id string, cmd service.Command) (service.Outcome, error)
 	Timeout(sec int) (time.Duration, error)
 }
 
-var _ Sandboxes = (*service.Service)(nil)
+var _ Sandboxes = files.Joined{}
 
 // Interpreter runs programs of the 13 languages in sessions.
 type Interpreter struct {
@@ -117,8 +118,8 @@ func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
 		if _, err := sandbox.ResolvePath(workdir, f.path); err != nil {
 			return nil, err
 		}
-		if len(f.data) > service.MaxFileBytes {
-			return nil, sandbox.Errorf(sandbox.KindTooLarge, "file %q is larger than %d bytes", f.path, service.MaxFileBytes)
+		if len(f.data) > files.MaxFileBytes {
+			return nil, sandbox.Errorf(sandbox.KindTooLarge, "file %q is larger than %d bytes", f.path, files.MaxFileBytes)
 		}
 	}
 

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"log/slog"
 	"net/http"
@@ -48,7 +49,7 @@ func newEnv(t *testing.T) *env {
 	rt := fake.New()
 	svc := service.New(service.Config{StartTimeout: 5 * time.Second, ExecTimeout: 5 * time.Second},
 		service.Deps{Store: st, Runtime: rt, Quotas: st})
-	h := mcpserver.New(ops.New(svc, svc, nil, nil), st, slog.New(slog.DiscardHandler), "test")
+	h := mcpserver.New(ops.New(files.Join(svc, files.New(svc, 0, 0)), svc, nil, nil), st, slog.New(slog.DiscardHandler), "test")
 	srv := httptest.NewServer(h)
 	// A transport of the test's own, whose idle connections (and their
 	// goroutines) are closed with it; cleanups run last-in first-out, so

@@ -17,6 +17,7 @@ package ops
 import (
 	"context"
 	"encoding/base64"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"strings"
 	"unicode/utf8"
@@ -33,8 +34,8 @@ type Sandboxes interface {
 	Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error)
 	Fork(ctx context.Context, id string, req service.ForkRequest) (*sandbox.Sandbox, error)
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
-	Read(ctx context.Context, id, path string, max int64) (*service.ReadResult, error)
-	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*service.WriteResult, error)
+	Read(ctx context.Context, id, path string, max int64) (*files.ReadResult, error)
+	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
 	SetNetwork(ctx context.Context, id string, p *netpolicy.Policy) (*sandbox.Sandbox, error)
@@ -46,7 +47,7 @@ type Interpreter interface {
 }
 
 var (
-	_ Sandboxes   = (*service.Service)(nil)
+	_ Sandboxes   = files.Joined{}
 	_ Interpreter = (*interp.Interpreter)(nil)
 )
 
@@ -191,7 +192,7 @@ type WriteIn struct {
 }
 
 // Write writes a whole file, atomically.
-func (o *Ops) Write(ctx context.Context, in WriteIn) (*service.WriteResult, error) {
+func (o *Ops) Write(ctx context.Context, in WriteIn) (*files.WriteResult, error) {
 	if err := needID(in.ID); err != nil {
 		return nil, err
 	}

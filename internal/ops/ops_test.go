@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"encoding/base64"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"strings"
 	"sync"
@@ -42,7 +43,7 @@ func newEnv(t *testing.T) *env {
 	rt := fake.New()
 	svc := service.New(service.Config{StartTimeout: 5 * time.Second, ExecTimeout: 5 * time.Second},
 		service.Deps{Store: st, Runtime: rt, Quotas: st})
-	return &env{ops: ops.New(svc, svc, nil, nil), svc: svc, rt: rt}
+	return &env{ops: ops.New(files.Join(svc, files.New(svc, 0, 0)), svc, nil, nil), svc: svc, rt: rt}
 }
 
 func orgCtx(org string) context.Context {
@@ -244,7 +245,7 @@ func TestMissingDependenciesAreUnsupported(t *testing.T) {
 	sb := e.lease(t)
 	// No processes, no images, no previews: each op says this server does
 	// not do it, even before looking at its input.
-	bare := ops.New(e.svc, nil, nil, nil)
+	bare := ops.New(files.Join(e.svc, files.New(e.svc, 0, 0)), nil, nil, nil)
 	for name, call := range map[string]func() error{
 		"process_start": func() error {
 			_, err := bare.ProcessStart(acme, ops.ProcessStartIn{ID: sb.ID, ProcessRequest: service.ProcessRequest{Command: "sleep 1"}})
@@ -295,7 +296,7 @@ func (p *procs) ProcessOutput(_ context.Context, id string, pid int, from int64,
 func TestProcessSignalDefaultsToTERM(t *testing.T) {
 	e := newEnv(t)
 	p := &procs{}
-	o := ops.New(e.svc, p, nil, nil)
+	o := ops.New(files.Join(e.svc, files.New(e.svc, 0, 0)), p, nil, nil)
 	if _, err := o.ProcessSignal(acme, ops.SignalIn{ID: "sb", Pid: 7}); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestProcessOutputAssembly(t *testing.T) {
 		{Kind: "stdout", Data: []byte("llo"), Offset: 12},
 		{Kind: "end", Process: end, Offset: -1},
 	}}
-	out, err := ops.New(e.svc, p, nil, nil).ProcessOutput(acme, ops.OutputIn{ID: "sb", Pid: 7, From: 0})
+	out, err := ops.New(files.Join(e.svc, files.New(e.svc, 0, 0)), p, nil, nil).ProcessOutput(acme, ops.OutputIn{ID: "sb", Pid: 7, From: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

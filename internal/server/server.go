@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/catalog"
+	"github.com/sandboxd/sandbox/internal/files"
 	"github.com/sandboxd/sandbox/internal/host"
 	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/interp"
@@ -226,11 +227,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if r := runtime.Discover(b.rt).Runner; r != nil {
 		runner = r.RunnerPath()
 	}
-	it := interp.New(svc, runner, log)
-	images := catalog.New(cfg.Catalog, svc, st, b.library, runtime.Discover(b.rt).Diff, sandbox.RuntimeGVisor, log)
-	typed := ops.New(svc, svc, images, it).WithPreviews(previews)
+	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
+	it := interp.New(fs, runner, log)
+	images := catalog.New(cfg.Catalog, fs, st, b.library, runtime.Discover(b.rt).Diff, sandbox.RuntimeGVisor, log)
+	typed := ops.New(fs, svc, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Processes: svc, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
+		Leases: svc, Work: svc, Files: fs.Files, Processes: svc, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
 		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(svc.Capabilities()),
 	}, log, cfg.API)

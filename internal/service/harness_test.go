@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"github.com/sandboxd/sandbox/internal/files"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
@@ -23,9 +24,11 @@ import (
 type harness struct {
 	t   *testing.T
 	svc *service.Service
-	st  *store.Store
-	rt  *fake.Runtime
-	m   *metrics.Metrics
+	// files are the sandboxes' files, on svc (internal/files).
+	files *files.Files
+	st    *store.Store
+	rt    *fake.Runtime
+	m     *metrics.Metrics
 
 	mu    sync.Mutex
 	clock time.Time
@@ -63,6 +66,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 		o(&cfg, &deps)
 	}
 	h.svc = service.New(cfg, deps)
+	h.files = files.New(h.svc, cfg.ExecTimeout, cfg.MaxExecTimeout)
 	return h
 }
 

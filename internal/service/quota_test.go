@@ -126,7 +126,7 @@ func TestQuotaCommands(t *testing.T) {
 	<-started
 	_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"})
 	wantRefusal(t, err, sandbox.KindLimit, "quota commands exceeded: limit 1, in use 1")
-	_, err = h.svc.Read(acme, sb.ID, "x", 0)
+	_, err = h.files.Read(acme, sb.ID, "x", 0)
 	wantKind(t, err, sandbox.KindLimit)
 	_, err = h.svc.Acquire(acme)
 	wantKind(t, err, sandbox.KindLimit)

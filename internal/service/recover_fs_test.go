@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"strconv"
 	"strings"
@@ -126,23 +127,23 @@ func TestFiles(t *testing.T) {
 	h := newHarness(t, func(c *service.Config, _ *service.Deps) { c.ExecTimeout = 50 * time.Millisecond })
 	sb := h.lease(acme, service.LeaseRequest{})
 	h.rt.SetExec(readFake(map[string]string{"/mnt/data/a.bin": "\x00\x01raw"}, map[string]string{"/mnt/data": "a.bin\nsrc/\n", "/mnt/data/empty": ""}))
-	if r, err := h.svc.Read(acme, sb.ID, "a.bin", 0); err != nil || r.Dir || string(r.Data) != "\x00\x01raw" {
+	if r, err := h.files.Read(acme, sb.ID, "a.bin", 0); err != nil || r.Dir || string(r.Data) != "\x00\x01raw" {
 		t.Errorf("file: %+v %v", r, err)
 	}
-	if r, err := h.svc.Read(acme, sb.ID, "", 0); err != nil || !r.Dir || strings.Join(r.Entries, ",") != "a.bin,src/" {
+	if r, err := h.files.Read(acme, sb.ID, "", 0); err != nil || !r.Dir || strings.Join(r.Entries, ",") != "a.bin,src/" {
 		t.Errorf("dir: %+v %v", r, err)
 	}
-	if r, err := h.svc.Read(acme, sb.ID, "empty", 0); err != nil || !r.Dir || len(r.Entries) != 0 {
+	if r, err := h.files.Read(acme, sb.ID, "empty", 0); err != nil || !r.Dir || len(r.Entries) != 0 {
 		t.Errorf("empty dir: %+v %v", r, err)
 	}
-	_, err := h.svc.Read(acme, sb.ID, "nope", 0)
+	_, err := h.files.Read(acme, sb.ID, "nope", 0)
 	wantKind(t, err, sandbox.KindNotFound)
-	_, err = h.svc.Read(acme, sb.ID, "../etc/passwd", 0)
+	_, err = h.files.Read(acme, sb.ID, "../etc/passwd", 0)
 	wantKind(t, err, sandbox.KindInvalid)
 
 	// Past the limit the script refuses before a byte: 413, and the limit
 	// it is given is the caller's.
-	_, err = h.svc.Read(acme, sb.ID, "a.bin", 3)
+	_, err = h.files.Read(acme, sb.ID, "a.bin", 3)
 	wantKind(t, err, sandbox.KindTooLarge)
 	if !strings.Contains(sandbox.Message(err), "the most this read answers") {
 		t.Errorf("message %q", sandbox.Message(err))
@@ -154,7 +155,7 @@ func TestFiles(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	if r, err := h.svc.Read(acme, sb.ID, "growing", 0); err != nil || string(r.Data) != "abcd" {
+	if r, err := h.files.Read(acme, sb.ID, "growing", 0); err != nil || string(r.Data) != "abcd" {
 		t.Errorf("a growing file: %+v %v", r, err)
 	}
 	// A file that stopped short, streamed: the answer has started, so the
@@ -164,58 +165,58 @@ func TestFiles(t *testing.T) {
 		return &runtime.ExitError{Code: 1}
 	})
 	var got strings.Builder
-	_, err = h.svc.ReadTo(acme, sb.ID, "short", 0, func(h service.FileHead) (io.Writer, error) {
+	_, err = h.files.ReadTo(acme, sb.ID, "short", 0, func(h files.FileHead) (io.Writer, error) {
 		if h.Size != 10 || h.Path != "/mnt/data/short" {
 			t.Errorf("head %+v", h)
 		}
 		return &got, nil
 	})
-	if !errors.Is(err, service.ErrStreamBroken) || got.String() != "abc" {
+	if !errors.Is(err, files.ErrStreamBroken) || got.String() != "abc" {
 		t.Errorf("a file cut short: %v, sent %q", err, got.String())
 	}
 	// A read that never ends (a FIFO) is killed at the exec timeout: 504.
 	h.rt.SetExec(fake.Block(nil))
-	_, err = h.svc.Read(acme, sb.ID, "fifo", 0)
+	_, err = h.files.Read(acme, sb.ID, "fifo", 0)
 	wantKind(t, err, sandbox.KindTimeout)
 
 	// Writes: the bytes go over stdin to a temporary file, which the write
 	// (known size) or a second call (unknown size) puts in place; a
 	// directory in the way is a 409. The fake keeps the files.
-	files := map[string]string{}
-	h.rt.SetExec(writeFake(files))
-	if w, err := h.svc.Write(acme, sb.ID, "src/x.txt", strings.NewReader("hello"), 5); err != nil || w.Bytes != 5 || w.Path != "/mnt/data/src/x.txt" || files["/mnt/data/src/x.txt"] != "hello" {
-		t.Errorf("write: %+v %v %q", w, err, files)
+	written := map[string]string{}
+	h.rt.SetExec(writeFake(written))
+	if w, err := h.files.Write(acme, sb.ID, "src/x.txt", strings.NewReader("hello"), 5); err != nil || w.Bytes != 5 || w.Path != "/mnt/data/src/x.txt" || written["/mnt/data/src/x.txt"] != "hello" {
+		t.Errorf("write: %+v %v %q", w, err, written)
 	}
-	if w, err := h.svc.Write(acme, sb.ID, "y.txt", strings.NewReader("streamed"), -1); err != nil || w.Bytes != 8 || files["/mnt/data/y.txt"] != "streamed" {
-		t.Errorf("write of unknown size: %+v %v %q", w, err, files)
+	if w, err := h.files.Write(acme, sb.ID, "y.txt", strings.NewReader("streamed"), -1); err != nil || w.Bytes != 8 || written["/mnt/data/y.txt"] != "streamed" {
+		t.Errorf("write of unknown size: %+v %v %q", w, err, written)
 	}
-	_, err = h.svc.Write(acme, sb.ID, "dir", strings.NewReader("x"), 1)
+	_, err = h.files.Write(acme, sb.ID, "dir", strings.NewReader("x"), 1)
 	wantKind(t, err, sandbox.KindConflict)
-	_, err = h.svc.Write(acme, sb.ID, "", strings.NewReader("x"), 1)
+	_, err = h.files.Write(acme, sb.ID, "", strings.NewReader("x"), 1)
 	wantKind(t, err, sandbox.KindInvalid)
 	// Over the limit: refused before the sandbox when the size says so,
 	// cut and removed when it does not.
 	calls := len(h.rt.Calls())
-	_, err = h.svc.Write(acme, sb.ID, "huge", zeros{}, service.MaxFileBytes+1)
+	_, err = h.files.Write(acme, sb.ID, "huge", zeros{}, files.MaxFileBytes+1)
 	wantKind(t, err, sandbox.KindTooLarge)
 	if len(h.rt.Calls()) != calls {
 		t.Error("an oversized write reached the sandbox")
 	}
-	_, err = h.svc.Write(acme, sb.ID, "huge", io.LimitReader(zeros{}, service.MaxFileBytes+1), -1)
+	_, err = h.files.Write(acme, sb.ID, "huge", io.LimitReader(zeros{}, files.MaxFileBytes+1), -1)
 	wantKind(t, err, sandbox.KindTooLarge)
 	// A body cut short (the client went away mid-upload) writes nothing.
-	_, err = h.svc.Write(acme, sb.ID, "cut", io.MultiReader(strings.NewReader("part"), errReader{}), -1)
+	_, err = h.files.Write(acme, sb.ID, "cut", io.MultiReader(strings.NewReader("part"), errReader{}), -1)
 	wantKind(t, err, sandbox.KindInvalid)
-	_, err = h.svc.Write(acme, sb.ID, "short", strings.NewReader("abc"), 10)
+	_, err = h.files.Write(acme, sb.ID, "short", strings.NewReader("abc"), 10)
 	wantKind(t, err, sandbox.KindInvalid)
-	for p := range files {
+	for p := range written {
 		if p != "/mnt/data/src/x.txt" && p != "/mnt/data/y.txt" {
 			t.Errorf("a failed write left %s", p)
 		}
 	}
 	// The id is checked before the body is read.
 	unread := &countingReader{}
-	_, err = h.svc.Write(acme, "sb_"+strings.Repeat("a", 26), "x", unread, -1)
+	_, err = h.files.Write(acme, "sb_"+strings.Repeat("a", 26), "x", unread, -1)
 	wantKind(t, err, sandbox.KindNotFound)
 	if unread.n != 0 {
 		t.Errorf("%d bytes of a write to an unknown id were read", unread.n)

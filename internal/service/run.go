@@ -62,6 +62,13 @@ func (s *Service) Run(ctx context.Context, id string, cmd Command) (Outcome, err
 	return s.run(ctx, work, sb, cmd)
 }
 
+// RunIn runs cmd in sb, a sandbox in use (Use's work context): the seam
+// the service's neighbours (internal/files, …) run their programs through,
+// several in one use where they need to.
+func (s *Service) RunIn(ctx, work context.Context, sb *sandbox.Sandbox, cmd Command) (Outcome, error) {
+	return s.run(ctx, work, sb, cmd)
+}
+
 // run executes cmd in sb (already in use by the caller; work from use, or
 // a context derived from it that the caller may cancel) and classifies its
 // end, for every door: exec, files, terminal, screen and interpreter.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"log/slog"
 	"net/http"
@@ -58,10 +59,11 @@ func newEnv(t *testing.T) *env {
 	rt := fake.New()
 	log := slog.New(slog.DiscardHandler)
 	svc := service.New(service.Config{StartTimeout: 5 * time.Second}, service.Deps{Store: st, Runtime: rt, Log: log, Quotas: st})
-	it := interp.New(svc, "", log)
+	fs := files.Join(svc, files.New(svc, 0, 0))
+	it := interp.New(fs, "", log)
 	cons := terminal.New(svc, nil)
-	h := api.New(api.Deps{Leases: svc, Work: svc, Quotas: svc, Operator: st, Consoles: cons, Interpreter: it,
-		Ops: ops.New(svc, svc, nil, it), Auth: st, Keys: st, Backend: "fake"}, log, api.Config{})
+	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: cons, Interpreter: it,
+		Ops: ops.New(fs, svc, nil, it), Auth: st, Keys: st, Backend: "fake"}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)

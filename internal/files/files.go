@@ -1,4 +1,4 @@
-package service
+package files
 
 import (
 	"bytes"
@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/service"
 	"io"
 	pathpkg "path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -86,9 +88,9 @@ type ReadResult struct {
 // Read reads a regular file (at most max bytes; max <= 0 means
 // MaxFileBytes: 413 past it, before a byte is read) or lists a directory,
 // into memory. ReadTo streams a file instead.
-func (s *Service) Read(ctx context.Context, id, path string, max int64) (*ReadResult, error) {
+func (f *Files) Read(ctx context.Context, id, path string, max int64) (*ReadResult, error) {
 	var buf bytes.Buffer
-	res, err := s.ReadTo(ctx, id, path, max, func(h FileHead) (io.Writer, error) {
+	res, err := f.ReadTo(ctx, id, path, max, func(h FileHead) (io.Writer, error) {
 		buf.Grow(int(h.Size))
 		return &buf, nil
 	})
@@ -118,11 +120,11 @@ var ErrStreamBroken = errors.New("the file stopped before its end")
 // the writer open answers once the size is known, or lists a directory
 // (Entries). The server holds no more of a file than a pipe's worth. Errors
 // before open are ordinary; after it, ErrStreamBroken (wrapped).
-func (s *Service) ReadTo(ctx context.Context, id, path string, max int64, open func(FileHead) (io.Writer, error)) (*ReadResult, error) {
+func (f *Files) ReadTo(ctx context.Context, id, path string, max int64, open func(FileHead) (io.Writer, error)) (*ReadResult, error) {
 	if max <= 0 || max > MaxFileBytes {
 		max = MaxFileBytes
 	}
-	sb, work, done, err := s.use(ctx, id, true)
+	sb, work, done, err := f.sb.Use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -137,10 +139,10 @@ func (s *Service) ReadTo(ctx context.Context, id, path string, max int64, open f
 	work, cancel := context.WithCancel(work)
 	defer cancel()
 	out := &headed{open: open, head: FileHead{Path: full, Woken: sb.Woken}, dirMax: MaxFileBytes, stop: cancel}
-	errb := NewOutput(4096)
-	o, err := s.run(ctx, work, sb, Command{
+	errb := service.NewOutput(4096)
+	o, err := f.sb.RunIn(ctx, work, sb, service.Command{
 		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", readScript, "sh", full, strconv.FormatInt(max, 10)}, Stdout: out, Stderr: errb},
-		Timeout:     s.cfg.ExecTimeout, Metric: "fs_read",
+		Timeout:     f.execTimeout, Metric: "fs_read",
 	})
 	switch {
 	case out.file && out.sent == out.head.Size && out.err == nil:
@@ -271,11 +273,11 @@ type WriteResult struct {
 // org, state, the commands quota), then the body is streamed into it, at
 // most MaxFileBytes: a body over the limit, cut short, or refused changes
 // nothing (413, or the reading error).
-func (s *Service) Write(ctx context.Context, id, path string, body io.Reader, size int64) (*WriteResult, error) {
+func (f *Files) Write(ctx context.Context, id, path string, body io.Reader, size int64) (*WriteResult, error) {
 	if size > MaxFileBytes {
 		return nil, tooLarge()
 	}
-	sb, work, done, err := s.use(ctx, id, true)
+	sb, work, done, err := f.sb.Use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -293,10 +295,10 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader, si
 	if size >= 0 {
 		n = strconv.FormatInt(size, 10)
 	}
-	errb := NewOutput(4096)
-	o, err := s.run(ctx, work, sb, Command{
+	errb := service.NewOutput(4096)
+	o, err := f.sb.RunIn(ctx, work, sb, service.Command{
 		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", writeScript, "sh", full, tmp, n}, Stdin: in, Stderr: errb},
-		Timeout:     s.cfg.ExecTimeout, Metric: "fs_write",
+		Timeout:     f.execTimeout, Metric: "fs_write",
 	})
 	ok := err == nil && o.Code == 0 && !o.Stopped && !o.TimedOut && in.err == nil && !in.exceeded
 	if size < 0 || !ok {
@@ -306,9 +308,9 @@ func (s *Service) Write(ctx context.Context, id, path string, body io.Reader, si
 		if ok {
 			verb = "mv"
 		}
-		co, cerr := s.run(context.WithoutCancel(ctx), context.WithoutCancel(work), sb, Command{
+		co, cerr := f.sb.RunIn(context.WithoutCancel(ctx), context.WithoutCancel(work), sb, service.Command{
 			ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", commitScript, "sh", full, tmp, verb}, Stderr: errb},
-			Timeout:     s.cfg.ExecTimeout, Metric: "fs_write",
+			Timeout:     f.execTimeout, Metric: "fs_write",
 		})
 		if ok {
 			o, err = co, cerr // the commit's outcome is the write's
@@ -373,7 +375,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // fileOpError is what a file operation answers for an end that is not its
 // program's exit: a stop is a conflict (the caller asked for it), a timeout
 // a 504 (a FIFO, say).
-func fileOpError(o Outcome, err error) error {
+func fileOpError(o service.Outcome, err error) error {
 	switch {
 	case err != nil:
 		return err
@@ -395,3 +397,43 @@ func firstLine(s string) string {
 	}
 	return s
 }
+
+// Sandboxes is the service's seam the files stand on: use a sandbox of
+// the caller's org, and run programs in it while in use.
+type Sandboxes interface {
+	Use(ctx context.Context, id string) (*sandbox.Sandbox, context.Context, func(), error)
+	RunIn(ctx, work context.Context, sb *sandbox.Sandbox, cmd service.Command) (service.Outcome, error)
+}
+
+// Files reads and writes a sandbox's files and trees, every one through
+// the sandbox's one channel (exec): a path resolves under the workdir and
+// never leaves it.
+type Files struct {
+	sb Sandboxes
+	// execTimeout bounds each file operation; maxExecTimeout an archive's
+	// (the service's --exec-timeout and --max-exec-timeout).
+	execTimeout, maxExecTimeout time.Duration
+}
+
+// New is the files of sb's sandboxes; zero timeouts take the service's
+// defaults.
+func New(sb Sandboxes, execTimeout, maxExecTimeout time.Duration) *Files {
+	if execTimeout == 0 {
+		execTimeout = service.DefaultExecTimeout
+	}
+	if maxExecTimeout == 0 {
+		maxExecTimeout = service.DefaultMaxExecTimeout
+	}
+	return &Files{sb: sb, execTimeout: execTimeout, maxExecTimeout: maxExecTimeout}
+}
+
+// Joined is the service and its files as one value, for the doors that
+// need both through one interface of theirs (the typed ops, the
+// interpreter); their methods do not overlap.
+type Joined struct {
+	*service.Service
+	*Files
+}
+
+// Join joins svc and f.
+func Join(svc *service.Service, f *Files) Joined { return Joined{svc, f} }

@@ -1,4 +1,4 @@
-package service
+package files
 
 import (
 	"archive/tar"
@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/service"
 	"io"
 	"path"
 	"strings"
@@ -206,8 +207,8 @@ func (e *Entries) walk(name, target string) error {
 // Archive streams a tar of the directory at p (gzipped when gz) from the
 // sandbox to w. head is called before the first byte, with the resolved
 // path, so that a refusal can still be an error answer.
-func (s *Service) Archive(ctx context.Context, id, p string, gz bool, head func(full string) io.Writer) error {
-	sb, work, done, err := s.use(ctx, id, true)
+func (f *Files) Archive(ctx context.Context, id, p string, gz bool, head func(full string) io.Writer) error {
+	sb, work, done, err := f.sb.Use(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -225,9 +226,9 @@ func (s *Service) Archive(ctx context.Context, id, p string, gz bool, head func(
 	script := `[ -d "$1" ] || { [ -e "$1" ] && exit 20; exit 21; }; exec tar -C "$1" -c` + z + `f - .`
 	var errb bytes.Buffer
 	out := &lazyWriter{open: func() io.Writer { return head(full) }}
-	o, err := s.run(ctx, work, sb, Command{ExecRequest: runtime.ExecRequest{
+	o, err := f.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: runtime.ExecRequest{
 		Argv: []string{"sh", "-c", script, "archive", full}, Stdin: strings.NewReader(""), Stdout: out, Stderr: &errb,
-	}, Timeout: s.cfg.MaxExecTimeout})
+	}, Timeout: f.maxExecTimeout})
 	if err != nil {
 		return err
 	}
@@ -284,8 +285,8 @@ type ExtractResult struct {
 // as it streams through; the archive is unpacked into a staging directory
 // beside the target and moved into place only when all of it was good, so
 // a refused archive writes nothing.
-func (s *Service) Extract(ctx context.Context, id, p string, r io.Reader) (*ExtractResult, error) {
-	sb, work, done, err := s.use(ctx, id, true)
+func (f *Files) Extract(ctx context.Context, id, p string, r io.Reader) (*ExtractResult, error) {
+	sb, work, done, err := f.sb.Use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -363,17 +364,17 @@ func (s *Service) Extract(ctx context.Context, id, p string, r io.Reader) (*Extr
 	stage := path.Join(sb.Workdir, ".sandbox-extract-"+strings.ToLower(sandbox.NewName()))
 	// stdout and stderr are written by two goroutines: two buffers.
 	var out, tarOut bytes.Buffer
-	o, err := s.run(ctx, work, sb, Command{ExecRequest: runtime.ExecRequest{
+	o, err := f.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: runtime.ExecRequest{
 		Argv:  []string{"sh", "-c", `mkdir -p "$1" && umask 0 && exec tar -x -p -f - -C "$1" --no-same-owner`, "extract", stage},
 		Stdin: pr, Stdout: &tarOut, Stderr: &out,
-	}, Timeout: s.cfg.MaxExecTimeout})
+	}, Timeout: f.maxExecTimeout})
 	pr.CloseWithError(errors.New("extract ended"))
 	<-checked // res and checkErr are the checker's until it is done
-	finish := func(script string) (Outcome, error) {
+	finish := func(script string) (service.Outcome, error) {
 		var msg, discard bytes.Buffer
-		o, err := s.run(context.WithoutCancel(ctx), work, sb, Command{ExecRequest: runtime.ExecRequest{
+		o, err := f.sb.RunIn(context.WithoutCancel(ctx), work, sb, service.Command{ExecRequest: runtime.ExecRequest{
 			Argv: []string{"sh", "-c", script, "extract", stage, full}, Stdin: strings.NewReader(""), Stdout: &discard, Stderr: &msg,
-		}, Timeout: s.cfg.MaxExecTimeout})
+		}, Timeout: f.maxExecTimeout})
 		if err == nil && o.Code != 0 {
 			out.Write(msg.Bytes())
 		}
