@@ -61,7 +61,7 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	caps := runtime.Discover(rt).Without(lacks...)
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, Metrics: m, Log: log, Quotas: st})
 	fs := files.Join(svc, files.New(svc, 0, 0))
-	it := interp.New(fs, "", log)
+	it := interp.New(fs, nil, log)
 	var names []string
 	for _, c := range svc.Capabilities() {
 		names = append(names, string(c))
@@ -469,7 +469,7 @@ func TestFollowerPagesTheBacklog(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: fake.New(), Log: log, Quotas: st})
 	fs := files.Join(svc, files.New(svc, 0, 0))
-	it := interp.New(fs, "", log)
+	it := interp.New(fs, nil, log)
 	sessions := narrate.New(st, log)
 	pages := pageCounter{Log: sessions}
 	ctx, cancel := context.WithCancel(context.Background())

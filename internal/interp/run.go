@@ -33,14 +33,14 @@ var _ Sandboxes = files.Joined{}
 // Interpreter runs programs of the 13 languages in sessions.
 type Interpreter struct {
 	sb     Sandboxes
-	runner string
+	runner runtime.Runner
 	log    *slog.Logger
 }
 
-// New returns the interpreter over sb. runner is the path inside a sandbox
-// of cmd/sandbox-runner, which runs a program in one process start; empty
-// runs the same steps as a shell script.
-func New(sb Sandboxes, runner string, log *slog.Logger) *Interpreter {
+// New returns the interpreter over sb. runner is the backend's in-sandbox
+// runner (cmd/sandbox-runner), which runs a program in one process start;
+// where the backend has none (nil), the same steps run as a shell script.
+func New(sb Sandboxes, runner runtime.Runner, log *slog.Logger) *Interpreter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -157,12 +157,12 @@ func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs [
 	case lang.Inline != nil:
 		cmd.Argv = lang.Inline
 		cmd.Stdin = io.MultiReader(strings.NewReader(lang.InlineHeader(nonce, dir, req.Args)), strings.NewReader(req.Code))
-	case it.runner != "":
+	case it.runner != nil:
 		spec, err := json.Marshal(lang.Spec(nonce, dir, req.Args))
 		if err != nil {
 			return nil, err
 		}
-		cmd.Argv = []string{it.runner}
+		cmd.Argv = []string{it.runner.RunnerPath()}
 		cmd.Stdin = io.MultiReader(bytes.NewReader(append(spec, '\n')), strings.NewReader(req.Code))
 	default:
 		cmd.Argv = append([]string{"sh", "-c", lang.Script(), dir}, req.Args...)

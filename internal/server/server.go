@@ -221,14 +221,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
 	previews := preview.NewPreviews(svc, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
+	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.
-	runner := ""
-	if r := runtime.Discover(b.rt).Runner; r != nil {
-		runner = r.RunnerPath()
-	}
-	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
-	it := interp.New(fs, runner, log)
+	it := interp.New(fs, runtime.Discover(b.rt).Runner, log)
 	images := catalog.New(cfg.Catalog, fs, st, b.library, runtime.Discover(b.rt).Diff, sandbox.RuntimeGVisor, log)
 	typed := ops.New(fs, svc, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
