@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/sandboxd/sandbox/internal/files"
+	"github.com/sandboxd/sandbox/internal/processes"
 	"io"
 	"log/slog"
 	"net"
@@ -66,7 +67,7 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	for _, c := range svc.Capabilities() {
 		names = append(names, string(c))
 	}
-	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, svc, nil, it), Auth: st,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
 		Metrics: m.Handler(), Backend: "fake", Capabilities: names}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -476,7 +477,7 @@ func TestFollowerPagesTheBacklog(t *testing.T) {
 	go sessions.Run(ctx)
 	defer func() { cancel(); sessions.Wait() }()
 	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it,
-		Ops: ops.New(fs, svc, nil, it), Auth: st, Sessions: &pages}, log, api.Config{})
+		Ops: ops.New(fs, nil, nil, it), Auth: st, Sessions: &pages}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	defer h.Close()

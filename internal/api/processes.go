@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/processes"
 	"io"
 	"net/http"
 	"strconv"
@@ -14,24 +15,23 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // Processes is what the background process routes need.
 type Processes interface {
-	StartProcess(ctx context.Context, id string, req service.ProcessRequest) (*service.Process, error)
-	Processes(ctx context.Context, id string) ([]service.Process, error)
-	GetProcess(ctx context.Context, id string, pid int) (*service.Process, error)
-	ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(service.OutputEvent) error) error
-	ProcessStdin(ctx context.Context, id string, pid int, r io.Reader, eof bool) (*service.StdinResult, error)
-	SignalProcess(ctx context.Context, id string, pid int, sig string) (*service.Process, error)
-	ResizeProcess(ctx context.Context, id string, pid int, size service.ResizeRequest) (*service.Process, error)
+	StartProcess(ctx context.Context, id string, req processes.ProcessRequest) (*processes.Process, error)
+	Processes(ctx context.Context, id string) ([]processes.Process, error)
+	GetProcess(ctx context.Context, id string, pid int) (*processes.Process, error)
+	ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(processes.OutputEvent) error) error
+	ProcessStdin(ctx context.Context, id string, pid int, r io.Reader, eof bool) (*processes.StdinResult, error)
+	SignalProcess(ctx context.Context, id string, pid int, sig string) (*processes.Process, error)
+	ResizeProcess(ctx context.Context, id string, pid int, size processes.ResizeRequest) (*processes.Process, error)
 }
 
-var _ Processes = (*service.Service)(nil)
+var _ Processes = (*processes.Processes)(nil)
 
 type processesBody struct {
-	Processes []service.Process `json:"processes"`
+	Processes []processes.Process `json:"processes"`
 }
 
 var onProcess = []int{400, 404, 409, 501, 502}
@@ -39,18 +39,18 @@ var onProcess = []int{400, 404, 409, 501, 502}
 func (s *Server) processRoutes(p string) {
 	pp := p + "/{id}/processes"
 	s.handle("POST "+pp, s.startProcess, doc{Summary: "Start a background process: it runs on when the caller goes, its output is kept (the last 1 MiB) and its record outlives a server restart",
-		Body: typ[service.ProcessRequest](), Answer: typ[service.Process](), Status: 201, Errors: onProcess})
+		Body: typ[processes.ProcessRequest](), Answer: typ[processes.Process](), Status: 201, Errors: onProcess})
 	s.handle("GET "+pp, s.listProcesses, doc{Summary: "The sandbox's background processes, running and finished, oldest first", Answer: typ[processesBody](), Errors: onProcess})
-	s.handle("GET "+pp+"/{pid}", s.getProcess, doc{Summary: "One background process", Answer: typ[service.Process](), Errors: onProcess})
+	s.handle("GET "+pp+"/{pid}", s.getProcess, doc{Summary: "One background process", Answer: typ[processes.Process](), Errors: onProcess})
 	s.handle("GET "+pp+"/{pid}/output", s.processOutput, doc{Summary: "A process's output from the start (what the 1 MiB ring still holds; an event 'dropped' says how much it does not), then live, as server-sent events " +
 		"(event stdout/stderr, data {\"stdout\"} or {\"stdoutBase64\"} as in a streamed exec; id: the offset to resume from with Last-Event-ID; event 'end' with the process's record). " +
 		"With Accept: application/json: what is kept after ?from= at once, and the offset to ask from next",
 		AnswerRaw: "text/event-stream", Answer: typ[ops.OutputOut](),
 		Query: []string{"from: the output offset to start after (or send Last-Event-ID)", "follow: 0 to end the stream at what is kept now"}, Errors: onProcess})
 	s.handle("POST "+pp+"/{pid}/stdin", s.processStdin, doc{Summary: "Write the body to the process's stdin (eof=1 then closes it; a tty process gets ^D)", BodyRaw: "application/octet-stream",
-		Answer: typ[service.StdinResult](), Query: []string{"eof: 1 closes stdin after the body"}, Errors: append(onProcess, 413)})
-	s.handle("POST "+pp+"/{pid}/signal", s.signalProcess, doc{Summary: "Send a signal to the process and its group", Body: typ[service.SignalRequest](), Answer: typ[service.Process](), Errors: onProcess})
-	s.handle("POST "+pp+"/{pid}/resize", s.resizeProcess, doc{Summary: "Resize a tty process's terminal", Body: typ[service.ResizeRequest](), Answer: typ[service.Process](), Errors: onProcess})
+		Answer: typ[processes.StdinResult](), Query: []string{"eof: 1 closes stdin after the body"}, Errors: append(onProcess, 413)})
+	s.handle("POST "+pp+"/{pid}/signal", s.signalProcess, doc{Summary: "Send a signal to the process and its group", Body: typ[processes.SignalRequest](), Answer: typ[processes.Process](), Errors: onProcess})
+	s.handle("POST "+pp+"/{pid}/resize", s.resizeProcess, doc{Summary: "Resize a tty process's terminal", Body: typ[processes.ResizeRequest](), Answer: typ[processes.Process](), Errors: onProcess})
 }
 
 func pidOf(r *http.Request) (int, error) {
@@ -62,7 +62,7 @@ func pidOf(r *http.Request) (int, error) {
 }
 
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) error {
-	var req service.ProcessRequest
+	var req processes.ProcessRequest
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req service.SignalRequest
+	var req processes.SignalRequest
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req service.ResizeRequest
+	var req processes.ResizeRequest
 	if err := decode(r.Body, &req); err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusOK)
 		io.WriteString(w, "retry: 1000\n\n")
 	}
-	err = s.Processes.ProcessOutput(r.Context(), id, pid, from, follow, func(ev service.OutputEvent) error {
+	err = s.Processes.ProcessOutput(r.Context(), id, pid, from, follow, func(ev processes.OutputEvent) error {
 		start()
 		var b []byte
 		switch ev.Kind {

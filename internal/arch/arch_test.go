@@ -65,6 +65,7 @@ func TestLayering(t *testing.T) {
 		{"internal/api", backends, false},
 		{"internal/ops", backends, false},
 		{"internal/catalog", backends, false},
+		{"internal/processes", append([]string{"internal/api"}, backends...), false},
 		{"internal/files", append([]string{"internal/store", "internal/api"}, backends...), true},
 		{"internal/preview", append([]string{"internal/service", "internal/store"}, backends...), false},
 		{"internal/catalog", []string{"internal/api", "internal/server"}, false},

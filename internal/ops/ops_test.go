@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"github.com/sandboxd/sandbox/internal/files"
+	bg "github.com/sandboxd/sandbox/internal/processes"
 	"io"
 	"strings"
 	"sync"
@@ -43,7 +44,7 @@ func newEnv(t *testing.T) *env {
 	rt := fake.New()
 	svc := service.New(service.Config{StartTimeout: 5 * time.Second, ExecTimeout: 5 * time.Second},
 		service.Deps{Store: st, Runtime: rt, Quotas: st})
-	return &env{ops: ops.New(files.Join(svc, files.New(svc, 0, 0)), svc, nil, nil), svc: svc, rt: rt}
+	return &env{ops: ops.New(files.Join(svc, files.New(svc, 0, 0)), bg.New(svc, st, rt, nil, "fake", nil, nil), nil, nil), svc: svc, rt: rt}
 }
 
 func orgCtx(org string) context.Context {
@@ -248,7 +249,7 @@ func TestMissingDependenciesAreUnsupported(t *testing.T) {
 	bare := ops.New(files.Join(e.svc, files.New(e.svc, 0, 0)), nil, nil, nil)
 	for name, call := range map[string]func() error{
 		"process_start": func() error {
-			_, err := bare.ProcessStart(acme, ops.ProcessStartIn{ID: sb.ID, ProcessRequest: service.ProcessRequest{Command: "sleep 1"}})
+			_, err := bare.ProcessStart(acme, ops.ProcessStartIn{ID: sb.ID, ProcessRequest: bg.ProcessRequest{Command: "sleep 1"}})
 			return err
 		},
 		"process_list":   func() error { _, err := bare.ProcessList(acme, ops.IDIn{ID: sb.ID}); return err },
@@ -270,18 +271,18 @@ func TestMissingDependenciesAreUnsupported(t *testing.T) {
 type procs struct {
 	processes // nil: an op not faked here panics
 	sig       string
-	events    []service.OutputEvent
+	events    []bg.OutputEvent
 }
 
 // processes embeds as a field not named Processes (which is a method).
 type processes = ops.Processes
 
-func (p *procs) SignalProcess(_ context.Context, id string, pid int, sig string) (*service.Process, error) {
+func (p *procs) SignalProcess(_ context.Context, id string, pid int, sig string) (*bg.Process, error) {
 	p.sig = sig
-	return &service.Process{Pid: pid, Status: "exited"}, nil
+	return &bg.Process{Pid: pid, Status: "exited"}, nil
 }
 
-func (p *procs) ProcessOutput(_ context.Context, id string, pid int, from int64, follow bool, emit func(service.OutputEvent) error) error {
+func (p *procs) ProcessOutput(_ context.Context, id string, pid int, from int64, follow bool, emit func(bg.OutputEvent) error) error {
 	if follow {
 		return sandbox.Errorf(sandbox.KindInvalid, "the typed op must not follow")
 	}
@@ -313,8 +314,8 @@ func TestProcessSignalDefaultsToTERM(t *testing.T) {
 
 func TestProcessOutputAssembly(t *testing.T) {
 	e := newEnv(t)
-	end := &service.Process{Pid: 7, Status: "exited"}
-	p := &procs{events: []service.OutputEvent{
+	end := &bg.Process{Pid: 7, Status: "exited"}
+	p := &procs{events: []bg.OutputEvent{
 		{Kind: "dropped", Bytes: 5, Offset: -1},
 		{Kind: "stdout", Data: []byte("he"), Offset: 7},
 		{Kind: "stderr", Data: []byte{0xff, 0xfe}, Offset: 9},

@@ -3,24 +3,24 @@ package ops
 import (
 	"context"
 	"encoding/base64"
+	"github.com/sandboxd/sandbox/internal/processes"
 	"io"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // Processes is what the background-process ops need of the service.
 type Processes interface {
-	StartProcess(ctx context.Context, id string, req service.ProcessRequest) (*service.Process, error)
-	Processes(ctx context.Context, id string) ([]service.Process, error)
-	ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(service.OutputEvent) error) error
-	ProcessStdin(ctx context.Context, id string, pid int, r io.Reader, eof bool) (*service.StdinResult, error)
-	SignalProcess(ctx context.Context, id string, pid int, sig string) (*service.Process, error)
+	StartProcess(ctx context.Context, id string, req processes.ProcessRequest) (*processes.Process, error)
+	Processes(ctx context.Context, id string) ([]processes.Process, error)
+	ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(processes.OutputEvent) error) error
+	ProcessStdin(ctx context.Context, id string, pid int, r io.Reader, eof bool) (*processes.StdinResult, error)
+	SignalProcess(ctx context.Context, id string, pid int, sig string) (*processes.Process, error)
 }
 
-var _ Processes = (*service.Service)(nil)
+var _ Processes = (*processes.Processes)(nil)
 
 func (o *Ops) processes() (Processes, error) {
 	if o.procs == nil {
@@ -33,13 +33,13 @@ func (o *Ops) processes() (Processes, error) {
 // itself, and the sandbox's id.
 type ProcessStartIn struct {
 	ID string `json:"id" jsonschema:"the sandbox to start it in"`
-	service.ProcessRequest
+	processes.ProcessRequest
 }
 
 // ProcessStart starts a background process and answers at once with its
 // record (its pid names it to the other process ops); it runs on after
 // the call, its output kept.
-func (o *Ops) ProcessStart(ctx context.Context, in ProcessStartIn) (*service.Process, error) {
+func (o *Ops) ProcessStart(ctx context.Context, in ProcessStartIn) (*processes.Process, error) {
 	p, err := o.processes()
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ func (o *Ops) ProcessStart(ctx context.Context, in ProcessStartIn) (*service.Pro
 
 // ProcessListOut is a sandbox's background processes.
 type ProcessListOut struct {
-	Processes []service.Process `json:"processes"`
+	Processes []processes.Process `json:"processes"`
 }
 
 // ProcessList lists a sandbox's background processes, running and
@@ -70,7 +70,7 @@ func (o *Ops) ProcessList(ctx context.Context, in IDIn) (*ProcessListOut, error)
 		return nil, err
 	}
 	if list == nil {
-		list = []service.Process{}
+		list = []processes.Process{}
 	}
 	return &ProcessListOut{Processes: list}, nil
 }
@@ -90,11 +90,11 @@ type OutputOut struct {
 	StdoutBase64 string `json:"stdoutBase64,omitempty"`
 	StderrBase64 string `json:"stderrBase64,omitempty"`
 	// DroppedBytes is output after from that is no longer kept (the ring
-	// keeps the last service.ProcessRingBytes).
+	// keeps the last processes.ProcessRingBytes).
 	DroppedBytes int64 `json:"droppedBytes,omitempty"`
 	// Next is the offset to ask from next time.
-	Next    int64            `json:"next"`
-	Process *service.Process `json:"process"`
+	Next    int64              `json:"next"`
+	Process *processes.Process `json:"process"`
 }
 
 // ProcessOutput answers what a process wrote after in.From, at once (it
@@ -113,7 +113,7 @@ func (o *Ops) ProcessOutput(ctx context.Context, in OutputIn) (*OutputOut, error
 
 // OutputSource is the service's process output stream.
 type OutputSource interface {
-	ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(service.OutputEvent) error) error
+	ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(processes.OutputEvent) error) error
 }
 
 // CollectOutput reads what process pid wrote after from without following
@@ -122,7 +122,7 @@ type OutputSource interface {
 func CollectOutput(ctx context.Context, src OutputSource, id string, pid int, from int64) (*OutputOut, error) {
 	var stdout, stderr []byte
 	out := &OutputOut{Next: from}
-	err := src.ProcessOutput(ctx, id, pid, from, false, func(ev service.OutputEvent) error {
+	err := src.ProcessOutput(ctx, id, pid, from, false, func(ev processes.OutputEvent) error {
 		switch ev.Kind {
 		case "stdout":
 			stdout = append(stdout, ev.Data...)
@@ -163,7 +163,7 @@ type StdinIn struct {
 }
 
 // ProcessStdin writes text to a process's stdin and, with eof, closes it.
-func (o *Ops) ProcessStdin(ctx context.Context, in StdinIn) (*service.StdinResult, error) {
+func (o *Ops) ProcessStdin(ctx context.Context, in StdinIn) (*processes.StdinResult, error) {
 	p, err := o.processes()
 	if err != nil {
 		return nil, err
@@ -183,7 +183,7 @@ type SignalIn struct {
 
 // ProcessSignal sends a signal (TERM unless it names one) to a process and
 // its group, and answers its record.
-func (o *Ops) ProcessSignal(ctx context.Context, in SignalIn) (*service.Process, error) {
+func (o *Ops) ProcessSignal(ctx context.Context, in SignalIn) (*processes.Process, error) {
 	p, err := o.processes()
 	if err != nil {
 		return nil, err

@@ -6,7 +6,7 @@
 // static binary of its own.
 //
 // The daemon runs where hostile code runs; the server reads what it says
-// as untrusted input (service.ReadFrames, bounded and fuzzed).
+// as untrusted input (processes.ReadFrames, bounded and fuzzed).
 package procwire
 
 // Request is one call to the daemon.

@@ -29,6 +29,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/preview"
+	"github.com/sandboxd/sandbox/internal/processes"
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -226,9 +227,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// have one, else through the shell.
 	it := interp.New(fs, runtime.Discover(b.rt).Runner, log)
 	images := catalog.New(cfg.Catalog, fs, st, b.library, runtime.Discover(b.rt).Diff, sandbox.RuntimeGVisor, log)
-	typed := ops.New(fs, svc, images, it).WithPreviews(previews)
+	procs := processes.New(svc, st, b.rt, runtime.Discover(b.rt).Runner, sandbox.RuntimeGVisor, sessions, log)
+	svc.SetProcesses(procs)
+	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Files: fs.Files, Processes: svc, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
+		Leases: svc, Work: svc, Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
 		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(svc.Capabilities()),
 	}, log, cfg.API)

@@ -57,7 +57,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRe
 // writers mean Exec. A write error (the client went away) ends the
 // program the way a closed connection does.
 func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
-	argv, err := programArgv(req.Argv, req.Command)
+	argv, err := ProgramArgv(req.Argv, req.Command)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout
 	if err != nil {
 		return nil, err
 	}
-	env, err := validEnv(req.Env)
+	env, err := ValidEnv(req.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout
 	}
 	narr := s.narration(ctx, req.Session, req.Redact)
 	if narr != nil {
-		narr.Event("start", sb.ID+": "+commandLine(argv))
+		narr.Event("start", sb.ID+": "+CommandLine(argv))
 		outW, errW = io.MultiWriter(outW, narr.Writer("stdout")), io.MultiWriter(errW, narr.Writer("stderr"))
 	}
 	rOut, rErr := redact.NewWriter(outW, req.Redact), redact.NewWriter(errW, req.Redact)
@@ -154,9 +154,9 @@ func (s *Service) Timeout(sec int) (time.Duration, error) {
 	return time.Duration(min(int64(sec), int64(s.cfg.MaxExecTimeout/time.Second))) * time.Second, nil
 }
 
-// programArgv is what a request runs: argv as is, else the shell line
+// ProgramArgv is what a request runs: argv as is, else the shell line
 // command through sh -c; neither is refused.
-func programArgv(argv []string, command string) ([]string, error) {
+func ProgramArgv(argv []string, command string) ([]string, error) {
 	switch {
 	case len(argv) > 0:
 		return argv, NoNUL("argv", argv...)
@@ -188,7 +188,8 @@ func validEnvKey(k string) bool {
 	return true
 }
 
-func validEnv(env map[string]string) ([]string, error) {
+// ValidEnv checks a request's environment and answers it as KEY=VALUE.
+func ValidEnv(env map[string]string) ([]string, error) {
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		if !validEnvKey(k) {
@@ -221,8 +222,8 @@ func validRedact(secrets []string) error {
 	return nil
 }
 
-// commandLine is how a narration shows the command that starts.
-func commandLine(argv []string) string {
+// CommandLine is how a narration shows the command that starts.
+func CommandLine(argv []string) string {
 	if len(argv) == 3 && argv[0] == "sh" && argv[1] == "-c" {
 		return argv[2]
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"strings"
 
 	"github.com/sandboxd/sandbox/internal/image"
@@ -74,8 +75,8 @@ func (s *Service) imageUser(img string) (*runtime.User, error) {
 // canRun refuses, before a lease, a "run" the image or the backend
 // cannot honour.
 func (s *Service) canRun(ctx context.Context, name string) error {
-	if _, err := s.processes(); err != nil {
-		return err
+	if s.caps.Runner == nil || s.procs == nil {
+		return s.unsupported(runtime.CapRunner)
 	}
 	is, lib, err := s.images()
 	if err != nil || name == "" {
@@ -98,7 +99,7 @@ func (s *Service) canRun(ctx context.Context, name string) error {
 // runImage starts sb's image's own command (its config's Entrypoint and
 // Cmd, in its WorkingDir) as a background process: what a lease with
 // "run" asks.
-func (s *Service) runImage(ctx context.Context, sb *sandbox.Sandbox) (*Process, error) {
+func (s *Service) runImage(ctx context.Context, sb *sandbox.Sandbox) (*wire.Process, error) {
 	if s.d.Library == nil || !image.IsDigest(sb.Image) {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "run starts a pulled image's own command; a class image has none")
 	}
@@ -114,7 +115,10 @@ func (s *Service) runImage(ctx context.Context, sb *sandbox.Sandbox) (*Process, 
 	if dir == "" || !strings.HasPrefix(dir, "/") {
 		dir = sb.Workdir
 	}
-	return s.startProcess(ctx, sb.ID, ProcessRequest{Argv: argv}, dir)
+	if s.procs == nil {
+		return nil, s.unsupported(runtime.CapRunner)
+	}
+	return s.procs.StartIn(ctx, sb.ID, wire.ProcessRequest{Argv: argv}, dir)
 }
 
 // seed copies an image's saved workdir into a new sandbox's workdir.

@@ -230,7 +230,7 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 	if guard != nil {
 		// A background process is use: the idle sleep leaves its sandbox
 		// awake (an explicit sleep freezes it; it runs on after the wake).
-		if sb, err := s.d.Store.Get(ctx, id); err == nil && sb.Status == sandbox.StatusRunning && s.processesRunning(ctx, sb) {
+		if sb, err := s.d.Store.Get(ctx, id); err == nil && sb.Status == sandbox.StatusRunning && s.procs != nil && s.procs.Running(ctx, sb) {
 			s.touch(ctx, sb)
 			return nil, nil
 		}

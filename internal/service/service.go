@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"github.com/sandboxd/sandbox/wire"
 	"log/slog"
 	"strings"
 	"sync"
@@ -47,6 +48,25 @@ type Store interface {
 	AddUsage(ctx context.Context, class string, leases int64, d time.Duration) error
 	Usage(ctx context.Context) ([]store.Usage, error)
 	ProcessStore
+}
+
+// ProcessStore is the part of the store a fork needs of the background
+// processes' records: it copies them to the fork.
+type ProcessStore interface {
+	PutProcess(ctx context.Context, p store.Process) error
+	Processes(ctx context.Context, id string) ([]store.Process, error)
+}
+
+// ProcessKeeper is what the lifecycle needs of the background processes
+// (internal/processes, which stands on this service and is handed back to
+// it once made: SetProcesses).
+type ProcessKeeper interface {
+	// StartIn starts a process in dir as is (an image's own command, for
+	// a lease with "run").
+	StartIn(ctx context.Context, id string, req wire.ProcessRequest, dir string) (*wire.Process, error)
+	// Running says whether sb has a process running: the idle sleep
+	// leaves such a sandbox awake.
+	Running(ctx context.Context, sb *sandbox.Sandbox) bool
 }
 
 // Meter gates and debits a lease (kind "sandbox"). The refund gives the fee
@@ -248,7 +268,9 @@ type Service struct {
 	d    Deps
 	log  *slog.Logger
 	caps runtime.Capabilities
-	cmds inflight
+	// procs are the background processes (SetProcesses); nil: none.
+	procs ProcessKeeper
+	cmds  inflight
 
 	locksMu sync.Mutex
 	locks   map[string]*idLock // per sandbox: sleep, wake and end; per org: making an image
@@ -277,6 +299,11 @@ func New(cfg Config, d Deps) *Service {
 	}
 	return &Service{cfg: cfg, d: d, log: d.Log, caps: caps}
 }
+
+// SetProcesses hands the service its background processes, which are made
+// on it (internal/processes); until then a lease with "run" is refused and
+// no process keeps a sandbox awake.
+func (s *Service) SetProcesses(k ProcessKeeper) { s.procs = k }
 
 // Capabilities lists what this server's backend can do beyond its core.
 func (s *Service) Capabilities() []runtime.Capability { return s.caps.Names() }

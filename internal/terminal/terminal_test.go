@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/sandboxd/sandbox/internal/files"
+	"github.com/sandboxd/sandbox/internal/processes"
 	"io"
 	"log/slog"
 	"net/http"
@@ -63,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	it := interp.New(fs, nil, log)
 	cons := terminal.New(svc, nil)
 	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: cons, Interpreter: it,
-		Ops: ops.New(fs, svc, nil, it), Auth: st, Keys: st, Backend: "fake"}, log, api.Config{})
+		Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st, Keys: st, Backend: "fake"}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"database/sql"
 	"fmt"
+	bg "github.com/sandboxd/sandbox/internal/processes"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -11,7 +12,6 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
-	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
 )
 
@@ -82,7 +82,7 @@ func TestProcessRecordsBoundedOnRunsc(t *testing.T) {
 		t.Errorf("the store holds %d records of the sandbox, %d running: want the bound %d, %d running", total, running, max, len(sleepers))
 	}
 	for _, pid := range sleepers {
-		if p := e.process("acme", id, pid); p.Status != service.ProcessRunning {
+		if p := e.process("acme", id, pid); p.Status != bg.ProcessRunning {
 			t.Errorf("running process %d: %+v (pruned or lost)", pid, p)
 		}
 	}
@@ -97,7 +97,7 @@ func TestProcessRecordsBoundedOnRunsc(t *testing.T) {
 		t.Errorf("with %d running: the store holds %d records, %d running", 64+len(sleepers), total, running)
 	}
 	for _, pid := range sleepers {
-		if p := e.process("acme", id, pid); p.Status != service.ProcessRunning {
+		if p := e.process("acme", id, pid); p.Status != bg.ProcessRunning {
 			t.Errorf("running process %d: %+v", pid, p)
 		}
 	}

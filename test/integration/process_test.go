@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	bg "github.com/sandboxd/sandbox/internal/processes"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/server"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 type procAnswer struct {
@@ -46,7 +46,7 @@ func (e *env) process(org, id string, pid int) procAnswer {
 func (e *env) waitProcess(org, id string, pid int) procAnswer {
 	e.t.Helper()
 	for range 100 {
-		if p := e.process(org, id, pid); p.Status != service.ProcessRunning {
+		if p := e.process(org, id, pid); p.Status != bg.ProcessRunning {
 			return p
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -221,7 +221,7 @@ func TestProcessesOnRunsc(t *testing.T) {
 	// dropped, in the record and first thing in the stream.
 	flood := e.startProcess("acme", id, map[string]any{"command": "head -c 10000000 /dev/zero | tr '\\0' x"})
 	p := e.waitProcess("acme", id, flood.Pid)
-	if p.OutputBytes != 10000000 || p.DroppedBytes != 10000000-service.ProcessRingBytes {
+	if p.OutputBytes != 10000000 || p.DroppedBytes != 10000000-bg.ProcessRingBytes {
 		t.Errorf("after 10 MB: %+v", p)
 	}
 	n, dropped := 0, ""
@@ -235,7 +235,7 @@ func TestProcessesOnRunsc(t *testing.T) {
 			n += len(stdoutOf(t, ev))
 		}
 	}
-	if n != service.ProcessRingBytes || dropped != fmt.Sprintf(`{"droppedBytes":%d}`, 10000000-service.ProcessRingBytes) {
+	if n != bg.ProcessRingBytes || dropped != fmt.Sprintf(`{"droppedBytes":%d}`, 10000000-bg.ProcessRingBytes) {
 		t.Errorf("stream of the flood: %d bytes, dropped event %q", n, dropped)
 	}
 

@@ -1,4 +1,4 @@
-package service
+package processes
 
 import (
 	"bufio"
@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/narrate"
+	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/wire"
 	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,8 +36,8 @@ import (
 // together); older output is dropped and the stream says how much.
 const ProcessRingBytes = 1 << 20
 
-// ProcessStore is the part of the store the processes need (in Store).
-type ProcessStore interface {
+// Store is the part of the store the processes need.
+type Store interface {
 	PutProcess(ctx context.Context, p store.Process) error
 	Processes(ctx context.Context, id string) ([]store.Process, error)
 }
@@ -70,12 +73,11 @@ const maxProcAnswer = 16 << 20
 // nonsense, refused before it is written anywhere.
 const maxDaemonRecords = store.MaxProcessRecords + 128
 
-func (s *Service) processes() (ProcessStore, error) {
-	ps := ProcessStore(s.d.Store)
-	if s.caps.Runner == nil {
-		return nil, s.unsupported(runtime.CapRunner)
+func (s *Processes) processes() (Store, error) {
+	if s.runner == nil {
+		return nil, service.Unsupported(s.backend, runtime.CapRunner)
 	}
-	return ps, nil
+	return s.st, nil
 }
 
 // daemonError turns the daemon's refusal into the caller's error.
@@ -95,14 +97,14 @@ func daemonError(pid int, msg string) error {
 // call sends req (and data, for stdin) to sb's daemon and writes its answer
 // to out. run is how the program runs: s.run for a caller's work, the
 // runtime directly where the sandbox's lock is held.
-func (s *Service) call(ctx context.Context, exec func(runtime.ExecRequest) (Outcome, error), req procRequest, data io.Reader, out io.Writer) error {
+func (s *Processes) call(ctx context.Context, exec func(runtime.ExecRequest) (service.Outcome, error), req procRequest, data io.Reader, out io.Writer) error {
 	line, _ := json.Marshal(req)
 	in := io.Reader(bytes.NewReader(append(line, '\n')))
 	if data != nil {
 		in = io.MultiReader(in, data)
 	}
-	errBuf := NewOutput(4 << 10)
-	o, err := exec(runtime.ExecRequest{Argv: []string{s.caps.Runner.RunnerPath(), "proc"}, Dir: "/", Stdin: in, Stdout: out, Stderr: errBuf})
+	errBuf := service.NewOutput(4 << 10)
+	o, err := exec(runtime.ExecRequest{Argv: []string{s.runner.RunnerPath(), "proc"}, Dir: "/", Stdin: in, Stdout: out, Stderr: errBuf})
 	if err != nil {
 		return err
 	}
@@ -116,19 +118,19 @@ func (s *Service) call(ctx context.Context, exec func(runtime.ExecRequest) (Outc
 }
 
 // ask is call for a one-answer request of a caller's work.
-func (s *Service) ask(ctx, work context.Context, sb *sandbox.Sandbox, req procRequest, data io.Reader) (*procAnswer, error) {
-	return s.askWith(ctx, func(r runtime.ExecRequest) (Outcome, error) {
-		return s.run(ctx, work, sb, Command{ExecRequest: r, Metric: "process"})
+func (s *Processes) ask(ctx, work context.Context, sb *sandbox.Sandbox, req procRequest, data io.Reader) (*procAnswer, error) {
+	return s.askWith(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Metric: "process"})
 	}, req, data)
 }
 
-func (s *Service) askWith(ctx context.Context, exec func(runtime.ExecRequest) (Outcome, error), req procRequest, data io.Reader) (*procAnswer, error) {
-	out := NewOutput(maxProcAnswer)
+func (s *Processes) askWith(ctx context.Context, exec func(runtime.ExecRequest) (service.Outcome, error), req procRequest, data io.Reader) (*procAnswer, error) {
+	out := service.NewOutput(maxProcAnswer)
 	if err := s.call(ctx, exec, req, data, out); err != nil {
 		return nil, err
 	}
 	var a procAnswer
-	if err := json.Unmarshal(out.buf.Bytes(), &a); err != nil || a.Boot == "" || len(a.Processes) > maxDaemonRecords {
+	if err := json.Unmarshal([]byte(out.String()), &a); err != nil || a.Boot == "" || len(a.Processes) > maxDaemonRecords {
 		return nil, sandbox.Wrap(sandbox.KindBadGateway, err, "the sandbox's process daemon answered nonsense")
 	}
 	if a.Error != "" {
@@ -138,19 +140,19 @@ func (s *Service) askWith(ctx context.Context, exec func(runtime.ExecRequest) (O
 }
 
 // StartProcess starts a background process in sandbox id.
-func (s *Service) StartProcess(ctx context.Context, id string, req ProcessRequest) (*Process, error) {
-	return s.startProcess(ctx, id, req, "")
+func (s *Processes) StartProcess(ctx context.Context, id string, req ProcessRequest) (*Process, error) {
+	return s.StartIn(ctx, id, req, "")
 }
 
 // startProcess is StartProcess; a non-empty imageDir is the working
 // directory an image's config names, taken as is (it is the image's, not
 // the caller's, and may be outside the workdir).
-func (s *Service) startProcess(ctx context.Context, id string, req ProcessRequest, imageDir string) (*Process, error) {
+func (s *Processes) StartIn(ctx context.Context, id string, req ProcessRequest, imageDir string) (*Process, error) {
 	ps, err := s.processes()
 	if err != nil {
 		return nil, err
 	}
-	argv, err := programArgv(req.Argv, req.Command)
+	argv, err := service.ProgramArgv(req.Argv, req.Command)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ func (s *Service) startProcess(ctx context.Context, id string, req ProcessReques
 	if !req.TTY && (req.Cols != 0 || req.Rows != 0) {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "cols and rows are for a tty process")
 	}
-	env, err := validEnv(req.Env)
+	env, err := service.ValidEnv(req.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +171,7 @@ func (s *Service) startProcess(ctx context.Context, id string, req ProcessReques
 			return nil, err
 		}
 	}
-	sb, work, done, err := s.use(ctx, id, true)
+	sb, work, done, err := s.sb.Use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +199,7 @@ func (s *Service) startProcess(ctx context.Context, id string, req ProcessReques
 		return nil, err
 	}
 	if narr := s.narration(ctx, req.Session, nil); narr != nil {
-		narr.Event("start", fmt.Sprintf("%s: process %d: %s", sb.ID, rec.Pid, commandLine(argv)))
+		narr.Event("start", fmt.Sprintf("%s: process %d: %s", sb.ID, rec.Pid, service.CommandLine(argv)))
 	}
 	p := view(rec, a.Process)
 	return &p, nil
@@ -207,7 +209,7 @@ func (s *Service) startProcess(ctx context.Context, id string, req ProcessReques
 // running processes are at store.MaxProcessRecords. Records the store
 // holds as running may have ended unseen, so at the bound the daemon is
 // asked first (its list marks them ended or lost).
-func (s *Service) roomForProcess(ctx, work context.Context, ps ProcessStore, sb *sandbox.Sandbox) error {
+func (s *Processes) roomForProcess(ctx, work context.Context, ps Store, sb *sandbox.Sandbox) error {
 	running := func(recs []store.Process) (n int) {
 		for _, r := range recs {
 			if r.EndedAt.IsZero() && !r.Lost {
@@ -285,12 +287,12 @@ func changed(stored store.Process, now store.Process) bool {
 // finished, oldest first. A running sandbox's daemon is asked (and what it
 // says is recorded); a sleeping one is answered from the records, without
 // waking it.
-func (s *Service) Processes(ctx context.Context, id string) ([]Process, error) {
+func (s *Processes) Processes(ctx context.Context, id string) ([]Process, error) {
 	ps, err := s.processes()
 	if err != nil {
 		return nil, err
 	}
-	sb, err := s.Get(ctx, id)
+	sb, err := s.sb.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +307,7 @@ func (s *Service) Processes(ctx context.Context, id string) ([]Process, error) {
 		}
 		return out, nil
 	}
-	sb, work, done, err := s.use(ctx, id, true)
+	sb, work, done, err := s.sb.Use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +327,7 @@ func (s *Service) Processes(ctx context.Context, id string) ([]Process, error) {
 // this one, it ended and the daemon forgot it (it keeps the last few
 // finished), so its end is unknown — unless it started about when the
 // list was asked (a start racing the list is not in it yet).
-func (s *Service) merge(ctx context.Context, ps ProcessStore, id string, a *procAnswer, asked time.Time) ([]Process, error) {
+func (s *Processes) merge(ctx context.Context, ps Store, id string, a *procAnswer, asked time.Time) ([]Process, error) {
 	recs, err := ps.Processes(ctx, id)
 	if err != nil {
 		return nil, err
@@ -395,7 +397,7 @@ func (s *Service) merge(ctx context.Context, ps ProcessStore, id string, a *proc
 
 // GetProcess is one process of sandbox id: the current boot's if its
 // daemon has it, else the latest record of that pid.
-func (s *Service) GetProcess(ctx context.Context, id string, pid int) (*Process, error) {
+func (s *Processes) GetProcess(ctx context.Context, id string, pid int) (*Process, error) {
 	list, err := s.Processes(ctx, id)
 	if err != nil {
 		return nil, err
@@ -410,7 +412,7 @@ func (s *Service) GetProcess(ctx context.Context, id string, pid int) (*Process,
 
 // record writes the daemon's record of one process, keeping the stored
 // session.
-func (s *Service) record(ctx context.Context, ps ProcessStore, id, boot string, r *procRecord) Process {
+func (s *Processes) record(ctx context.Context, ps Store, id, boot string, r *procRecord) Process {
 	now := toStore(id, boot, r)
 	if recs, err := ps.Processes(ctx, id); err == nil {
 		for _, old := range recs {
@@ -462,7 +464,7 @@ type SignalRequest struct {
 }
 
 // SignalProcess sends a signal to a process (and its group).
-func (s *Service) SignalProcess(ctx context.Context, id string, pid int, sig string) (*Process, error) {
+func (s *Processes) SignalProcess(ctx context.Context, id string, pid int, sig string) (*Process, error) {
 	n, err := ParseSignal(sig)
 	if err != nil {
 		return nil, err
@@ -477,19 +479,19 @@ type ResizeRequest struct {
 }
 
 // ResizeProcess changes a tty process's terminal size.
-func (s *Service) ResizeProcess(ctx context.Context, id string, pid int, size ResizeRequest) (*Process, error) {
+func (s *Processes) ResizeProcess(ctx context.Context, id string, pid int, size ResizeRequest) (*Process, error) {
 	if size.Cols == 0 || size.Rows == 0 {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "cols and rows must be positive")
 	}
 	return s.operate(ctx, id, procRequest{Op: "resize", Pid: pid, Cols: size.Cols, Rows: size.Rows})
 }
 
-func (s *Service) operate(ctx context.Context, id string, req procRequest) (*Process, error) {
+func (s *Processes) operate(ctx context.Context, id string, req procRequest) (*Process, error) {
 	ps, err := s.processes()
 	if err != nil {
 		return nil, err
 	}
-	sb, work, done, err := s.use(ctx, id, true)
+	sb, work, done, err := s.sb.Use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -516,12 +518,12 @@ const maxStdin = 16 << 20
 
 // ProcessStdin writes r to a process's stdin and, with eof, closes it
 // (a tty process is sent ^D instead).
-func (s *Service) ProcessStdin(ctx context.Context, id string, pid int, r io.Reader, eof bool) (*StdinResult, error) {
+func (s *Processes) ProcessStdin(ctx context.Context, id string, pid int, r io.Reader, eof bool) (*StdinResult, error) {
 	ps, err := s.processes()
 	if err != nil {
 		return nil, err
 	}
-	sb, work, done, err := s.use(ctx, id, true)
+	sb, work, done, err := s.sb.Use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -558,7 +560,7 @@ type OutputEvent struct {
 // what the ring still holds, then, with follow, what comes — until the
 // process ends (an "end" event) or emit fails. Without follow the last
 // event is "state".
-func (s *Service) ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(OutputEvent) error) error {
+func (s *Processes) ProcessOutput(ctx context.Context, id string, pid int, from int64, follow bool, emit func(OutputEvent) error) error {
 	ps, err := s.processes()
 	if err != nil {
 		return err
@@ -566,7 +568,7 @@ func (s *Service) ProcessOutput(ctx context.Context, id string, pid int, from in
 	if from < 0 {
 		return sandbox.Errorf(sandbox.KindInvalid, "the offset must not be negative")
 	}
-	sb, work, done, err := s.use(ctx, id, true)
+	sb, work, done, err := s.sb.Use(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -604,8 +606,8 @@ func (s *Service) ProcessOutput(ctx context.Context, id string, pid int, from in
 		io.Copy(io.Discard, pr)
 		parsed <- err
 	}()
-	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (Outcome, error) {
-		return s.run(ctx, work, sb, Command{ExecRequest: r})
+	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r})
 	}, procRequest{Op: "boot"}, nil)
 	if err != nil {
 		pw.Close()
@@ -613,8 +615,8 @@ func (s *Service) ProcessOutput(ctx context.Context, id string, pid int, from in
 		return err
 	}
 	boot = a.Boot
-	err = s.call(ctx, func(r runtime.ExecRequest) (Outcome, error) {
-		return s.run(ctx, work, sb, Command{ExecRequest: r})
+	err = s.call(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r})
 	}, procRequest{Op: "output", Pid: pid, From: from, Follow: follow}, nil, pw)
 	pw.Close()
 	perr := <-parsed
@@ -710,7 +712,7 @@ func readBounded(br *bufio.Reader, max int) ([]byte, error) {
 // a record whose end was never read does not keep it awake forever). It
 // runs the daemon's program straight on the runtime: it is called where
 // no work may be registered (the idle sleep).
-func (s *Service) processesRunning(ctx context.Context, sb *sandbox.Sandbox) bool {
+func (s *Processes) Running(ctx context.Context, sb *sandbox.Sandbox) bool {
 	ps, err := s.processes()
 	if err != nil {
 		return false
@@ -723,15 +725,15 @@ func (s *Service) processesRunning(ctx context.Context, sb *sandbox.Sandbox) boo
 		return false
 	}
 	asked := time.Now()
-	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (Outcome, error) {
+	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
 		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		err := s.d.Runtime.Exec(tctx, sb.Name, r)
+		err := s.rt.Exec(tctx, sb.Name, r)
 		var exit *runtime.ExitError
 		if errors.As(err, &exit) {
-			return Outcome{Code: exit.Code}, nil
+			return service.Outcome{Code: exit.Code}, nil
 		}
-		return Outcome{}, err
+		return service.Outcome{}, err
 	}, procRequest{Op: "list"}, nil)
 	if err != nil {
 		return false
@@ -741,4 +743,55 @@ func (s *Service) processesRunning(ctx context.Context, sb *sandbox.Sandbox) boo
 		return true
 	}
 	return slices.ContainsFunc(list, func(p Process) bool { return p.Status == ProcessRunning })
+}
+
+// Sandboxes is the service's seam the processes stand on.
+type Sandboxes interface {
+	// Use opens a piece of work on a running sandbox of the caller's org.
+	Use(ctx context.Context, id string) (*sandbox.Sandbox, context.Context, func(), error)
+	// RunIn runs a program in a sandbox in use.
+	RunIn(ctx, work context.Context, sb *sandbox.Sandbox, cmd service.Command) (service.Outcome, error)
+	// Get is a sandbox of the caller's org.
+	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
+}
+
+// Execer runs a program straight on the runtime, outside any work: the
+// idle sleep asks the daemon so where no work may be registered.
+type Execer interface {
+	Exec(ctx context.Context, name string, req runtime.ExecRequest) error
+}
+
+// Processes are the background processes of the sandboxes: started
+// through the in-sandbox runner's daemon (sandbox-runner init, over the
+// exec channel), their records kept in the org's store so that they
+// outlive a restart and a sleep.
+type Processes struct {
+	sb      Sandboxes
+	st      Store
+	rt      Execer
+	runner  runtime.Runner // nil: the backend has none, and every call is 501
+	backend string
+	narr    narrate.Appender
+	log     *slog.Logger
+}
+
+// New are the processes of sb's sandboxes. runner nil (a backend with no
+// in-sandbox runner) answers every call 501; narr nil narrates nothing.
+func New(sb Sandboxes, st Store, rt Execer, runner runtime.Runner, backend string, narr narrate.Appender, log *slog.Logger) *Processes {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Processes{sb: sb, st: st, rt: rt, runner: runner, backend: backend, narr: narr, log: log}
+}
+
+// narration is the narration of a process's start for session, or nil.
+func (s *Processes) narration(ctx context.Context, session string, secrets []string) *narrate.Command {
+	if session == "" || s.narr == nil {
+		return nil
+	}
+	p, ok := sandbox.PrincipalFrom(ctx)
+	if !ok {
+		return nil
+	}
+	return narrate.NewCommand(s.narr, p.Org, session, secrets, service.OutputCap)
 }
