@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandbox/internal/procwire"
 	"github.com/sandboxd/sandbox/internal/processes"
+	"github.com/sandboxd/sandbox/internal/procwire"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/sandbox"
