@@ -158,6 +158,10 @@ var clusterProbe = &http.Client{Timeout: 2 * time.Second, Transport: &http.Trans
 func (r *release) ready(url string) {
 	r.t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
+	// Ready is ready for two seconds on end: right after a pod is killed
+	// outright the Service's endpoints may still change under a first 200
+	// (CI once saw a refused connection just after one).
+	var since time.Time
 	for {
 		res, err := clusterProbe.Get(url + "/readyz")
 		last := fmt.Sprint(err)
@@ -165,10 +169,18 @@ func (r *release) ready(url string) {
 			b, _ := io.ReadAll(res.Body)
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return
+				if since.IsZero() {
+					since = time.Now()
+				}
+				if time.Since(since) >= 2*time.Second {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+				continue
 			}
 			last = fmt.Sprintf("%d %s", res.StatusCode, b)
 		}
+		since = time.Time{}
 		if time.Now().After(deadline) {
 			r.t.Fatalf("%s/readyz never answered 200 (last: %s)", url, last)
 		}
