@@ -9,7 +9,10 @@
 // move here as their routes are touched.
 package wire
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Process is a background process as every door shows it.
 type Process struct {
@@ -139,14 +142,7 @@ type Info struct {
 }
 
 // Has says whether the server's backend has the capability.
-func (i *Info) Has(capability string) bool {
-	for _, c := range i.Capabilities {
-		if c == capability {
-			return true
-		}
-	}
-	return false
-}
+func (i *Info) Has(capability string) bool { return slices.Contains(i.Capabilities, capability) }
 
 // PreviewLink is a minted link: the host form's URL with the token, for a
 // browser, the path form's URL (no token) for API clients with a key, and

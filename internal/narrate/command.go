@@ -1,6 +1,8 @@
 package narrate
 
 import (
+	"context"
+	"github.com/sandboxd/sandbox/internal/sandbox"
 	"io"
 	"sync"
 
@@ -29,6 +31,19 @@ type Command struct {
 	mu        sync.Mutex
 	sent      int
 	truncated bool
+}
+
+// ForCaller is NewCommand for the org of the caller in ctx, or nil when
+// there is nothing to narrate (no session, no appender, no caller).
+func ForCaller(ctx context.Context, a Appender, session string, secrets []string, max int) *Command {
+	if session == "" || a == nil {
+		return nil
+	}
+	p, ok := sandbox.PrincipalFrom(ctx)
+	if !ok {
+		return nil
+	}
+	return NewCommand(a, p.Org, session, secrets, max)
 }
 
 // NewCommand narrates a command of org into session, redacting secrets from

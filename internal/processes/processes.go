@@ -786,12 +786,5 @@ func New(sb Sandboxes, st Store, rt Execer, runner runtime.Runner, backend strin
 
 // narration is the narration of a process's start for session, or nil.
 func (s *Processes) narration(ctx context.Context, session string, secrets []string) *narrate.Command {
-	if session == "" || s.narr == nil {
-		return nil
-	}
-	p, ok := sandbox.PrincipalFrom(ctx)
-	if !ok {
-		return nil
-	}
-	return narrate.NewCommand(s.narr, p.Org, session, secrets, service.OutputCap)
+	return narrate.ForCaller(ctx, s.narr, session, secrets, service.OutputCap)
 }

@@ -207,7 +207,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	svc := service.New(cfg.Service, service.Deps{
+	// What the backend can do beyond its core, found once for every part.
+	caps := runtime.Discover(b.rt)
+	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps,
 		Credentials: id.exchanger, Verify: &id.verify, OperatorOrg: operatorOrg(cfg),
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: cfg.Meter.Fees, Ledger: st},
@@ -225,9 +227,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.
-	it := interp.New(fs, runtime.Discover(b.rt).Runner, log)
-	images := catalog.New(cfg.Catalog, fs, st, b.library, runtime.Discover(b.rt).Diff, sandbox.RuntimeGVisor, log)
-	procs := processes.New(svc, st, b.rt, runtime.Discover(b.rt).Runner, sandbox.RuntimeGVisor, sessions, log)
+	it := interp.New(fs, caps.Runner, log)
+	images := catalog.New(cfg.Catalog, fs, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log)
+	procs := processes.New(svc, st, b.rt, caps.Runner, sandbox.RuntimeGVisor, sessions, log)
 	svc.SetProcesses(procs)
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{

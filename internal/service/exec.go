@@ -131,14 +131,7 @@ func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout
 // narration returns the narration of a command for session, or nil when
 // there is none to make.
 func (s *Service) narration(ctx context.Context, session string, secrets []string) *narrate.Command {
-	if session == "" || s.d.Narrator == nil {
-		return nil
-	}
-	p, ok := sandbox.PrincipalFrom(ctx)
-	if !ok {
-		return nil
-	}
-	return narrate.NewCommand(s.d.Narrator, p.Org, session, secrets, OutputCap)
+	return narrate.ForCaller(ctx, s.d.Narrator, session, secrets, OutputCap)
 }
 
 // Timeout turns a caller's timeoutSec into a run's deadline: the server's
