@@ -49,7 +49,7 @@ type Leases interface {
 	SetNetwork(ctx context.Context, id string, p *netpolicy.Policy) (*sandbox.Sandbox, error)
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
 	Sleep(ctx context.Context, id string) (*sandbox.Sandbox, error)
-	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Fork(ctx context.Context, id string, req service.ForkRequest) (*sandbox.Sandbox, error)
 	Usage(ctx context.Context) ([]store.Usage, error)
 }
@@ -277,9 +277,9 @@ func (s *Server) routes() {
 		// One word per concept: sleep and wake; /pause and /resume are
 		// their wire-compatible aliases for clients written before.
 		s.handle("POST "+p+"/{id}/sleep", onID(s.Leases.Sleep), doc{Summary: "Sleep now (memory kept where the backend can checkpoint: memoryKept says)", Answer: typ[sandbox.Object](), Errors: onSandbox})
-		s.handle("POST "+p+"/{id}/wake", onID(s.Leases.Resume), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})
+		s.handle("POST "+p+"/{id}/wake", onID(s.Leases.Wake), doc{Summary: "Wake now", Answer: typ[sandbox.Object](), Errors: onLease})
 		s.handle("POST "+p+"/{id}/pause", onID(s.Leases.Sleep), doc{Summary: "Sleep now: an alias of /sleep", Answer: typ[sandbox.Object](), Errors: onSandbox})
-		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Resume), doc{Summary: "Wake now: an alias of /wake", Answer: typ[sandbox.Object](), Errors: onLease})
+		s.handle("POST "+p+"/{id}/resume", onID(s.Leases.Wake), doc{Summary: "Wake now: an alias of /wake", Answer: typ[sandbox.Object](), Errors: onLease})
 		s.handle("POST "+p+"/{id}/fork", s.fork, doc{Summary: "Fork: a new sandbox that goes on from this one's memory and files at this instant (its processes too) while this one runs on; " +
 			"a project sandbox's fork needs a new project, which gets a copy of the volume. 501 where the backend cannot checkpoint",
 			Body: typ[service.ForkRequest](), Answer: typ[sandbox.Object](), Status: 201, Errors: []int{400, 402, 403, 404, 409, 429, 501, 502, 503}})

@@ -142,8 +142,9 @@ func (s *Service) SetMetadata(ctx context.Context, id string, m map[string]strin
 	return s.d.Store.Get(ctx, id)
 }
 
-// Resume wakes a sleeping sandbox now; a running one is answered as is.
-func (s *Service) Resume(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+// Wake wakes a sleeping sandbox now; a running one is answered as is.
+// (The routes /pause and /resume are wire aliases of /sleep and /wake.)
+func (s *Service) Wake(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	sb, _, done, err := s.use(ctx, id, false)
 	if err != nil {
 		return nil, err

@@ -155,8 +155,8 @@ func TestSleepWake(t *testing.T) {
 		len(h.rt.Checkpoints()) != 0 || h.live("dev") != 1 {
 		t.Errorf("woken row %+v, restored from %q, checkpoints %v, live %v", woken, spec.Restore, h.rt.Checkpoints(), h.live("dev"))
 	}
-	// Resume of a running one is a no-op.
-	if r, err := h.svc.Resume(acme, sb.ID); err != nil || r.Woken {
+	// Wake of a running one is a no-op.
+	if r, err := h.svc.Wake(acme, sb.ID); err != nil || r.Woken {
 		t.Errorf("resume running: %+v %v", r, err)
 	}
 }
@@ -169,7 +169,7 @@ func TestSleepFallbacks(t *testing.T) {
 		if err != nil || slept.MemoryKept || len(h.rt.Objects()) != 0 {
 			t.Fatalf("%+v %v %v", slept, err, h.rt.Objects())
 		}
-		woken, err := h.svc.Resume(acme, sb.ID)
+		woken, err := h.svc.Wake(acme, sb.ID)
 		if err != nil || !woken.Woken || woken.MemoryKept {
 			t.Fatalf("%+v %v", woken, err)
 		}
@@ -179,7 +179,7 @@ func TestSleepFallbacks(t *testing.T) {
 		sb := h.lease(acme, service.LeaseRequest{Class: "dev", Project: "p"})
 		h.svc.Sleep(acme, sb.ID)
 		h.rt.Set(func(r *fakeRT) { r.RestoreErr = errors.New("restore: bad image") })
-		woken, err := h.svc.Resume(acme, sb.ID)
+		woken, err := h.svc.Wake(acme, sb.ID)
 		if err != nil || woken.MemoryKept || woken.Status != sandbox.StatusRunning || len(h.rt.Checkpoints()) != 0 {
 			t.Fatalf("%+v %v checkpoints %v", woken, err, h.rt.Checkpoints())
 		}
@@ -210,7 +210,7 @@ func TestSleepFallbacks(t *testing.T) {
 				`the sandbox could not be woken: the cluster says: ErrImageNeverPull: Container image "sandbox/exec:local" is not present with pull policy of Never; try again`, 0},
 		} {
 			h.rt.Set(func(r *fakeRT) { r.CreateErr = tc.se })
-			_, err := h.svc.Resume(acme, sb.ID)
+			_, err := h.svc.Wake(acme, sb.ID)
 			var e *sandbox.Error
 			if !errors.As(err, &e) || e.Kind != sandbox.KindUnavailable || e.Msg != tc.msg || e.RetryAfter != tc.retryAfter {
 				t.Errorf("wake refused: %+v, want %q (retry after %d)", e, tc.msg, tc.retryAfter)

@@ -98,13 +98,13 @@ func TestQuotaCPUAndWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex := h.lease(acme, service.LeaseRequest{}) // 1 CPU
-	_, err = h.svc.Resume(acme, dev.ID)
+	_, err = h.svc.Wake(acme, dev.ID)
 	wantRefusal(t, err, sandbox.KindLimit, "quota cpus exceeded")
 	if got := h.row(acme, dev.ID); got.Status != sandbox.StatusSleeping || got.Checkpoint == "" {
 		t.Errorf("a refused wake changed the row: %+v", got)
 	}
 	h.svc.End(acme, ex.ID, false)
-	if _, err := h.svc.Resume(acme, dev.ID); err != nil {
+	if _, err := h.svc.Wake(acme, dev.ID); err != nil {
 		t.Errorf("wake once the CPU is free: %v", err)
 	}
 }
@@ -178,7 +178,7 @@ func TestHostAdmission(t *testing.T) {
 	}
 	h.svc.Sleep(acme, ex.ID)
 	host.disk = 100
-	_, err = h.svc.Resume(acme, ex.ID)
+	_, err = h.svc.Wake(acme, ex.ID)
 	wantRefusal(t, err, sandbox.KindUnavailable, "short of disk space")
 }
 

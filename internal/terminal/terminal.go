@@ -23,9 +23,9 @@ import (
 
 // Sandboxes is what the console needs of the service.
 type Sandboxes interface {
-	// Resume wakes a sleeping sandbox and answers it; one that cannot run
+	// Wake wakes a sleeping sandbox and answers it; one that cannot run
 	// is an error.
-	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	// Run runs one program in a sandbox of the caller's org.
 	Run(ctx context.Context, id string, cmd service.Command) (service.Outcome, error)
 }
@@ -59,7 +59,7 @@ func (c *Consoles) Ticket(ctx context.Context, id, kind string) (string, error) 
 	if !ok {
 		return "", sandbox.Errorf(sandbox.KindUnauthorized, "no principal")
 	}
-	sb, err := c.sb.Resume(ctx, id)
+	sb, err := c.sb.Wake(ctx, id)
 	if err != nil {
 		return "", err
 	}
