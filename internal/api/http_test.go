@@ -62,9 +62,9 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	caps := runtime.Discover(rt).Without(lacks...)
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, Metrics: m, Log: log, Quotas: st})
 	fs := files.Join(svc, files.New(svc, 0, 0))
-	it := interp.New(fs, nil, log)
+	it := interp.New(fs, service.Timeouts{}, nil, log)
 	var names []string
-	for _, c := range svc.Capabilities() {
+	for _, c := range caps.Names() {
 		names = append(names, string(c))
 	}
 	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
@@ -470,7 +470,7 @@ func TestFollowerPagesTheBacklog(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: fake.New(), Log: log, Quotas: st})
 	fs := files.Join(svc, files.New(svc, 0, 0))
-	it := interp.New(fs, nil, log)
+	it := interp.New(fs, service.Timeouts{}, nil, log)
 	sessions := narrate.New(st, log)
 	pages := pageCounter{Log: sessions}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -25,26 +25,27 @@ type Sandboxes interface {
 	End(ctx context.Context, id string, purge bool) (*service.EndResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
 	Run(ctx context.Context, id string, cmd service.Command) (service.Outcome, error)
-	Timeout(sec int) (time.Duration, error)
 }
 
 var _ Sandboxes = files.Joined{}
 
 // Interpreter runs programs of the 13 languages in sessions.
 type Interpreter struct {
-	sb     Sandboxes
-	runner runtime.Runner
-	log    *slog.Logger
+	sb       Sandboxes
+	timeouts service.Timeouts
+	runner   runtime.Runner
+	log      *slog.Logger
 }
 
-// New returns the interpreter over sb. runner is the backend's in-sandbox
+// New returns the interpreter over sb; t bounds a run as it bounds an exec
+// (the service's configuration). runner is the backend's in-sandbox
 // runner (cmd/sandbox-runner), which runs a program in one process start;
 // where the backend has none (nil), the same steps run as a shell script.
-func New(sb Sandboxes, runner runtime.Runner, log *slog.Logger) *Interpreter {
+func New(sb Sandboxes, t service.Timeouts, runner runtime.Runner, log *slog.Logger) *Interpreter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Interpreter{sb: sb, runner: runner, log: log}
+	return &Interpreter{sb: sb, timeouts: t, runner: runner, log: log}
 }
 
 // Request is the body of POST /v1/exec and of the MCP tool run_code.
@@ -105,7 +106,7 @@ func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
 	if err := service.NoNUL("args", req.Args...); err != nil {
 		return nil, err
 	}
-	timeout, err := it.sb.Timeout(req.TimeoutSec)
+	timeout, err := it.timeouts.For(req.TimeoutSec)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,8 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, st: st, rt: fake.New(), now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	e.rt.Now = e.clock
 	e.svc = service.New(service.Config{}, service.Deps{Store: st, Runtime: e.rt, Now: e.clock})
-	e.r = &reaper.Reaper{Config: reaper.Config{IdleAfter: time.Hour}, Ceiling: e.svc.Ceiling(),
+	// Ceiling zero: the service's zero, sandbox.DefaultCeiling.
+	e.r = &reaper.Reaper{Config: reaper.Config{IdleAfter: time.Hour},
 		Store: st, Service: e.svc, Runtime: e.rt, Log: slog.New(slog.DiscardHandler), Now: e.clock}
 	return e
 }

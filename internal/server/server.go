@@ -227,7 +227,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.
-	it := interp.New(fs, caps.Runner, log)
+	it := interp.New(fs, cfg.Service.Timeouts(), caps.Runner, log)
 	images := catalog.New(cfg.Catalog, fs, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log)
 	procs := processes.New(svc, st, b.rt, caps.Runner, sandbox.RuntimeGVisor, sessions, log)
 	svc.SetProcesses(procs)
@@ -235,12 +235,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	h := api.New(api.Deps{
 		Leases: svc, Work: svc, Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
-		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(svc.Capabilities()),
+		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(caps.Names()),
 	}, log, cfg.API)
 	return &Server{
 		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
 		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
-		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: svc.Ceiling(), Store: st, Service: svc, Runtime: b.rt, Log: log},
+		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: cfg.Service.Ceiling, Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
 }
 

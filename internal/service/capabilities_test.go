@@ -35,7 +35,4 @@ func TestAbsentCapabilities(t *testing.T) {
 	if n := len(h.rows(acme)); n != 1 || len(h.rt.Objects()) != 1 {
 		t.Errorf("after the refusals: %d rows, objects %v", n, h.rt.Objects())
 	}
-	if got := h.svc.Capabilities(); len(got) != 2 || got[0] != runtime.CapCheckpoint || got[1] != runtime.CapStats {
-		t.Errorf("capabilities: %v", got)
-	}
 }

@@ -61,7 +61,7 @@ func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout
 	if err != nil {
 		return nil, err
 	}
-	timeout, err := s.Timeout(req.TimeoutSec)
+	timeout, err := s.cfg.Timeouts().For(req.TimeoutSec)
 	if err != nil {
 		return nil, err
 	}
@@ -134,17 +134,38 @@ func (s *Service) narration(ctx context.Context, session string, secrets []strin
 	return narrate.ForCaller(ctx, s.d.Narrator, session, secrets, OutputCap)
 }
 
-// Timeout turns a caller's timeoutSec into a run's deadline: the server's
+// Timeouts are the bounds of a program's run, from the service's
+// configuration (--exec-timeout, --max-exec-timeout): a plain value, so
+// that every part that runs a caller's program (exec here, the
+// interpreter) applies one rule. Zero fields mean DefaultExecTimeout and
+// DefaultMaxExecTimeout.
+type Timeouts struct {
+	Default, Max time.Duration
+}
+
+// Timeouts are c's bounds of a run.
+func (c Config) Timeouts() Timeouts {
+	d := c.withDefaults()
+	return Timeouts{Default: d.ExecTimeout, Max: d.MaxExecTimeout}
+}
+
+// For turns a caller's timeoutSec into a run's deadline: the server's
 // default when zero, never past the server's maximum; negative is refused.
-func (s *Service) Timeout(sec int) (time.Duration, error) {
+func (t Timeouts) For(sec int) (time.Duration, error) {
+	if t.Default == 0 {
+		t.Default = DefaultExecTimeout
+	}
+	if t.Max == 0 {
+		t.Max = DefaultMaxExecTimeout
+	}
 	if sec < 0 {
 		return 0, sandbox.Errorf(sandbox.KindInvalid, "timeoutSec must not be negative")
 	}
 	if sec == 0 {
-		return min(s.cfg.ExecTimeout, s.cfg.MaxExecTimeout), nil
+		return min(t.Default, t.Max), nil
 	}
 	// Clamp before multiplying: a huge timeoutSec must not overflow.
-	return time.Duration(min(int64(sec), int64(s.cfg.MaxExecTimeout/time.Second))) * time.Second, nil
+	return time.Duration(min(int64(sec), int64(t.Max/time.Second))) * time.Second, nil
 }
 
 // ProgramArgv is what a request runs: argv as is, else the shell line

@@ -305,9 +305,6 @@ func New(cfg Config, d Deps) *Service {
 // no process keeps a sandbox awake.
 func (s *Service) SetProcesses(k ProcessKeeper) { s.procs = k }
 
-// Capabilities lists what this server's backend can do beyond its core.
-func (s *Service) Capabilities() []runtime.Capability { return s.caps.Names() }
-
 // unsupported is Unsupported of this server's backend.
 func (s *Service) unsupported(c runtime.Capability) error { return Unsupported(s.d.RuntimeName, c) }
 
@@ -334,9 +331,5 @@ var capabilityDoes = map[runtime.Capability]string{
 	runtime.CapNetwork:    "change the network of a running sandbox",
 	runtime.CapRunner:     "run background processes or port previews: its sandboxes have no in-sandbox runner",
 }
-
-// Ceiling is the absolute bound on a lease in force (the reaper applies it
-// too).
-func (s *Service) Ceiling() time.Duration { return s.cfg.Ceiling }
 
 func (s *Service) now() time.Time { return s.d.Now().UTC() }

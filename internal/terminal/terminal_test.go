@@ -61,7 +61,7 @@ func newEnv(t *testing.T) *env {
 	log := slog.New(slog.DiscardHandler)
 	svc := service.New(service.Config{StartTimeout: 5 * time.Second}, service.Deps{Store: st, Runtime: rt, Log: log, Quotas: st})
 	fs := files.Join(svc, files.New(svc, 0, 0))
-	it := interp.New(fs, nil, log)
+	it := interp.New(fs, service.Timeouts{}, nil, log)
 	cons := terminal.New(svc, nil)
 	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: cons, Interpreter: it,
 		Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st, Keys: st, Backend: "fake"}, log, api.Config{})
