@@ -251,7 +251,7 @@ func (c *Catalog) Snapshot(ctx context.Context, id string, req SnapshotRequest) 
 	}
 	defer done()
 	if c.diff == nil {
-		return nil, service.Unsupported(c.backend, runtime.CapDiff)
+		return nil, runtime.Unsupported(c.backend, runtime.CapDiff)
 	}
 	start := time.Now()
 	layers := []func(io.Writer) error{func(w io.Writer) error {

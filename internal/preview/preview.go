@@ -1,9 +1,11 @@
-// Package preview holds the pure parts of port previews: reading a preview
-// address (the host form "{port}-{id}.{domain}" and the path form's port)
-// out of untrusted request text, and the signed, expiring preview links
-// (an HMAC over org, sandbox and port with a secret the server keeps in
-// its data directory). It does no I/O but LoadKey, and knows nothing of
-// HTTP handlers or the store: the API and the service build on it.
+// Package preview is port previews: reading a preview address (the host
+// form "{port}-{id}.{domain}" and the path form's port) out of untrusted
+// request text; the signed, expiring preview links (an HMAC over org,
+// sandbox and port with a secret the server keeps in its data directory)
+// and their check; and the relay to a port on a sandbox's own loopback,
+// over the exec channel, on the service's seam (Use). It knows nothing of
+// HTTP handlers, the service or the store: it reaches them through
+// interfaces of its own, and the API builds on it.
 package preview
 
 import (

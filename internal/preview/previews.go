@@ -16,9 +16,10 @@ import (
 // Previews is the access side of port previews: it mints the signed,
 // expiring links that stand in for a key in a browser, checks them on
 // every request (the sandbox must still be live and the link's org's, so
-// ending it revokes every link), and dials through the Service.
+// ending it revokes every link), and dials a port through the relay.
 type Previews struct {
 	svc    Sandboxes
+	relay  Relay
 	signer *Signer
 	cfg    Config
 	orgs   PublicIndex
@@ -33,8 +34,10 @@ type Previews struct {
 type Sandboxes interface {
 	// Get is a sandbox of the caller's org.
 	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
-	// DialPort connects to a port inside a sandbox of the caller's org.
-	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+	// Use opens a piece of work on a running sandbox of the caller's org
+	// (waking it, counted against the org's commands; Stop cancels it);
+	// done ends it.
+	Use(ctx context.Context, id string) (sb *sandbox.Sandbox, work context.Context, done func(), err error)
 }
 
 // KeyIndex answers whether the API key of a public id still works (not
@@ -50,15 +53,15 @@ type PublicIndex interface {
 	PublicOrg(ctx context.Context, id string) (string, error)
 }
 
-// NewPreviews are the previews of svc's sandboxes, links signed by signer;
-// public says the operator allows public previews, orgs nil serves none;
-// keys says whether a link's minting key still works (nil: every link
-// minted by a key is refused).
-func NewPreviews(svc Sandboxes, signer *Signer, cfg Config, public bool, orgs PublicIndex, keys KeyIndex) *Previews {
+// NewPreviews are the previews of svc's sandboxes, reached through relay,
+// links signed by signer; public says the operator allows public previews,
+// orgs nil serves none; keys says whether a link's minting key still works
+// (nil: every link minted by a key is refused).
+func NewPreviews(svc Sandboxes, relay Relay, signer *Signer, cfg Config, public bool, orgs PublicIndex, keys KeyIndex) *Previews {
 	if cfg.Domain == "" {
 		cfg.Domain = DefaultDomain
 	}
-	return &Previews{svc: svc, signer: signer, cfg: cfg, public: public, orgs: orgs, keys: keys, now: time.Now}
+	return &Previews{svc: svc, relay: relay, signer: signer, cfg: cfg, public: public, orgs: orgs, keys: keys, now: time.Now}
 }
 
 // Public admits a request with no credential to port of sandbox id when
@@ -98,11 +101,6 @@ func (p *Previews) Public(ctx context.Context, id string, port int) (context.Con
 
 // Config is the operator's preview settings, defaults applied.
 func (p *Previews) Config() Config { return p.cfg }
-
-// DialPort is Service.DialPort.
-func (p *Previews) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	return p.svc.DialPort(ctx, id, port)
-}
 
 // TokenParam and CookieName carry a preview link's token: in the URL of
 // the first visit, then (set by that visit) in a cookie.

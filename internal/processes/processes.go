@@ -75,7 +75,7 @@ const maxDaemonRecords = store.MaxProcessRecords + 128
 
 func (s *Processes) processes() (Store, error) {
 	if s.runner == nil {
-		return nil, service.Unsupported(s.backend, runtime.CapRunner)
+		return nil, runtime.Unsupported(s.backend, runtime.CapRunner)
 	}
 	return s.st, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/netpolicy"
+	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
 // Label keys stamped on every runtime object. The sweep finds strays by
@@ -320,6 +321,24 @@ func (c Capabilities) Names() []Capability {
 		}
 	}
 	return out
+}
+
+// Unsupported is the one answer to a call that needs capability c where
+// this server's backend (named backend, e.g. "gvisor") lacks it: 501
+// (sandbox.KindUnsupported), "this server's BACKEND backend cannot" and
+// what c does. Every part that needs a capability answers with it.
+func Unsupported(backend string, c Capability) error {
+	return sandbox.Errorf(sandbox.KindUnsupported, "this server's %s backend cannot %s", backend, capabilityDoes[c])
+}
+
+// capabilityDoes says what each capability does, for Unsupported.
+var capabilityDoes = map[Capability]string{
+	CapCheckpoint: "keep a sleeping sandbox's memory",
+	CapFork:       "fork a running sandbox: it cannot copy a sandbox's memory",
+	CapDiff:       "read a sandbox's filesystem changes, which a snapshot is made of",
+	CapStats:      "report a sandbox's CPU, memory and processes",
+	CapNetwork:    "change the network of a running sandbox",
+	CapRunner:     "run background processes or port previews: its sandboxes have no in-sandbox runner",
 }
 
 // Without is c less the named capabilities (a test's backend that lacks

@@ -223,7 +223,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	auth := id.authenticator(st, svc, log)
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
-	previews := preview.NewPreviews(svc, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
+	previews := preview.NewPreviews(svc, preview.Relay{Runtime: b.rt, Runner: caps.Runner, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
 	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.

@@ -22,13 +22,12 @@ func TestAbsentCapabilities(t *testing.T) {
 	for name, call := range map[string]func(id string) error{
 		"fork":    func(id string) error { _, err := h.svc.Fork(acme, id, service.ForkRequest{}); return err },
 		"network": func(id string) error { _, err := h.svc.SetNetwork(acme, id, &netpolicy.Policy{}); return err },
-		"ports":   func(id string) error { _, err := h.svc.DialPort(acme, id, 8080); return err },
 	} {
 		err := call(sb.ID)
 		if sandbox.KindOf(err) != sandbox.KindUnsupported || !strings.HasPrefix(err.Error(), "this server's fake backend cannot ") {
 			t.Errorf("%s without its capability: %v", name, err)
 		}
-		if err := call("sb_" + strings.Repeat("z", 26)); sandbox.KindOf(err) != sandbox.KindNotFound && name != "ports" {
+		if err := call("sb_" + strings.Repeat("z", 26)); sandbox.KindOf(err) != sandbox.KindNotFound {
 			t.Errorf("%s of a missing sandbox: %v, want not found first", name, err)
 		}
 	}

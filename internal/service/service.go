@@ -305,13 +305,9 @@ func New(cfg Config, d Deps) *Service {
 // no process keeps a sandbox awake.
 func (s *Service) SetProcesses(k ProcessKeeper) { s.procs = k }
 
-// unsupported is Unsupported of this server's backend.
-func (s *Service) unsupported(c runtime.Capability) error { return Unsupported(s.d.RuntimeName, c) }
-
-// Unsupported is the one answer to what a capability the backend lacks
-// would do (501, KindUnsupported), wherever it is asked for.
-func Unsupported(backend string, c runtime.Capability) error {
-	return sandbox.Errorf(sandbox.KindUnsupported, "this server's %s backend cannot %s", backend, capabilityDoes[c])
+// unsupported is runtime.Unsupported of this server's backend.
+func (s *Service) unsupported(c runtime.Capability) error {
+	return runtime.Unsupported(s.d.RuntimeName, c)
 }
 
 // Use is the seam the service's neighbours (internal/catalog, …) stand
@@ -320,16 +316,6 @@ func Unsupported(backend string, c runtime.Capability) error {
 // Stop cancels work.
 func (s *Service) Use(ctx context.Context, id string) (*sandbox.Sandbox, context.Context, func(), error) {
 	return s.use(ctx, id, true)
-}
-
-// capabilityDoes says what each capability does, for unsupported.
-var capabilityDoes = map[runtime.Capability]string{
-	runtime.CapCheckpoint: "keep a sleeping sandbox's memory",
-	runtime.CapFork:       "fork a running sandbox: it cannot copy a sandbox's memory",
-	runtime.CapDiff:       "read a sandbox's filesystem changes, which a snapshot is made of",
-	runtime.CapStats:      "report a sandbox's CPU, memory and processes",
-	runtime.CapNetwork:    "change the network of a running sandbox",
-	runtime.CapRunner:     "run background processes or port previews: its sandboxes have no in-sandbox runner",
 }
 
 func (s *Service) now() time.Time { return s.d.Now().UTC() }

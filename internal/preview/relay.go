@@ -1,4 +1,4 @@
-package service
+package preview
 
 import (
 	"context"
@@ -14,24 +14,47 @@ import (
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
-// Port previews: a connection to a port on a sandbox's own loopback, made
-// over the exec channel (sandbox-runner connect, run inside), never by
-// opening the sandbox's network. The connection is work: it wakes a
-// sleeping sandbox, keeps it from the idle sleep, and Stop ends it.
+// The relay: a connection to a port on a sandbox's own loopback, made over
+// the exec channel (sandbox-runner connect, run inside), never by opening
+// the sandbox's network. The connection is work on the service's seam
+// (Use): it wakes a sleeping sandbox, keeps it from the idle sleep, counts
+// against the org's commands, and Stop ends it.
+
+// Execer is the runtime's exec channel, which the relay runs over.
+type Execer interface {
+	Exec(ctx context.Context, name string, req runtime.ExecRequest) error
+}
+
+// Relay is what a preview reaches a port through: the runtime's exec
+// channel and its in-sandbox runner. A nil Runner (a backend with none)
+// answers every dial with runtime.Unsupported of Backend (501).
+type Relay struct {
+	Runtime Execer
+	Runner  runtime.Runner
+	// Backend names the backend, for the 501.
+	Backend string
+}
 
 // ErrNoListener says nothing listens on the port inside.
 var ErrNoListener = errors.New("nothing listens on that port")
 
-// DialPort connects to port inside sandbox id; the connection lives until
-// it is closed (not with ctx, which only bounds the dial).
-func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	if s.caps.Runner == nil {
-		return nil, s.unsupported(runtime.CapRunner)
+// relayTimeout bounds the relay's start: the runner's one NUL byte that
+// says it connected (a test shortens it).
+var relayTimeout = 30 * time.Second
+
+// DialPort connects to port inside sandbox id of the caller's org; the
+// connection lives until it is closed (not with ctx, which only bounds
+// the dial). Nothing listening is KindBadGateway (502), a relay that does
+// not connect within 30 s KindTimeout.
+func (p *Previews) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	r := p.relay
+	if r.Runner == nil {
+		return nil, runtime.Unsupported(r.Backend, runtime.CapRunner)
 	}
 	if port < 1 || port > 65535 {
 		return nil, sandbox.Errorf(sandbox.KindInvalid, "port %d: a port is 1-65535", port)
 	}
-	sb, work, done, err := s.use(context.WithoutCancel(ctx), id, true)
+	sb, work, done, err := p.svc.Use(context.WithoutCancel(ctx), id)
 	if err != nil {
 		return nil, err
 	}
@@ -45,12 +68,11 @@ func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	}
 	work, cancel := context.WithCancel(work)
 	outR, outW := io.Pipe()
-	errBuf := NewOutput(1 << 10)
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
 		defer done()
-		err := s.d.Runtime.Exec(work, sb.Name, runtime.ExecRequest{Argv: []string{s.caps.Runner.RunnerPath(), "connect", strconv.Itoa(port)}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: errBuf})
+		err := r.Runtime.Exec(work, sb.Name, runtime.ExecRequest{Argv: []string{r.Runner.RunnerPath(), "connect", strconv.Itoa(port)}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: io.Discard})
 		var exit *runtime.ExitError
 		if errors.As(err, &exit) && exit.Code == 4 {
 			err = ErrNoListener
@@ -70,6 +92,8 @@ func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 		_, err := io.ReadFull(outR, first)
 		got <- err
 	}()
+	timeout := time.NewTimer(relayTimeout)
+	defer timeout.Stop()
 	select {
 	case err := <-got:
 		if err != nil {
@@ -82,7 +106,7 @@ func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	case <-ctx.Done():
 		c.Close()
 		return nil, ctx.Err()
-	case <-time.After(30 * time.Second):
+	case <-timeout.C:
 		c.Close()
 		return nil, sandbox.Errorf(sandbox.KindTimeout, "the preview relay did not connect within 30 s")
 	}

@@ -1,0 +1,11 @@
+package preview_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if one leaves a goroutine running
+// (the relay starts two per connection).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,149 @@
+package preview_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/preview"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/fake"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/store"
+)
+
+type runner struct{}
+
+func (runner) RunnerPath() string { return runtime.RunnerPath }
+
+func org(name string) context.Context {
+	return sandbox.WithPrincipal(context.Background(), sandbox.Principal{Org: name, Subject: "test"})
+}
+
+// echoRelay plays `sandbox-runner connect PORT` over the fake's exec: on
+// port 8080 it says it connected (one NUL byte) and echoes its stdin until
+// stdin ends or the program is killed; on port 8081 it never connects;
+// on any other port nothing listens (exit 4).
+func echoRelay(ctx context.Context, name string, req runtime.ExecRequest) error {
+	if len(req.Argv) != 3 || req.Argv[0] != runtime.RunnerPath || req.Argv[1] != "connect" {
+		return &runtime.ExitError{Code: 127}
+	}
+	switch req.Argv[2] {
+	case "8080":
+	case "8081":
+		<-ctx.Done()
+		return ctx.Err()
+	default:
+		return &runtime.ExitError{Code: 4}
+	}
+	if _, err := req.Stdout.Write([]byte{0}); err != nil {
+		return err
+	}
+	copied := make(chan error, 1)
+	go func() { _, err := io.Copy(req.Stdout, req.Stdin); copied <- err }()
+	select {
+	case err := <-copied:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type env struct {
+	svc *service.Service
+	rt  *fake.Runtime
+	pv  *preview.Previews
+	sb  *sandbox.Sandbox
+}
+
+func newEnv(t *testing.T, r runtime.Runner) *env {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rt := fake.New()
+	svc := service.New(service.Config{StartTimeout: 5 * time.Second}, service.Deps{Store: st, Runtime: rt, Quotas: st, RuntimeName: "fake"})
+	sb, err := svc.Lease(org("acme"), service.LeaseRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.SetExec(echoRelay)
+	pv := preview.NewPreviews(svc, preview.Relay{Runtime: rt, Runner: r, Backend: "fake"}, nil, preview.Config{}, false, nil, nil)
+	return &env{svc: svc, rt: rt, pv: pv, sb: sb}
+}
+
+// TestDialPort: a preview connection relays bytes both ways over the
+// exec channel; it is work (the sandbox will not sleep under it, Stop ends
+// it); a sleeping sandbox is woken for it; nothing listening is a 502, a
+// relay that never connects a timeout, another org's sandbox not found, a
+// port out of range invalid, and a backend without a runner the one 501.
+func TestDialPort(t *testing.T) {
+	e := newEnv(t, runner{})
+	acme := org("acme")
+
+	c, err := e.pv.DialPort(acme, e.sb.ID, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo: %q %v", buf, err)
+	}
+	if _, err := e.svc.Sleep(acme, e.sb.ID); sandbox.KindOf(err) != sandbox.KindConflict {
+		t.Errorf("sleep under a preview connection: %v, want 409", err)
+	}
+	res, err := e.svc.Stop(acme, e.sb.ID)
+	if err != nil || res.Stopped != 1 {
+		t.Fatalf("stop: %+v %v", res, err)
+	}
+	if _, err := c.Read(buf); err == nil {
+		t.Error("the connection reads on after Stop")
+	}
+	c.Close()
+
+	// A sleeping sandbox is woken by a dial; the connection ends with Close.
+	if _, err := e.svc.Sleep(acme, e.sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	c, err = e.pv.DialPort(acme, e.sb.ID, 8080)
+	if err != nil {
+		t.Fatalf("dial a sleeping sandbox: %v", err)
+	}
+	if sb, err := e.svc.Get(acme, e.sb.ID); err != nil || sb.Status != sandbox.StatusRunning {
+		t.Errorf("after the dial: %+v %v", sb, err)
+	}
+	c.Close()
+
+	if _, err := e.pv.DialPort(acme, e.sb.ID, 9); sandbox.KindOf(err) != sandbox.KindBadGateway || !strings.Contains(err.Error(), "nothing listens on port 9") || !errors.Is(err, preview.ErrNoListener) {
+		t.Errorf("nothing listening: %v", err)
+	}
+	defer preview.SetRelayTimeout(50 * time.Millisecond)()
+	if _, err := e.pv.DialPort(acme, e.sb.ID, 8081); sandbox.KindOf(err) != sandbox.KindTimeout {
+		t.Errorf("a relay that never connects: %v", err)
+	}
+	if _, err := e.pv.DialPort(org("globex"), e.sb.ID, 8080); sandbox.KindOf(err) != sandbox.KindNotFound {
+		t.Errorf("another org's sandbox: %v", err)
+	}
+	for _, port := range []int{0, 65536} {
+		if _, err := e.pv.DialPort(acme, e.sb.ID, port); sandbox.KindOf(err) != sandbox.KindInvalid {
+			t.Errorf("port %d: %v", port, err)
+		}
+	}
+}
+
+func TestDialPortWithoutRunner(t *testing.T) {
+	e := newEnv(t, nil)
+	_, err := e.pv.DialPort(org("acme"), e.sb.ID, 8080)
+	if sandbox.KindOf(err) != sandbox.KindUnsupported || !strings.HasPrefix(err.Error(), "this server's fake backend cannot ") {
+		t.Errorf("no runner: %v", err)
+	}
+}
