@@ -30,6 +30,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
 )
@@ -58,8 +59,12 @@ type Leases interface {
 type Work interface {
 	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
 	ExecTo(ctx context.Context, id string, req service.ExecRequest, stdout, stderr io.Writer) (*service.ExecResult, error)
-	Stats(ctx context.Context, id string) (*service.Stats, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
+}
+
+// Stats is what the stats route needs (internal/stats).
+type Stats interface {
+	Stats(ctx context.Context, id string) (*stats.Stats, error)
 }
 
 // Files is what the file and archive routes need (internal/files).
@@ -110,6 +115,7 @@ var (
 	_ Quotas      = (*service.Service)(nil)
 	_ Operator    = (*store.Store)(nil)
 	_ Work        = (*service.Service)(nil)
+	_ Stats       = (*stats.Reader)(nil)
 	_ Consoles    = (*terminal.Consoles)(nil)
 	_ Interpreter = (*interp.Interpreter)(nil)
 )
@@ -138,6 +144,8 @@ type Deps struct {
 	Sessions Sessions
 	// Processes are the background process routes; nil serves none.
 	Processes Processes
+	// Stats is the stats route; nil serves none.
+	Stats Stats
 	// Images are the image routes; nil serves none.
 	Images Images
 	// Ports are the port preview routes; nil serves none.
@@ -271,8 +279,10 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/{id}/exec", s.exec, doc{Summary: "Run a command and wait for it; a non-zero exit is a 200. With Accept: application/x-ndjson the answer streams: " +
 			`a line per chunk of output as it comes ({"stdout"} or {"stderr"} when UTF-8, else {"stdoutBase64"} / {"stderrBase64"}), then {"exitCode", "timedOut"?, "stopped"?} or {"error"}`,
 			Body: typ[service.ExecRequest](), Answer: typ[service.ExecResult](), AnswerRaw: ndjson, Errors: onFiles})
-		s.handle("GET "+p+"/{id}/stats", onID(s.Work.Stats), doc{Summary: "A running sandbox's use now: CPU seconds, memory, processes (by the runtime's count; absent with unavailable where the backend cannot tell) and the disk of its workdir and rootfs",
-			Answer: typ[service.Stats](), Errors: onSandbox})
+		if s.Stats != nil {
+			s.handle("GET "+p+"/{id}/stats", onID(s.Stats.Stats), doc{Summary: "A running sandbox's use now: CPU seconds, memory, processes (by the runtime's count; absent with unavailable where the backend cannot tell) and the disk of its workdir and rootfs",
+				Answer: typ[stats.Stats](), Errors: onSandbox})
+		}
 		s.handle("POST "+p+"/{id}/stop", onID(s.Work.Stop), onIDDoc(s.Work.Stop, "Stop every command running in the sandbox"))
 		// One word per concept: sleep and wake; /pause and /resume are
 		// their wire-compatible aliases for clients written before.

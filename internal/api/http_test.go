@@ -30,6 +30,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
 )
@@ -67,7 +68,7 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	for _, c := range caps.Names() {
 		names = append(names, string(c))
 	}
-	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, "fake"), Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
 		Metrics: m.Handler(), Backend: "fake", Capabilities: names}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -69,6 +69,10 @@ func TestLayering(t *testing.T) {
 		{"internal/files", append([]string{"internal/store", "internal/api"}, backends...), true},
 		{"internal/preview", append([]string{"internal/service", "internal/store"}, backends...), false},
 		{"internal/catalog", []string{"internal/api", "internal/server"}, false},
+		// The stats stand on the service's seam: no backend, no API above
+		// them, and never the store directly.
+		{"internal/stats", append([]string{"internal/api"}, backends...), false},
+		{"internal/stats", []string{"internal/store"}, true},
 		{"internal/mcpserver", backends, false},
 		{"internal/terminal", backends, false},
 		{"internal/interp", backends, false},

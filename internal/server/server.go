@@ -36,6 +36,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime/kube"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
 )
@@ -233,7 +234,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	svc.SetProcesses(procs)
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
+		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
 		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(caps.Names()),
 	}, log, cfg.API)
