@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
+	"github.com/sandboxd/sandbox/internal/volumes"
 )
 
 // Authenticator resolves a bearer token to a principal.
@@ -76,14 +77,18 @@ type Files interface {
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
 }
 
-// Quotas is what the quota, volume and follower routes need of the service.
+// Quotas is what the quota and follower routes need of the service.
 type Quotas interface {
 	QuotaLines(ctx context.Context) ([]quota.Line, error)
 	Policy(ctx context.Context) (quota.Policy, error)
-	Volumes(ctx context.Context) ([]store.Project, error)
-	DeleteVolume(ctx context.Context, project string) (*service.VolumeResult, error)
 	// Acquire takes a command slot of the caller's org (a follower).
 	Acquire(ctx context.Context) (release func(), err error)
+}
+
+// Volumes is what the volume routes need (internal/volumes).
+type Volumes interface {
+	List(ctx context.Context) ([]store.Project, error)
+	Delete(ctx context.Context, project string) (*volumes.Result, error)
 }
 
 // Operator is what the operator routes need: the per-org quota overrides
@@ -116,6 +121,7 @@ var (
 	_ Operator    = (*store.Store)(nil)
 	_ Work        = (*service.Service)(nil)
 	_ Stats       = (*stats.Reader)(nil)
+	_ Volumes     = (*volumes.Volumes)(nil)
 	_ Consoles    = (*terminal.Consoles)(nil)
 	_ Interpreter = (*interp.Interpreter)(nil)
 )
@@ -144,6 +150,8 @@ type Deps struct {
 	Sessions Sessions
 	// Processes are the background process routes; nil serves none.
 	Processes Processes
+	// Volumes are the volume routes; nil serves none.
+	Volumes Volumes
 	// Stats is the stats route; nil serves none.
 	Stats Stats
 	// Images are the image routes; nil serves none.
@@ -321,8 +329,10 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, infoBody{Version: s.Version, Backend: s.Backend, Capabilities: append([]string{}, s.Capabilities...)})
 		return nil
 	}, doc{Summary: "What this server is and what its backend can do beyond the core (a capability absent here answers 501)", Answer: typ[infoBody]()})
-	s.handle("GET /v1/volumes", s.volumes, doc{Summary: "The org's project volumes with size and last use", Answer: typ[volumesBody]()})
-	s.handle("DELETE /v1/volumes/{project}", s.deleteVolume, doc{Summary: "Delete a project volume (refused while a live sandbox holds it)", Answer: typ[service.VolumeResult](), Errors: []int{404, 409, 502}})
+	if s.Volumes != nil {
+		s.handle("GET /v1/volumes", s.volumes, doc{Summary: "The org's project volumes with size and last use", Answer: typ[volumesBody]()})
+		s.handle("DELETE /v1/volumes/{project}", s.deleteVolume, doc{Summary: "Delete a project volume (refused while a live sandbox holds it)", Answer: typ[volumes.Result](), Errors: []int{404, 409, 502}})
+	}
 	s.handle("GET /v1/orgs/{org}/quota", s.operator(s.orgQuota), doc{Summary: "An org's quota override and effective quotas (an admin key of the operator org)", Answer: typ[orgQuotaBody](), Errors: onOrg})
 	s.handle("PUT /v1/orgs/{org}/quota", s.operator(s.setOrgQuota), doc{Summary: "Set an org's quota override (an admin key of the operator org)", Body: typ[quota.Policy](), Answer: typ[orgQuotaBody](), Errors: onOrg})
 	s.handle("GET /v1/orgs/{org}/keys", s.keyAdmin(s.listKeys), doc{Summary: "An org's keys with their scopes, never a secret (an admin key of the operator org or of the org itself)", Answer: typ[keysBody](), Errors: onOrg})

@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
+	"github.com/sandboxd/sandbox/internal/volumes"
 )
 
 // apiEnv is the real handler tree over the real service and store, on the
@@ -61,14 +62,15 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
 	caps := runtime.Discover(rt).Without(lacks...)
-	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, Metrics: m, Log: log, Quotas: st})
+	vols := volumes.New(st, rt, log)
+	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, ProjectLocks: vols, Metrics: m, Log: log, Quotas: st})
 	fs := files.Join(svc, files.New(svc, 0, 0))
 	it := interp.New(fs, service.Timeouts{}, nil, log)
 	var names []string
 	for _, c := range caps.Names() {
 		names = append(names, string(c))
 	}
-	h := api.New(api.Deps{Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, "fake"), Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, "fake"), Volumes: vols, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
 		Metrics: m.Handler(), Backend: "fake", Capabilities: names}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -27,7 +27,7 @@ type volumesBody struct {
 }
 
 func (s *Server) volumes(w http.ResponseWriter, r *http.Request) error {
-	v, err := s.Quotas.Volumes(r.Context())
+	v, err := s.Volumes.List(r.Context())
 	if err != nil {
 		return err
 	}
@@ -36,7 +36,7 @@ func (s *Server) volumes(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) error {
-	res, err := s.Quotas.DeleteVolume(r.Context(), r.PathValue("project"))
+	res, err := s.Volumes.Delete(r.Context(), r.PathValue("project"))
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,9 @@ func TestLayering(t *testing.T) {
 		// them, and never the store directly.
 		{"internal/stats", append([]string{"internal/api"}, backends...), false},
 		{"internal/stats", []string{"internal/store"}, true},
+		// The volumes own the project locks the service's lease takes
+		// (service.ProjectLocks): they never import the service.
+		{"internal/volumes", append([]string{"internal/service", "internal/api"}, backends...), false},
 		{"internal/mcpserver", backends, false},
 		{"internal/terminal", backends, false},
 		{"internal/interp", backends, false},

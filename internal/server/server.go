@@ -39,6 +39,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
+	"github.com/sandboxd/sandbox/internal/volumes"
 )
 
 // Config is what the server needs to start. It composes the
@@ -210,7 +211,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	// What the backend can do beyond its core, found once for every part.
 	caps := runtime.Discover(b.rt)
-	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps,
+	// The volumes' deleter owns the project locks a lease takes.
+	vols := volumes.New(st, b.rt, log)
+	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps, ProjectLocks: vols,
 		Credentials: id.exchanger, Verify: &id.verify, OperatorOrg: operatorOrg(cfg),
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: cfg.Meter.Fees, Ledger: st},
@@ -234,7 +237,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	svc.SetProcesses(procs)
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
+		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Volumes: vols, Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
 		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(caps.Names()),
 	}, log, cfg.API)

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/volumes"
 )
 
 // harness is a service over a real SQLite store in a temp dir and the fake
@@ -26,9 +27,12 @@ type harness struct {
 	svc *service.Service
 	// files are the sandboxes' files, on svc (internal/files).
 	files *files.Files
-	st    *store.Store
-	rt    *fake.Runtime
-	m     *metrics.Metrics
+	// vols are the org's project volumes (internal/volumes), whose
+	// project locks svc's leases take.
+	vols *volumes.Volumes
+	st   *store.Store
+	rt   *fake.Runtime
+	m    *metrics.Metrics
 
 	mu    sync.Mutex
 	clock time.Time
@@ -61,7 +65,8 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	h := &harness{t: t, st: st, rt: fake.New(), m: metrics.New(), clock: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	h.rt.Now = h.now
 	cfg := service.Config{StartTimeout: 5 * time.Second, ExecTimeout: 5 * time.Second}
-	deps := service.Deps{Store: st, Runtime: h.rt, Metrics: h.m, Now: h.now, Quotas: st}
+	h.vols = volumes.New(st, h.rt, nil)
+	deps := service.Deps{Store: st, Runtime: h.rt, Metrics: h.m, Now: h.now, Quotas: st, ProjectLocks: h.vols}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

@@ -193,7 +193,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	admit := func(u quota.Use, newProject bool) error { return quota.Check(pol, u, ask(newProject)) }
 	if sb.Project != "" {
 		// Until the container runs on the volume, the volume is not
-		// deleted under it (DeleteVolume takes the same lock).
+		// deleted under it (internal/volumes takes the same lock).
 		unlock := s.projectLock(org, sb.Project)
 		defer unlock()
 	}

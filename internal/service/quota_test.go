@@ -47,7 +47,7 @@ func TestQuotaProjectsAndDisk(t *testing.T) {
 	// Another org is not affected.
 	h.lease(orgCtx("globex"), service.LeaseRequest{Class: "dev", Project: "b"})
 
-	_, err = h.svc.DeleteVolume(acme, "a")
+	_, err = h.vols.Delete(acme, "a")
 	wantKind(t, err, sandbox.KindConflict) // held by a live sandbox
 	if _, err := h.svc.End(acme, a.ID, false); err != nil {
 		t.Fatal(err)
@@ -56,13 +56,13 @@ func TestQuotaProjectsAndDisk(t *testing.T) {
 	for _, sb := range h.rows(acme) {
 		h.svc.End(acme, sb.ID, false)
 	}
-	vols, _ := h.svc.Volumes(acme)
+	vols, _ := h.vols.List(acme)
 	if len(vols) != 1 || vols[0].Name != "a" || vols[0].SizeMiB != 10240 {
 		t.Fatalf("volumes %+v", vols)
 	}
-	_, err = h.svc.DeleteVolume(orgCtx("globex"), "a")
+	_, err = h.vols.Delete(orgCtx("globex"), "a")
 	wantKind(t, err, sandbox.KindNotFound)
-	res, err := h.svc.DeleteVolume(acme, "a")
+	res, err := h.vols.Delete(acme, "a")
 	if err != nil || !res.Deleted || res.FreedMiB != 10240 {
 		t.Fatalf("delete: %+v %v", res, err)
 	}

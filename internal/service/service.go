@@ -39,7 +39,6 @@ type Store interface {
 	Insert(ctx context.Context, sb *sandbox.Sandbox, admit store.Admit) error
 	Use(ctx context.Context, project string) (quota.Use, bool, error)
 	DropProject(ctx context.Context, name string, ifFree bool) (store.Project, error)
-	Projects(ctx context.Context) ([]store.Project, error)
 	Transition(ctx context.Context, id string, from sandbox.Status, next *sandbox.Sandbox) error
 	Touch(ctx context.Context, id string, at time.Time) error
 	SetExpiry(ctx context.Context, id string, at time.Time) error
@@ -67,6 +66,14 @@ type ProcessKeeper interface {
 	// Running says whether sb has a process running: the idle sleep
 	// leaves such a sandbox awake.
 	Running(ctx context.Context, sb *sandbox.Sandbox) bool
+}
+
+// ProjectLocks serialise a lease of a project with the deletion of its
+// volume, so that a volume is never deleted under a sandbox starting on it:
+// the deleter (internal/volumes) owns the locks, and a lease holds its
+// project's from before its row is claimed until the container runs.
+type ProjectLocks interface {
+	LockProject(org, project string) (unlock func())
 }
 
 // Meter gates and debits a lease (kind "sandbox"). The refund gives the fee
@@ -226,6 +233,10 @@ type Deps struct {
 	// RuntimeName is what the backend provides (e.g. "gvisor"): the default
 	// and the only runtime offered. Empty means "gvisor".
 	RuntimeName string
+	// ProjectLocks are the volume deleter's locks of projects; nil means
+	// locks of the service's own, which no deleter shares (a service
+	// whose volumes nothing else deletes: tests).
+	ProjectLocks ProjectLocks
 	// Meter gates leases; nil is free.
 	Meter Meter
 	// ImageReady reports whether an image can run; nil means every image
