@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
+	"github.com/sandboxd/sandbox/internal/usage"
 	"github.com/sandboxd/sandbox/internal/volumes"
 )
 
@@ -53,7 +54,6 @@ type Leases interface {
 	Sleep(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Fork(ctx context.Context, id string, req service.ForkRequest) (*sandbox.Sandbox, error)
-	Usage(ctx context.Context) ([]store.Usage, error)
 }
 
 // Work is what the exec routes need.
@@ -77,10 +77,11 @@ type Files interface {
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
 }
 
-// Quotas is what the quota and follower routes need of the service.
+// Quotas is what the quota, usage and follower routes need (internal/usage).
 type Quotas interface {
 	QuotaLines(ctx context.Context) ([]quota.Line, error)
 	Policy(ctx context.Context) (quota.Policy, error)
+	Usage(ctx context.Context) ([]store.Usage, error)
 	// Acquire takes a command slot of the caller's org (a follower).
 	Acquire(ctx context.Context) (release func(), err error)
 }
@@ -117,7 +118,7 @@ type Interpreter interface {
 
 var (
 	_ Leases      = (*service.Service)(nil)
-	_ Quotas      = (*service.Service)(nil)
+	_ Quotas      = (*usage.Report)(nil)
 	_ Operator    = (*store.Store)(nil)
 	_ Work        = (*service.Service)(nil)
 	_ Stats       = (*stats.Reader)(nil)

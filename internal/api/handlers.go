@@ -250,7 +250,7 @@ type usageBody struct {
 }
 
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
-	u, err := s.Leases.Usage(r.Context())
+	u, err := s.Quotas.Usage(r.Context())
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
+	"github.com/sandboxd/sandbox/internal/usage"
 	"github.com/sandboxd/sandbox/internal/volumes"
 )
 
@@ -63,14 +64,15 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	m := metrics.New()
 	caps := runtime.Discover(rt).Without(lacks...)
 	vols := volumes.New(st, rt, log)
-	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, ProjectLocks: vols, Metrics: m, Log: log, Quotas: st})
+	cmds := &quota.Commands{}
+	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: rt, Capabilities: &caps, ProjectLocks: vols, Commands: cmds, Metrics: m, Log: log, Quotas: st})
 	fs := files.Join(svc, files.New(svc, 0, 0))
 	it := interp.New(fs, service.Timeouts{}, nil, log)
 	var names []string
 	for _, c := range caps.Names() {
 		names = append(names, string(c))
 	}
-	h := api.New(api.Deps{Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, "fake"), Volumes: vols, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, "fake"), Volumes: vols, Files: fs.Files, Quotas: usage.New(quota.Policy{}, st, st, cmds), Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
 		Metrics: m.Handler(), Backend: "fake", Capabilities: names}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -479,7 +481,7 @@ func TestFollowerPagesTheBacklog(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go sessions.Run(ctx)
 	defer func() { cancel(); sessions.Wait() }()
-	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: usage.New(quota.Policy{}, st, st, &quota.Commands{}), Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it,
 		Ops: ops.New(fs, nil, nil, it), Auth: st, Sessions: &pages}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()

@@ -76,6 +76,9 @@ func TestLayering(t *testing.T) {
 		// The volumes own the project locks the service's lease takes
 		// (service.ProjectLocks): they never import the service.
 		{"internal/volumes", append([]string{"internal/service", "internal/api"}, backends...), false},
+		// The org's quota report reads the store and the one count of
+		// commands: never the service, nor a runtime.
+		{"internal/usage", append([]string{"internal/service", "internal/api", "internal/runtime"}, backends...), false},
 		{"internal/mcpserver", backends, false},
 		{"internal/terminal", backends, false},
 		{"internal/interp", backends, false},

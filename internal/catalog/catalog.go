@@ -55,7 +55,11 @@ type Sandboxes interface {
 	Use(ctx context.Context, id string) (sb *sandbox.Sandbox, work context.Context, done func(), err error)
 	// Archive writes a sandbox's directory as a tar.
 	Archive(ctx context.Context, id, path string, gz bool, head func(full string) io.Writer) error
-	// Policy is the caller's org's quota policy.
+}
+
+// Quotas tell the quota policy in force for the caller's org
+// (internal/usage): its disk quota bounds an image's unpack.
+type Quotas interface {
 	Policy(ctx context.Context) (quota.Policy, error)
 }
 
@@ -81,6 +85,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 type Catalog struct {
 	cfg  Config
 	sb   Sandboxes
+	q    Quotas
 	st   Store
 	lib  Library
 	diff runtime.Differ // nil: the backend cannot snapshot
@@ -93,13 +98,14 @@ type Catalog struct {
 	locks map[string]*sync.Mutex // per org: one image made at a time
 }
 
-// New is the catalog over sb; diff is nil where the backend cannot read a
+// New is the catalog over sb, its disk bounded by the policy q tells; diff
+// is nil where the backend cannot read a
 // sandbox's changes (snapshots answer 501).
-func New(cfg Config, sb Sandboxes, st Store, lib Library, diff runtime.Differ, backend string, log *slog.Logger) *Catalog {
+func New(cfg Config, sb Sandboxes, q Quotas, st Store, lib Library, diff runtime.Differ, backend string, log *slog.Logger) *Catalog {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Catalog{cfg: cfg, sb: sb, st: st, lib: lib, diff: diff, backend: backend, log: log, now: time.Now, locks: map[string]*sync.Mutex{}}
+	return &Catalog{cfg: cfg, sb: sb, q: q, st: st, lib: lib, diff: diff, backend: backend, log: log, now: time.Now, locks: map[string]*sync.Mutex{}}
 }
 
 // lock takes the org's image lock until the returned func is called.
@@ -207,7 +213,7 @@ func (c *Catalog) imageRoom(ctx context.Context) (org string, lim image.Limits, 
 	if err != nil {
 		return "", lim, nil, err
 	}
-	pol, err := c.sb.Policy(ctx)
+	pol, err := c.q.Policy(ctx)
 	if err != nil {
 		return "", lim, nil, err
 	}

@@ -10,10 +10,12 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/catalog"
 	"github.com/sandboxd/sandbox/internal/image"
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/usage"
 )
 
 // library is a pure stand-in for the image library: it records what it
@@ -50,7 +52,7 @@ func TestCatalog(t *testing.T) {
 	svc := service.New(service.Config{}, service.Deps{Store: st, Runtime: fake.New(), Quotas: st})
 	lib := &library{}
 	fs := files.Join(svc, files.New(svc, 0, 0))
-	c := catalog.New(catalog.Config{Allow: []string{"reg.example/team"}}, fs, st, lib, nil, "fake", nil)
+	c := catalog.New(catalog.Config{Allow: []string{"reg.example/team"}}, fs, usage.New(quota.Policy{}, st, st, &quota.Commands{}), st, lib, nil, "fake", nil)
 	acme := org("acme")
 
 	ok := sandbox.Kind(-1)
@@ -103,7 +105,7 @@ func TestCatalog(t *testing.T) {
 		t.Errorf("another org's snapshot: %v", err)
 	}
 
-	none := catalog.New(catalog.Config{}, fs, st, lib, nil, "fake", nil)
+	none := catalog.New(catalog.Config{}, fs, usage.New(quota.Policy{}, st, st, &quota.Commands{}), st, lib, nil, "fake", nil)
 	if _, err := none.PullImage(acme, catalog.ImageRequest{Name: "tool", Ref: "reg.example/team/x:1"}); sandbox.KindOf(err) != sandbox.KindForbidden || !strings.Contains(err.Error(), "--image-allow") {
 		t.Errorf("no registry allowed: %v", err)
 	}

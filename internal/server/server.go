@@ -30,6 +30,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/ops"
 	"github.com/sandboxd/sandbox/internal/preview"
 	"github.com/sandboxd/sandbox/internal/processes"
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/reaper"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
@@ -39,6 +40,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/stats"
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
+	"github.com/sandboxd/sandbox/internal/usage"
 	"github.com/sandboxd/sandbox/internal/volumes"
 )
 
@@ -213,7 +215,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	caps := runtime.Discover(b.rt)
 	// The volumes' deleter owns the project locks a lease takes.
 	vols := volumes.New(st, b.rt, log)
-	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps, ProjectLocks: vols,
+	// One count of each org's commands, the service's work and the
+	// followers' slots alike.
+	cmds := &quota.Commands{}
+	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps, ProjectLocks: vols, Commands: cmds,
 		Credentials: id.exchanger, Verify: &id.verify, OperatorOrg: operatorOrg(cfg),
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: cfg.Meter.Fees, Ledger: st},
@@ -232,12 +237,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.
 	it := interp.New(fs, cfg.Service.Timeouts(), caps.Runner, log)
-	images := catalog.New(cfg.Catalog, fs, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log)
+	report := usage.New(cfg.Service.Quota, st, st, cmds)
+	images := catalog.New(cfg.Catalog, fs, report, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log)
 	procs := processes.New(svc, st, b.rt, caps.Runner, sandbox.RuntimeGVisor, sessions, log)
 	svc.SetProcesses(procs)
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Volumes: vols, Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: svc, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
+		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Volumes: vols, Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: report, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
 		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(caps.Names()),
 	}, log, cfg.API)

@@ -12,11 +12,13 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/meter"
 	"github.com/sandboxd/sandbox/internal/metrics"
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/usage"
 	"github.com/sandboxd/sandbox/internal/volumes"
 )
 
@@ -30,9 +32,12 @@ type harness struct {
 	// vols are the org's project volumes (internal/volumes), whose
 	// project locks svc's leases take.
 	vols *volumes.Volumes
-	st   *store.Store
-	rt   *fake.Runtime
-	m    *metrics.Metrics
+	// report is the org's quota report (internal/usage), on the count
+	// of commands svc takes from.
+	report *usage.Report
+	st     *store.Store
+	rt     *fake.Runtime
+	m      *metrics.Metrics
 
 	mu    sync.Mutex
 	clock time.Time
@@ -66,10 +71,12 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	h.rt.Now = h.now
 	cfg := service.Config{StartTimeout: 5 * time.Second, ExecTimeout: 5 * time.Second}
 	h.vols = volumes.New(st, h.rt, nil)
-	deps := service.Deps{Store: st, Runtime: h.rt, Metrics: h.m, Now: h.now, Quotas: st, ProjectLocks: h.vols}
+	cmds := &quota.Commands{}
+	deps := service.Deps{Store: st, Runtime: h.rt, Metrics: h.m, Now: h.now, Quotas: st, ProjectLocks: h.vols, Commands: cmds}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}
+	h.report = usage.New(cfg.Quota, st, st, cmds)
 	h.svc = service.New(cfg, deps)
 	h.files = files.New(h.svc, cfg.ExecTimeout, cfg.MaxExecTimeout)
 	return h

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandbox/internal/quota"
 )
 
 // errStopped is the cause given to commands cancelled by Stop.
@@ -16,10 +18,13 @@ var errStopped = errors.New("stopped by the caller")
 // the server process that runs its client. Nothing in it outlives its
 // command: the maps hold only what runs.
 type inflight struct {
-	mu     sync.Mutex
-	next   uint64
-	cmds   map[string]map[uint64]*command // by sandbox id
-	perOrg map[string]int                 // commands (and slots) by org
+	// orgs count each org's commands for its quota, with the work that
+	// runs no program (quota.Commands, shared with internal/usage).
+	orgs *quota.Commands
+
+	mu   sync.Mutex
+	next uint64
+	cmds map[string]map[uint64]*command // by sandbox id
 }
 
 type command struct {
@@ -30,16 +35,16 @@ type command struct {
 // start registers work on sandbox id of org and returns its context and
 // the function to call when it has finished. With limit >= 0 the work is a
 // command and counts against org's limit: at the limit nothing is
-// registered, ok is false and n says how many run.
-func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ context.Context, done func(), n int, ok bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	counted := limit >= 0
-	if counted {
-		if n, ok := f.take(org, limit); !ok {
-			return nil, nil, n, false
+// registered and the refusal (429) is the error.
+func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ context.Context, done func(), err error) {
+	release := func() {}
+	if limit >= 0 {
+		if release, err = f.orgs.Take(org, limit); err != nil {
+			return nil, nil, err
 		}
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.cmds == nil {
 		f.cmds = map[string]map[uint64]*command{}
 	}
@@ -57,50 +62,11 @@ func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ cont
 		if len(f.cmds[id]) == 0 {
 			delete(f.cmds, id)
 		}
-		if counted {
-			f.release(org)
-		}
 		f.mu.Unlock()
+		release()
 		cancel(nil)
 		close(c.done)
-	}, 0, true
-}
-
-// takeSlot counts one of org's commands that runs no program (a follower).
-func (f *inflight) takeSlot(org string, limit int) (release func(), n int, ok bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if n, ok := f.take(org, limit); !ok {
-		return nil, n, false
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			f.release(org)
-			f.mu.Unlock()
-		})
-	}, 0, true
-}
-
-// take counts one more of org's commands unless limit are running (then
-// it answers how many); f.mu is held.
-func (f *inflight) take(org string, limit int) (int, bool) {
-	if f.perOrg == nil {
-		f.perOrg = map[string]int{}
-	}
-	if n := f.perOrg[org]; n >= limit {
-		return n, false
-	}
-	f.perOrg[org]++
-	return 0, true
-}
-
-// release gives back one of org's slots; f.mu is held.
-func (f *inflight) release(org string) {
-	if f.perOrg[org]--; f.perOrg[org] <= 0 {
-		delete(f.perOrg, org)
-	}
+	}, nil
 }
 
 // stop cancels every command of sandbox id and waits (up to wait) until
@@ -133,16 +99,9 @@ func (f *inflight) count(id string) int {
 	return len(f.cmds[id])
 }
 
-// orgCount reports how many commands of org run.
-func (f *inflight) orgCount(org string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.perOrg[org]
-}
-
 // sizes reports the sizes of the maps (for the test that they do not grow).
 func (f *inflight) sizes() (sandboxes, orgs int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.cmds), len(f.perOrg)
+	return len(f.cmds), f.orgs.Orgs()
 }

@@ -156,7 +156,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		return nil, sandbox.Errorf(sandbox.KindConflict, "project %q exists: a fork of a project sandbox needs a new project, which gets a copy of the volume", req.Project)
 	}
 	if err := quota.Check(pol, use, ask(newProject)); err != nil {
-		return nil, refusal(err)
+		return nil, quota.Refusal(err)
 	}
 	refund := func(context.Context) error { return nil }
 	if s.d.Meter != nil {
@@ -206,7 +206,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		}
 		return nil, projectBusy(sb.Project, id)
 	case err != nil:
-		err = refusal(err) // a racing lease took the room
+		err = quota.Refusal(err) // a racing lease took the room
 		return nil, err
 	}
 	log := s.log.With("sandbox", sb.ID, "class", sb.Class)

@@ -79,9 +79,9 @@ func (s *Service) use(ctx context.Context, id string, command bool) (*sandbox.Sa
 		}
 		limit = *p.Commands
 	}
-	wctx, done, n, ok := s.cmds.start(ctx, org, id, limit)
-	if !ok {
-		return nil, nil, nil, commandsFull(limit, n)
+	wctx, done, err := s.cmds.start(ctx, org, id, limit)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	sb, err := s.d.Store.Get(ctx, id)
 	if err == nil && sb.Status == sandbox.StatusSleeping {

@@ -112,18 +112,6 @@ func TestEnd(t *testing.T) {
 			t.Error("deleted an object of another identity")
 		}
 	})
-	t.Run("usage records the lease-seconds", func(t *testing.T) {
-		h := newHarness(t)
-		sb := h.lease(acme, service.LeaseRequest{})
-		h.advance(90 * time.Second)
-		if _, err := h.svc.End(acme, sb.ID, false); err != nil {
-			t.Fatal(err)
-		}
-		u, err := h.svc.Usage(acme)
-		if err != nil || len(u) != 1 || u[0].Leases != 1 || u[0].LeaseSeconds != 90 {
-			t.Errorf("usage %+v %v", u, err)
-		}
-	})
 }
 
 func TestSleepWake(t *testing.T) {

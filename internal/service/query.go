@@ -92,34 +92,3 @@ func ParseCursor(c string) (store.Position, error) {
 	}
 	return store.Position{CreatedAt: time.UnixMilli(n).UTC(), ID: id}, nil
 }
-
-// Usage returns the caller org's lease count and lease-seconds by class:
-// what ended leases recorded, plus the time live leases have run so far.
-func (s *Service) Usage(ctx context.Context) ([]store.Usage, error) {
-	recorded, err := s.d.Store.Usage(ctx)
-	if err != nil {
-		return nil, err
-	}
-	live, err := s.d.Store.List(ctx, store.Filter{Status: sandbox.StatusRunning, Limit: 100000})
-	if err != nil {
-		return nil, err
-	}
-	byClass := map[string]store.Usage{}
-	for _, u := range recorded {
-		byClass[u.Class] = u
-	}
-	now := s.now()
-	for _, sb := range live {
-		u := byClass[sb.Class]
-		u.Class = sb.Class
-		u.LeaseSeconds += now.Sub(sb.CreatedAt).Seconds()
-		byClass[sb.Class] = u
-	}
-	out := make([]store.Usage, 0, len(byClass))
-	for _, c := range sandbox.ClassNames() {
-		if u, ok := byClass[c]; ok {
-			out = append(out, u)
-		}
-	}
-	return out, nil
-}

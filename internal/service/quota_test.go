@@ -128,12 +128,12 @@ func TestQuotaCommands(t *testing.T) {
 	wantRefusal(t, err, sandbox.KindLimit, "quota commands exceeded: limit 1, in use 1")
 	_, err = h.files.Read(acme, sb.ID, "x", 0)
 	wantKind(t, err, sandbox.KindLimit)
-	_, err = h.svc.Acquire(acme)
+	_, err = h.report.Acquire(acme)
 	wantKind(t, err, sandbox.KindLimit)
 	if _, err := h.svc.Renew(acme, sb.ID, 60); err != nil {
 		t.Errorf("renew under a full commands quota: %v", err)
 	}
-	lines, _ := h.svc.QuotaLines(acme)
+	lines, _ := h.report.QuotaLines(acme)
 	for _, l := range lines {
 		if l.Name == quota.NameCommands && (l.Used != 1 || l.Limit != 1) {
 			t.Errorf("commands line %+v", l)

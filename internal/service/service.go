@@ -45,7 +45,6 @@ type Store interface {
 	SetMetadata(ctx context.Context, id string, m map[string]string) error
 	SetNetwork(ctx context.Context, id string, p *netpolicy.Policy) error
 	AddUsage(ctx context.Context, class string, leases int64, d time.Duration) error
-	Usage(ctx context.Context) ([]store.Usage, error)
 	ProcessStore
 }
 
@@ -249,6 +248,10 @@ type Deps struct {
 	Narrator narrate.Appender
 	// Quotas holds the operator's per-org quota overrides; nil means none.
 	Quotas Quotas
+	// Commands counts each org's running commands, shared with the
+	// work that runs no program (internal/usage's Acquire); nil means a
+	// count of the service's own.
+	Commands *quota.Commands
 	// Host tells the machine's headroom for admission; nil admits every
 	// start.
 	Host Host
@@ -308,7 +311,10 @@ func New(cfg Config, d Deps) *Service {
 	if d.Capabilities != nil {
 		caps = *d.Capabilities
 	}
-	return &Service{cfg: cfg, d: d, log: d.Log, caps: caps}
+	if d.Commands == nil {
+		d.Commands = &quota.Commands{}
+	}
+	return &Service{cfg: cfg, d: d, log: d.Log, caps: caps, cmds: inflight{orgs: d.Commands}}
 }
 
 // SetProcesses hands the service its background processes, which are made

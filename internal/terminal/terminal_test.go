@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/interp"
 	"github.com/sandboxd/sandbox/internal/ops"
+	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -29,6 +30,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/store"
 	"github.com/sandboxd/sandbox/internal/terminal"
 	"github.com/sandboxd/sandbox/internal/ticket"
+	"github.com/sandboxd/sandbox/internal/usage"
 )
 
 // A console runs the program, a socket's reader, writer and pinger on
@@ -63,7 +65,7 @@ func newEnv(t *testing.T) *env {
 	fs := files.Join(svc, files.New(svc, 0, 0))
 	it := interp.New(fs, service.Timeouts{}, nil, log)
 	cons := terminal.New(svc, nil)
-	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: svc, Operator: st, Consoles: cons, Interpreter: it,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: usage.New(quota.Policy{}, st, st, &quota.Commands{}), Operator: st, Consoles: cons, Interpreter: it,
 		Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st, Keys: st, Backend: "fake"}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
