@@ -257,3 +257,18 @@ type NetworkPolicy struct {
 
 // None reports whether the policy reaches nothing (no allow entry).
 func (p *NetworkPolicy) None() bool { return p == nil || len(p.Allow) == 0 }
+
+// LeaseEnd is when sb's lease stops, seen at now. A sandbox that is not
+// live (pending, running or sleeping) or whose lease has expired is
+// KindNotFound: a lease credential is revoked with its lease.
+func (sb *Sandbox) LeaseEnd(now time.Time) (time.Time, error) {
+	switch sb.Status {
+	case StatusPending, StatusRunning, StatusSleeping:
+	default:
+		return time.Time{}, Errorf(KindNotFound, "sandbox not found")
+	}
+	if !sb.ExpiresAt.After(now) {
+		return time.Time{}, Errorf(KindNotFound, "sandbox not found")
+	}
+	return sb.ExpiresAt, nil
+}

@@ -157,3 +157,31 @@ func TestCheckMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseEnd: a live sandbox's lease ends at its expiry; one that is
+// not live, or whose lease has expired, is not found (its credential is
+// revoked with it).
+func TestLeaseEnd(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		status  Status
+		expires time.Time
+		live    bool
+	}{
+		{StatusPending, now.Add(time.Minute), true},
+		{StatusRunning, now.Add(time.Minute), true},
+		{StatusSleeping, now.Add(time.Minute), true},
+		{StatusRunning, now, false},
+		{StatusRunning, now.Add(-time.Second), false},
+		{StatusError, now.Add(time.Minute), false},
+		{StatusEnded, now.Add(time.Minute), false},
+	} {
+		end, err := (&Sandbox{Status: tc.status, ExpiresAt: tc.expires}).LeaseEnd(now)
+		switch {
+		case tc.live && (err != nil || !end.Equal(tc.expires)):
+			t.Errorf("%s until %v: %v %v", tc.status, tc.expires, end, err)
+		case !tc.live && KindOf(err) != KindNotFound:
+			t.Errorf("%s until %v: %v, want not found", tc.status, tc.expires, err)
+		}
+	}
+}

@@ -71,14 +71,16 @@ func newIdentity(cfg Config, log *slog.Logger) (*wiredIdentity, error) {
 
 // authenticator is the one bearer check of every door: API keys through
 // the store, JWTs of the trusted issuers (and the server's own) through
-// the verifier; a lease credential is revoked with its lease (svc).
-func (w *wiredIdentity) authenticator(st *store.Store, svc *service.Service, log *slog.Logger) *identity.Authenticator {
+// the verifier; a lease credential is revoked with its lease (its row in
+// the store).
+func (w *wiredIdentity) authenticator(st *store.Store, log *slog.Logger) *identity.Authenticator {
 	a := &identity.Authenticator{Keys: st}
+	leases := identity.RowLeases{Rows: st}
 	if w.issuer != nil || len(w.cfg.Issuers) > 0 {
-		a.Verifier = identity.NewVerifier(w.cfg, w.issuer, svc, log)
+		a.Verifier = identity.NewVerifier(w.cfg, w.issuer, leases, log)
 	}
 	if w.issuer != nil {
-		w.issuer.Subjects, w.issuer.Leases = a, svc
+		w.issuer.Subjects, w.issuer.Leases = a, leases
 	}
 	w.verify.a = a
 	return a

@@ -229,7 +229,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	auth := id.authenticator(st, svc, log)
+	auth := id.authenticator(st, log)
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
 	previews := preview.NewPreviews(svc, preview.Relay{Runtime: b.rt, Runner: caps.Runner, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)

@@ -202,7 +202,8 @@ func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited
 		}
 		return
 	}
-	if _, err := s.LeaseEnd(ctx, p.Org, sb.ID); err != nil {
+	leases := identity.RowLeases{Rows: s.d.Store, Now: s.now}
+	if _, err := leases.LeaseEnd(ctx, p.Org, sb.ID); err != nil {
 		return // ended while the exchange ran: nothing to keep, nothing to refresh
 	}
 	s.creds.set(sb.ID, tok)
@@ -293,27 +294,4 @@ func (s *Service) writeCredential(ctx context.Context, sb *sandbox.Sandbox, toke
 		return errors.New(err.Error() + ": " + errBuf.String())
 	}
 	return nil
-}
-
-// LeaseEnd is when sandbox id of org stops being leased; an unknown,
-// ended or failed sandbox is KindNotFound (identity.Leases: a credential
-// is revoked with its lease).
-func (s *Service) LeaseEnd(ctx context.Context, org, id string) (time.Time, error) {
-	if !sandbox.ValidID(id) {
-		return time.Time{}, notFound()
-	}
-	octx := sandbox.WithPrincipal(ctx, sandbox.Principal{Org: org, Subject: "credential"})
-	sb, err := s.d.Store.Get(octx, id)
-	if err != nil {
-		return time.Time{}, err
-	}
-	switch sb.Status {
-	case sandbox.StatusPending, sandbox.StatusRunning, sandbox.StatusSleeping:
-	default:
-		return time.Time{}, notFound()
-	}
-	if !sb.ExpiresAt.After(s.now()) {
-		return time.Time{}, notFound()
-	}
-	return sb.ExpiresAt, nil
 }
