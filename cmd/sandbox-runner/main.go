@@ -4,7 +4,8 @@
 // daemon (procd.go); `sandbox-runner proc` is the exec channel's way to that
 // daemon; `sandbox-runner changes` tars what a pod changed (changes.go);
 // `sandbox-runner connect` relays a port preview (connect.go);
-// `sandbox-runner credential` writes the lease credential (credential.go).
+// `sandbox-runner credential` writes the lease credential (credential.go);
+// `sandbox-runner stats` reads the sandbox's use from inside (stats.go).
 //
 // The server bind-mounts it read-only into every sandbox and runs it over
 // the exec channel; it is a static binary with no dependency on the image.
@@ -53,7 +54,7 @@ func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "init":
-			os.Exit(initMain())
+			os.Exit(initMain(os.Args[2:]))
 		case "proc":
 			os.Exit(procMain())
 		case "changes":
@@ -64,6 +65,8 @@ func main() {
 			os.Exit(credentialMain())
 		case "install":
 			os.Exit(installMain(os.Args[2:]))
+		case "stats":
+			os.Exit(statsMain())
 		}
 	}
 	os.Exit(run())

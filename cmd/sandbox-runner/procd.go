@@ -79,7 +79,17 @@ type daemon struct {
 	ps   map[int]*proc
 }
 
-func initMain() int {
+// initMain is `sandbox-runner init [STAMP]`. It first creates the empty file STAMP: its
+// ctime is the sandbox's start, before which nothing the sandbox did can
+// be (a pod's snapshot reads what changed after it, changes.go).
+func initMain(args []string) int {
+	if len(args) > 0 {
+		if f, err := os.OpenFile(args[0], os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err == nil {
+			f.Close()
+		} else {
+			fmt.Fprintln(os.Stderr, "sandbox-runner init: the start stamp:", err)
+		}
+	}
 	// No signal ends init. They are caught and dropped, not ignored: an
 	// ignored disposition is inherited across exec, and every process
 	// init starts would then be deaf to TERM and INT.

@@ -69,8 +69,10 @@ type Object struct {
 	// Woken says this call woke the sandbox from sleep.
 	Woken bool `json:"woken,omitempty"`
 	// MemoryKept says a sleeping sandbox's memory is checkpointed and will
-	// come back on wake.
-	MemoryKept bool `json:"memoryKept,omitempty"`
+	// come back on wake; of a woken one, that it came back. It is present,
+	// true or false, exactly then: a backend without checkpoints says what
+	// it did instead (false: the files were kept, the memory was not).
+	MemoryKept *bool `json:"memoryKept,omitempty"`
 	// Metadata is the caller's labels, as set at the lease or since.
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Network is the egress policy the sandbox got (absent: none, its own
@@ -86,10 +88,14 @@ func (sb *Sandbox) Object() *Object {
 		ID: sb.ID, Kind: "sandbox", Org: sb.Org, Class: sb.Class, Project: sb.Project, Status: sb.Status,
 		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
 		CreatedAt: sb.CreatedAt.Unix(), LastUsedAt: sb.LastUsedAt.Unix(), ExpiresAt: sb.ExpiresAt.Unix(),
-		Error: sb.Error, Woken: sb.Woken, MemoryKept: sb.MemoryKept, Metadata: sb.Metadata, Network: sb.Network, PublicPorts: sb.PublicPorts,
+		Error: sb.Error, Woken: sb.Woken, Metadata: sb.Metadata, Network: sb.Network, PublicPorts: sb.PublicPorts,
 	}
 	if sb.Project != "" {
 		o.Volume = sb.Volume
+	}
+	if sb.Woken || sb.Status == StatusSleeping {
+		kept := sb.MemoryKept
+		o.MemoryKept = &kept
 	}
 	return o
 }

@@ -39,6 +39,7 @@ type env struct {
 	http *httptest.Server
 	data string
 	keys map[string]string // org → key: system's admin, the others tenant
+	cfg  server.Config     // as the server was made: a restart makes it again
 
 	docOnce sync.Once
 	doc     *apicheck.Checker // the served OpenAPI document, which every e.do is held to
@@ -140,7 +141,7 @@ func newEnvConfig(t testing.TB, cfg server.Config, needImages ...string) *env {
 	ts.Listener.Close()
 	ts.Listener = ln
 	ts.Start()
-	e := &env{t: t, srv: srv, http: ts, data: data, keys: map[string]string{}, logs: logs}
+	e := &env{t: t, srv: srv, http: ts, data: data, keys: map[string]string{}, logs: logs, cfg: cfg}
 	t.Cleanup(e.close)
 	for _, org := range []string{"acme", "globex", "system"} {
 		create := srv.Store.CreateKey

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/reaper"
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/server"
 )
 
@@ -111,210 +112,226 @@ func stdoutOf(t *testing.T, ev outEvent) string {
 	return c.Stdout + c.Stderr
 }
 
-// TestProcessesOnRunsc: background processes on the real runtime — they
+// TestProcesses: background processes on the real runtime — they
 // outlive their caller, their output is read again from the start after a
 // disconnect, they take stdin and signals, their records outlive a server
 // restart, stop kills them, and a flood of output keeps only the ring.
-func TestProcessesOnRunsc(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", nil)
-	sleeper := e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "600"}})
-	reader := e.startProcess("acme", id, map[string]any{"argv": []string{"cat"}, "stdin": "first\n"})
-	ticker := e.startProcess("acme", id, map[string]any{"command": "for i in 1 2 3 4; do echo line $i; sleep 1; done; echo gone >&2"})
+func TestProcesses(t *testing.T) {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", nil)
+		sleeper := e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "600"}})
+		reader := e.startProcess("acme", id, map[string]any{"argv": []string{"cat"}, "stdin": "first\n"})
+		ticker := e.startProcess("acme", id, map[string]any{"command": "for i in 1 2 3 4; do echo line $i; sleep 1; done; echo gone >&2"})
 
-	// Read the ticker's first line, then drop the connection.
-	ctx, cancel := context.WithCancel(t.Context())
-	first := <-e.events(ctx, "acme", id, ticker.Pid, "")
-	cancel()
-	if first.Event != "stdout" || stdoutOf(t, first) != "line 1\n" || first.ID != "7" {
-		t.Fatalf("first event: %+v", first)
-	}
-	// From the start again: everything, in order, though nobody read while
-	// it ran; and after the first id: the rest.
-	var all, rest strings.Builder
-	var end outEvent
-	for ev := range e.events(t.Context(), "acme", id, ticker.Pid, "") {
-		if ev.Event == "end" {
-			end = ev
-			continue
+		// Read the ticker's first line, then drop the connection.
+		ctx, cancel := context.WithCancel(t.Context())
+		first := <-e.events(ctx, "acme", id, ticker.Pid, "")
+		cancel()
+		if first.Event != "stdout" || stdoutOf(t, first) != "line 1\n" || first.ID != "7" {
+			t.Fatalf("first event: %+v", first)
 		}
-		all.WriteString(stdoutOf(t, ev))
-	}
-	if want := "line 1\nline 2\nline 3\nline 4\ngone\n"; all.String() != want {
-		t.Errorf("the whole output: %q, want %q", all.String(), want)
-	}
-	var ended procAnswer
-	if json.Unmarshal([]byte(end.Data), &ended); ended.Status != "exited" || ended.ExitCode == nil || *ended.ExitCode != 0 {
-		t.Errorf("end event: %+v", end)
-	}
-	for ev := range e.events(t.Context(), "acme", id, ticker.Pid, first.ID) {
-		if ev.Event != "end" {
-			rest.WriteString(stdoutOf(t, ev))
-		}
-	}
-	if rest.String() != "line 2\nline 3\nline 4\ngone\n" {
-		t.Errorf("after id %s: %q", first.ID, rest.String())
-	}
-
-	// Stdin: what is sent comes back from cat; eof ends it.
-	path := fmt.Sprintf("/v1/sandbox/%s/processes/%d", id, reader.Pid)
-	e.must(http.StatusOK, "POST", path+"/stdin", "acme", "second\n")
-	e.must(http.StatusOK, "POST", path+"/stdin?eof=1", "acme", "third\n")
-	if p := e.waitProcess("acme", id, reader.Pid); *p.ExitCode != 0 {
-		t.Errorf("cat after eof: %+v", p)
-	}
-	var out struct {
-		Stdout string `json:"stdout"`
-		Next   int64  `json:"next"`
-	}
-	req, _ := http.NewRequest("GET", e.http.URL+path+"/output", nil)
-	req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
-	req.Header.Set("Accept", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(res.Body).Decode(&out)
-	res.Body.Close()
-	if out.Stdout != "first\nsecond\nthird\n" || out.Next != 19 {
-		t.Errorf("cat's output: %+v", out)
-	}
-	e.must(http.StatusConflict, "POST", path+"/stdin", "acme", "late\n")
-
-	// A signal reaches the process (TERM: exit 143).
-	e.must(http.StatusOK, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/signal", id, sleeper.Pid), "acme", map[string]string{"signal": "TERM"})
-	if p := e.waitProcess("acme", id, sleeper.Pid); p.Signal != "SIGTERM" || *p.ExitCode != 143 {
-		t.Errorf("after TERM: %+v", p)
-	}
-	e.must(http.StatusBadRequest, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/signal", id, sleeper.Pid), "acme", map[string]string{"signal": "BOGUS"})
-
-	// Another org sees nothing of it.
-	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/processes", "globex", nil)
-	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/processes", "globex", map[string]any{"argv": []string{"true"}})
-	e.must(http.StatusNotFound, "GET", fmt.Sprintf("/v1/sandbox/%s/processes/%d/output", id, ticker.Pid), "globex", nil)
-	e.must(http.StatusNotFound, "GET", fmt.Sprintf("/v1/sandbox/%s/processes/99999", id), "acme", nil)
-	e.must(http.StatusBadRequest, "POST", "/v1/sandbox/"+id+"/processes", "acme", map[string]any{"argv": []string{"no-such-program"}})
-
-	// A restart of the server: the running process still runs, the
-	// finished ones keep their ends.
-	long := e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "600"}})
-	e.restart(t)
-	if p := e.process("acme", id, long.Pid); p.Status != "running" {
-		t.Errorf("after a restart, the long process: %+v", p)
-	}
-	if p := e.process("acme", id, sleeper.Pid); p.Signal != "SIGTERM" {
-		t.Errorf("after a restart, the signalled one: %+v", p)
-	}
-	var list struct{ Processes []procAnswer }
-	json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/processes", "acme", nil).Body, &list)
-	if len(list.Processes) != 4 {
-		t.Errorf("list after restart: %+v", list)
-	}
-
-	// Stop kills it, and its record says so.
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/stop", "acme", nil)
-	if p := e.waitProcess("acme", id, long.Pid); p.Signal != "SIGKILL" || *p.ExitCode != 137 {
-		t.Errorf("after stop: %+v", p)
-	}
-
-	// 10 MB of output: the ring keeps the last 1 MiB and says what it
-	// dropped, in the record and first thing in the stream.
-	flood := e.startProcess("acme", id, map[string]any{"command": "head -c 10000000 /dev/zero | tr '\\0' x"})
-	p := e.waitProcess("acme", id, flood.Pid)
-	if p.OutputBytes != 10000000 || p.DroppedBytes != 10000000-bg.ProcessRingBytes {
-		t.Errorf("after 10 MB: %+v", p)
-	}
-	n, dropped := 0, ""
-	for ev := range e.events(t.Context(), "acme", id, flood.Pid, "") {
-		switch ev.Event {
-		case "dropped":
-			if n == 0 {
-				dropped = ev.Data
+		// From the start again: everything, in order, though nobody read while
+		// it ran; and after the first id: the rest.
+		var all, rest strings.Builder
+		var end outEvent
+		for ev := range e.events(t.Context(), "acme", id, ticker.Pid, "") {
+			if ev.Event == "end" {
+				end = ev
+				continue
 			}
-		case "stdout":
-			n += len(stdoutOf(t, ev))
+			all.WriteString(stdoutOf(t, ev))
 		}
-	}
-	if n != bg.ProcessRingBytes || dropped != fmt.Sprintf(`{"droppedBytes":%d}`, 10000000-bg.ProcessRingBytes) {
-		t.Errorf("stream of the flood: %d bytes, dropped event %q", n, dropped)
-	}
+		if want := "line 1\nline 2\nline 3\nline 4\ngone\n"; all.String() != want {
+			t.Errorf("the whole output: %q, want %q", all.String(), want)
+		}
+		var ended procAnswer
+		if json.Unmarshal([]byte(end.Data), &ended); ended.Status != "exited" || ended.ExitCode == nil || *ended.ExitCode != 0 {
+			t.Errorf("end event: %+v", end)
+		}
+		for ev := range e.events(t.Context(), "acme", id, ticker.Pid, first.ID) {
+			if ev.Event != "end" {
+				rest.WriteString(stdoutOf(t, ev))
+			}
+		}
+		if rest.String() != "line 2\nline 3\nline 4\ngone\n" {
+			t.Errorf("after id %s: %q", first.ID, rest.String())
+		}
 
-	// Ending the sandbox ends them and their records.
-	e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "600"}})
-	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-	e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/processes", "acme", nil)
+		// Stdin: what is sent comes back from cat; eof ends it.
+		path := fmt.Sprintf("/v1/sandbox/%s/processes/%d", id, reader.Pid)
+		e.must(http.StatusOK, "POST", path+"/stdin", "acme", "second\n")
+		e.must(http.StatusOK, "POST", path+"/stdin?eof=1", "acme", "third\n")
+		if p := e.waitProcess("acme", id, reader.Pid); *p.ExitCode != 0 {
+			t.Errorf("cat after eof: %+v", p)
+		}
+		var out struct {
+			Stdout string `json:"stdout"`
+			Next   int64  `json:"next"`
+		}
+		req, _ := http.NewRequest("GET", e.http.URL+path+"/output", nil)
+		req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+		req.Header.Set("Accept", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(res.Body).Decode(&out)
+		res.Body.Close()
+		if out.Stdout != "first\nsecond\nthird\n" || out.Next != 19 {
+			t.Errorf("cat's output: %+v", out)
+		}
+		e.must(http.StatusConflict, "POST", path+"/stdin", "acme", "late\n")
+
+		// A signal reaches the process (TERM: exit 143).
+		e.must(http.StatusOK, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/signal", id, sleeper.Pid), "acme", map[string]string{"signal": "TERM"})
+		if p := e.waitProcess("acme", id, sleeper.Pid); p.Signal != "SIGTERM" || *p.ExitCode != 143 {
+			t.Errorf("after TERM: %+v", p)
+		}
+		e.must(http.StatusBadRequest, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/signal", id, sleeper.Pid), "acme", map[string]string{"signal": "BOGUS"})
+
+		// Another org sees nothing of it.
+		e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/processes", "globex", nil)
+		e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/processes", "globex", map[string]any{"argv": []string{"true"}})
+		e.must(http.StatusNotFound, "GET", fmt.Sprintf("/v1/sandbox/%s/processes/%d/output", id, ticker.Pid), "globex", nil)
+		e.must(http.StatusNotFound, "GET", fmt.Sprintf("/v1/sandbox/%s/processes/99999", id), "acme", nil)
+		e.must(http.StatusBadRequest, "POST", "/v1/sandbox/"+id+"/processes", "acme", map[string]any{"argv": []string{"no-such-program"}})
+
+		// A restart of the server: the running process still runs, the
+		// finished ones keep their ends.
+		long := e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "600"}})
+		e.restart(t)
+		if p := e.process("acme", id, long.Pid); p.Status != "running" {
+			t.Errorf("after a restart, the long process: %+v", p)
+		}
+		if p := e.process("acme", id, sleeper.Pid); p.Signal != "SIGTERM" {
+			t.Errorf("after a restart, the signalled one: %+v", p)
+		}
+		var list struct{ Processes []procAnswer }
+		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/processes", "acme", nil).Body, &list)
+		if len(list.Processes) != 4 {
+			t.Errorf("list after restart: %+v", list)
+		}
+
+		// Stop kills it, and its record says so.
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/stop", "acme", nil)
+		if p := e.waitProcess("acme", id, long.Pid); p.Signal != "SIGKILL" || *p.ExitCode != 137 {
+			t.Errorf("after stop: %+v", p)
+		}
+
+		// 10 MB of output: the ring keeps the last 1 MiB and says what it
+		// dropped, in the record and first thing in the stream.
+		flood := e.startProcess("acme", id, map[string]any{"command": "head -c 10000000 /dev/zero | tr '\\0' x"})
+		p := e.waitProcess("acme", id, flood.Pid)
+		if p.OutputBytes != 10000000 || p.DroppedBytes != 10000000-bg.ProcessRingBytes {
+			t.Errorf("after 10 MB: %+v", p)
+		}
+		n, dropped := 0, ""
+		for ev := range e.events(t.Context(), "acme", id, flood.Pid, "") {
+			switch ev.Event {
+			case "dropped":
+				if n == 0 {
+					dropped = ev.Data
+				}
+			case "stdout":
+				n += len(stdoutOf(t, ev))
+			}
+		}
+		if n != bg.ProcessRingBytes || dropped != fmt.Sprintf(`{"droppedBytes":%d}`, 10000000-bg.ProcessRingBytes) {
+			t.Errorf("stream of the flood: %d bytes, dropped event %q", n, dropped)
+		}
+
+		// Ending the sandbox ends them and their records.
+		e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "600"}})
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+		e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/processes", "acme", nil)
+	})
 }
 
 // TestProcessKeepsSandboxAwake: a running background process is use — the
 // idle sleep leaves its sandbox alone — and once it has ended the sandbox
 // sleeps; a process survives an explicit sleep and counts on after the
-// wake (its memory was checkpointed with the sandbox).
+// wake where its memory was checkpointed with the sandbox, and is lost,
+// and says so, where the backend keeps no memory.
 func TestProcessKeepsSandboxAwake(t *testing.T) {
-	e := newEnvConfig(t, server.Config{Reaper: reaper.Config{IdleAfter: time.Second}})
-	id := e.lease("acme", nil)
-	counter := e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-u", "-c",
-		"import time\nn = 0\nwhile True:\n    n += 1\n    print(n)\n    time.sleep(0.2)"}})
-	time.Sleep(1200 * time.Millisecond)
-	e.srv.Reaper.Once(t.Context())
-	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "running" {
-		t.Fatalf("a sandbox with a running process was put to sleep: %v", sb)
-	}
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-	before := e.process("acme", id, counter.Pid) // answered from the record: no wake
-	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "sleeping" || before.Status != "running" {
-		t.Fatalf("after pause: %v, process %+v", sb, before)
-	}
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil)
-	out1 := e.process("acme", id, counter.Pid).OutputBytes
-	time.Sleep(600 * time.Millisecond)
-	if out2 := e.process("acme", id, counter.Pid); out2.Status != "running" || out2.OutputBytes <= out1 {
-		t.Fatalf("the process did not count on after the wake: %d then %+v", out1, out2)
-	}
-	e.must(http.StatusOK, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/signal", id, counter.Pid), "acme", map[string]string{"signal": "KILL"})
-	e.waitProcess("acme", id, counter.Pid)
-	time.Sleep(1200 * time.Millisecond)
-	e.srv.Reaper.Once(t.Context())
-	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "sleeping" {
-		t.Errorf("idle with its process ended, the sandbox still runs: %v", sb)
-	}
+	onBackends(t, server.Config{Reaper: reaper.Config{IdleAfter: time.Second}}, func(t *testing.T, e *env) {
+		id := e.lease("acme", nil)
+		counter := e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-u", "-c",
+			"import time\nn = 0\nwhile True:\n    n += 1\n    print(n)\n    time.sleep(0.2)"}})
+		time.Sleep(1200 * time.Millisecond)
+		e.srv.Reaper.Once(t.Context())
+		if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "running" {
+			t.Fatalf("a sandbox with a running process was put to sleep: %v", sb)
+		}
+		if !e.has(runtime.CapCheckpoint) {
+			// Without checkpoints a sleep keeps the files, not the memory:
+			// the wake says so, and the process's record says it was lost.
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/sleep", "acme", nil)
+			if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/wake", "acme", nil).JSON(t); sb["memoryKept"] != false {
+				t.Errorf("a wake without a checkpoint: %v", sb)
+			}
+			if p := e.process("acme", id, counter.Pid); p.Status != "lost" {
+				t.Errorf("a process after a sleep that kept no memory: %+v", p)
+			}
+			return
+		}
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+		before := e.process("acme", id, counter.Pid) // answered from the record: no wake
+		if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "sleeping" || before.Status != "running" {
+			t.Fatalf("after pause: %v, process %+v", sb, before)
+		}
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil)
+		out1 := e.process("acme", id, counter.Pid).OutputBytes
+		time.Sleep(600 * time.Millisecond)
+		if out2 := e.process("acme", id, counter.Pid); out2.Status != "running" || out2.OutputBytes <= out1 {
+			t.Fatalf("the process did not count on after the wake: %d then %+v", out1, out2)
+		}
+		e.must(http.StatusOK, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/signal", id, counter.Pid), "acme", map[string]string{"signal": "KILL"})
+		e.waitProcess("acme", id, counter.Pid)
+		time.Sleep(1200 * time.Millisecond)
+		e.srv.Reaper.Once(t.Context())
+		if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "sleeping" {
+			t.Errorf("idle with its process ended, the sandbox still runs: %v", sb)
+		}
+	})
 }
 
-// TestProcessTTYOnRunsc: a tty process sees its terminal's size, and a
+// TestProcessTTY: a tty process sees its terminal's size, and a
 // resize reaches it.
-func TestProcessTTYOnRunsc(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", nil)
-	p := e.startProcess("acme", id, map[string]any{"command": "stty size; read x; stty size", "tty": true, "cols": 100, "rows": 30})
-	path := fmt.Sprintf("/v1/sandbox/%s/processes/%d", id, p.Pid)
-	// The first size is read before the resize (on a loaded machine the
-	// resize once won the race and the first stty saw it).
-	for i := 0; e.process("acme", id, p.Pid).OutputBytes == 0; i++ {
-		if i == 100 {
-			t.Fatal("the first stty printed nothing")
+func TestProcessTTY(t *testing.T) {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", nil)
+		p := e.startProcess("acme", id, map[string]any{"command": "stty size; read x; stty size", "tty": true, "cols": 100, "rows": 30})
+		path := fmt.Sprintf("/v1/sandbox/%s/processes/%d", id, p.Pid)
+		// The first size is read before the resize (on a loaded machine the
+		// resize once won the race and the first stty saw it).
+		for i := 0; e.process("acme", id, p.Pid).OutputBytes == 0; i++ {
+			if i == 100 {
+				t.Fatal("the first stty printed nothing")
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	e.must(http.StatusOK, "POST", path+"/resize", "acme", map[string]int{"cols": 120, "rows": 40})
-	e.must(http.StatusOK, "POST", path+"/stdin", "acme", "go\r")
-	e.waitProcess("acme", id, p.Pid)
-	var out strings.Builder
-	for ev := range e.events(t.Context(), "acme", id, p.Pid, "") {
-		if ev.Event == "stdout" {
-			out.WriteString(stdoutOf(t, ev))
+		e.must(http.StatusOK, "POST", path+"/resize", "acme", map[string]int{"cols": 120, "rows": 40})
+		e.must(http.StatusOK, "POST", path+"/stdin", "acme", "go\r")
+		e.waitProcess("acme", id, p.Pid)
+		var out strings.Builder
+		for ev := range e.events(t.Context(), "acme", id, p.Pid, "") {
+			if ev.Event == "stdout" {
+				out.WriteString(stdoutOf(t, ev))
+			}
 		}
-	}
-	if s := out.String(); !strings.Contains(s, "30 100") || !strings.Contains(s, "40 120") {
-		t.Errorf("tty output: %q", s)
-	}
-	e.must(http.StatusBadRequest, "POST", path+"/resize", "acme", map[string]int{"cols": 0, "rows": 40})
-	// A process's timeoutSec kills it (and what it started): 124, timedOut.
-	timed := e.startProcess("acme", id, map[string]any{"command": "sleep 300 & sleep 300", "timeoutSec": 1})
-	if p := e.waitProcess("acme", id, timed.Pid); !p.TimedOut || *p.ExitCode != 124 {
-		t.Errorf("after its timeout: %+v", p)
-	}
-	if out := e.sh("acme", id, "ps -eo args | grep -c '^sleep 300' || true"); out != "0\n" {
-		t.Errorf("the timed-out process's group runs on: %q", out)
-	}
-	plain := e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "60"}})
-	e.must(http.StatusConflict, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/resize", id, plain.Pid), "acme", map[string]int{"cols": 80, "rows": 24})
+		if s := out.String(); !strings.Contains(s, "30 100") || !strings.Contains(s, "40 120") {
+			t.Errorf("tty output: %q", s)
+		}
+		e.must(http.StatusBadRequest, "POST", path+"/resize", "acme", map[string]int{"cols": 0, "rows": 40})
+		// A process's timeoutSec kills it (and what it started): 124, timedOut.
+		timed := e.startProcess("acme", id, map[string]any{"command": "sleep 300 & sleep 300", "timeoutSec": 1})
+		if p := e.waitProcess("acme", id, timed.Pid); !p.TimedOut || *p.ExitCode != 124 {
+			t.Errorf("after its timeout: %+v", p)
+		}
+		if out := e.sh("acme", id, "ps -eo args | grep -c '^sleep 300' || true"); out != "0\n" {
+			t.Errorf("the timed-out process's group runs on: %q", out)
+		}
+		plain := e.startProcess("acme", id, map[string]any{"argv": []string{"sleep", "60"}})
+		e.must(http.StatusConflict, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/resize", id, plain.Pid), "acme", map[string]int{"cols": 80, "rows": 24})
+	})
 }

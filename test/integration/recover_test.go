@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -31,8 +30,7 @@ func (e *env) restart(t *testing.T) {
 	addr := e.http.Listener.Addr().String()
 	e.http.Close()
 	e.srv.Close()
-	srv, err := server.New(t.Context(), server.Config{Data: e.data, Images: imagesDir(), Runner: runnerBin(t), GVisor: gvisor.Options{Runsc: gvisor.DefaultRunsc()},
-		Identity: identity.Config{URL: "http://" + addr}}, slog.New(slog.NewTextHandler(e.logs, nil)))
+	srv, err := server.New(t.Context(), e.cfg, slog.New(slog.NewTextHandler(e.logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,6 +138,16 @@ const uid, gid = 1000, 1000
 // later ctime on the root filesystem is what the sandbox changed.
 const initScript = `: > ` + startStamp + `; trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
 
+// initArgs is PID 1's command: the runner's init where pods have the
+// runner (it keeps the background processes and stamps the start; the
+// image needs no shell), else initScript.
+func (r *Runtime) initArgs() []string {
+	if r.cfg.RunnerImage != "" {
+		return []string{runtime.RunnerPath, "init", startStamp}
+	}
+	return []string{"/bin/sh", "-c", initScript}
+}
+
 // startStamp is the file whose ctime is the pod's start.
 const startStamp = "/tmp/.sandbox-start"
 
@@ -218,18 +228,24 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 	}
 	nonRoot := u != 0 // but for an image the operator let run as root
 	grace := int64(2)
-	// Limits are the class table's. Requests equal them, except CPU: a
-	// sandbox idles most of its life, and a node that reserved every core
-	// for idle shells would run a handful of them; a quarter is reserved
-	// (at least 100m), the rest is used when free.
+	// Limits are the class table's: they bound a busy sandbox, as the
+	// gVisor backend's cgroups do. Requests are what an idle one uses, so
+	// that a node packs idle sandboxes the way one machine does (where
+	// admission reads the memory actually free): a twentieth of the CPU
+	// limit and an eighth of the memory (at least 128 MiB, the runner,
+	// gVisor's sentry and a shell). A node whose busy sandboxes outgrow
+	// it evicts by how far each is over its request — the kubelet's
+	// answer to shortage, as the host's reserve is the single machine's.
+	// Disk is not overcommitted: requests equal the limit.
 	limits, requests := corev1.ResourceList{}, corev1.ResourceList{}
 	if spec.CPUs > 0 {
 		milli := int64(spec.CPUs * 1000)
 		limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
-		requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(milli/4, min(milli, 100)), resource.DecimalSI)
+		requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(milli/20, min(milli, 10)), resource.DecimalSI)
 	}
 	if spec.MemoryMiB > 0 {
-		limits[corev1.ResourceMemory], requests[corev1.ResourceMemory] = mib(spec.MemoryMiB), mib(spec.MemoryMiB)
+		limits[corev1.ResourceMemory] = mib(spec.MemoryMiB)
+		requests[corev1.ResourceMemory] = mib(min(spec.MemoryMiB, max(spec.MemoryMiB/8, 128)))
 	}
 	if spec.RootfsMiB > 0 {
 		limits[corev1.ResourceEphemeralStorage], requests[corev1.ResourceEphemeralStorage] = mib(spec.RootfsMiB), mib(spec.RootfsMiB)
@@ -262,7 +278,7 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 				Name:            container,
 				Image:           r.cfg.Image(spec.Image),
 				ImagePullPolicy: pullPolicy(r.cfg.Image(spec.Image)),
-				Command:         []string{"/bin/sh", "-c", initScript},
+				Command:         r.initArgs(),
 				WorkingDir:      spec.Workdir,
 				Env:             envVars(r.podEnv(spec)),
 				Resources:       corev1.ResourceRequirements{Requests: requests, Limits: limits},
@@ -599,8 +615,32 @@ func (r *Runtime) Backend() runtime.Backend {
 	return withRunner{r}
 }
 
-// withRunner is the backend whose pods carry the runner.
+// withRunner is the backend whose pods carry the runner, as their init:
+// a runtime.Runner (background processes, previews), a runtime.Differ and
+// a runtime.StatsReader.
 type withRunner struct{ *Runtime }
+
+// RunnerPath is where a pod has the runner: on its read-only volume.
+func (withRunner) RunnerPath() string { return runtime.RunnerPath }
+
+// Stats reads a pod's use from inside (sandbox-runner stats): the
+// counters gVisor keeps for the sandbox, which the node's kubelet does
+// not serve through the API.
+func (w withRunner) Stats(ctx context.Context, name string) (runtime.Stats, error) {
+	var out, errb bytes.Buffer
+	if err := w.stream(ctx, name, []string{runtime.RunnerPath, "stats"}, false, nil, &out, &errb, nil); err != nil {
+		return runtime.Stats{}, fmt.Errorf("kube: reading the stats of %s: %w: %s", name, err, errb.String())
+	}
+	var s struct {
+		CPUSeconds  float64 `json:"cpuSeconds"`
+		MemoryBytes int64   `json:"memoryBytes"`
+		Processes   int     `json:"processes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		return runtime.Stats{}, fmt.Errorf("kube: the runner's stats of %s: %w", name, err)
+	}
+	return runtime.Stats{CPUSeconds: s.CPUSeconds, MemoryBytes: s.MemoryBytes, Processes: s.Processes}, nil
+}
 
 // RootfsChanges reads what a pod changed in its root filesystem: its
 // container's writable layer is the node's, not the API's, so the runner

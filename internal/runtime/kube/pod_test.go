@@ -30,8 +30,8 @@ func TestPodSpec(t *testing.T) {
 	case !*c.SecurityContext.RunAsNonRoot || *c.SecurityContext.RunAsUser != 1000 || *c.SecurityContext.AllowPrivilegeEscalation ||
 		len(c.SecurityContext.Capabilities.Drop) != 1 || c.SecurityContext.Capabilities.Drop[0] != "ALL":
 		t.Errorf("security context %+v", c.SecurityContext)
-	case c.Resources.Limits.Cpu().MilliValue() != 2000 || c.Resources.Requests.Cpu().MilliValue() != 500 ||
-		c.Resources.Limits.Memory().Value() != 4<<30 || c.Resources.Requests.Memory().Value() != 4<<30 ||
+	case c.Resources.Limits.Cpu().MilliValue() != 2000 || c.Resources.Requests.Cpu().MilliValue() != 100 ||
+		c.Resources.Limits.Memory().Value() != 4<<30 || c.Resources.Requests.Memory().Value() != 512<<20 ||
 		c.Resources.Limits.StorageEphemeral().Value() != 2<<30:
 		t.Errorf("resources %+v", c.Resources)
 	case p.Spec.Volumes[0].PersistentVolumeClaim == nil || p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "project-abc":
@@ -93,8 +93,29 @@ func TestPodRunner(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d runner mounts in the sandbox", n)
 	}
+	// The runner is PID 1: the image needs no shell.
+	if cmd := p.Spec.Containers[0].Command; len(cmd) != 3 || cmd[0] != runtime.RunnerPath || cmd[1] != "init" || cmd[2] != startStamp {
+		t.Errorf("PID 1 with a runner: %q", cmd)
+	}
 	r.cfg.RunnerImage = ""
 	if p := r.pod(runtime.Spec{Name: "sbx-a", Image: "x", Workdir: "/work", Volume: runtime.Volume{Scratch: true}}); len(p.Spec.InitContainers) != 0 || len(p.Spec.Volumes) != 3 {
 		t.Errorf("without a runner image: %+v %+v", p.Spec.InitContainers, p.Spec.Volumes)
+	} else if p.Spec.Containers[0].Command[0] != "/bin/sh" {
+		t.Errorf("PID 1 without a runner: %q", p.Spec.Containers[0].Command)
+	}
+}
+
+// TestPodRequestsPack: requests are sized for idle sandboxes, so one org's
+// exec cap of idle exec sandboxes (16) fits a 2-core node's CPU; limits
+// stay the class's.
+func TestPodRequestsPack(t *testing.T) {
+	r := &Runtime{cfg: Config{Image: func(n string) string { return n }}, ns: "s"}
+	p := r.pod(runtime.Spec{Name: "a", Image: "exec", Workdir: "/w", Volume: runtime.Volume{Scratch: true}, CPUs: 1, MemoryMiB: 1024})
+	res := p.Spec.Containers[0].Resources
+	if cpu := res.Requests.Cpu().MilliValue(); 16*cpu > 1000 {
+		t.Errorf("16 idle exec sandboxes request %dm of CPU", 16*cpu)
+	}
+	if res.Limits.Cpu().MilliValue() != 1000 || res.Limits.Memory().Value() != 1<<30 || res.Requests.Memory().Value() != 128<<20 {
+		t.Errorf("resources %+v", res)
 	}
 }
