@@ -93,75 +93,76 @@ func linkToken(t *testing.T, link map[string]any) string {
 	return u.Query().Get("preview_token")
 }
 
-// TestPreviewOffAPIOriginInBrowserOnRunsc: in one real Chromium, a victim
+// TestPreviewOffAPIOriginInBrowser: in one real Chromium, a victim
 // opens globex's preview, then acme's hostile app through the path form
 // with its link's token (what links handed out before). The app's page
 // must not run on the API's origin: it cannot register a service worker
 // over the API's origin (a worker on its own origin, the control, can),
 // cannot read globex's preview, and no cookie it sets — by header or by
 // script — is one the browser sends the API.
-func TestPreviewOffAPIOriginInBrowserOnRunsc(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", map[string]any{"ttlSec": 600})
-	foreign := e.lease("globex", map[string]any{"ttlSec": 600})
-	e.startHostile("globex", foreign, id, "localhost")
-	e.startHostile("acme", id, foreign, "localhost")
-	ctx, cancel := browser(t)
-	defer cancel()
+func TestPreviewOffAPIOriginInBrowser(t *testing.T) {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		foreign := e.lease("globex", map[string]any{"ttlSec": 600})
+		e.startHostile("globex", foreign, id, "localhost")
+		e.startHostile("acme", id, foreign, "localhost")
+		ctx, cancel := browser(t)
+		defer cancel()
 
-	pathWithToken := func(org, sb string) string {
-		return e.http.URL + "/v1/sandbox/" + sb + "/ports/8000/?preview_token=" + linkToken(t, e.previewLink(org, sb, 8000, 300))
-	}
-	// The victim opens its own preview (and so holds its access).
-	if err := chromedp.Do(ctx, chromedp.Navigate(pathWithToken("globex", foreign))); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitPage(ctx, `window.done === true`, 30*time.Second); err != nil {
-		t.Fatalf("the victim's preview: %v", err)
-	}
-	// Then the attacker's.
-	if err := chromedp.Do(ctx, chromedp.Navigate(pathWithToken("acme", id))); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitPage(ctx, `window.done === true`, 30*time.Second); err != nil {
-		t.Fatalf("the app's page: %v", err)
-	}
-	r, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`window.result`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the app's page: %v", r)
-	if r["origin"] == e.http.URL {
-		t.Errorf("the app's page runs on the API's origin %s", r["origin"])
-	}
-	if !strings.HasPrefix(r["ownSW"], "http") {
-		t.Fatalf("control: the app cannot register a worker on its own origin (%q): the check below would prove nothing", r["ownSW"])
-	}
-	if !strings.HasPrefix(r["apiSW"], "refused") {
-		t.Errorf("the app registered a service worker over the API's origin: %q", r["apiSW"])
-	}
-	if strings.Contains(r["foreign"], "secret of globex") {
-		t.Errorf("the app read another org's preview: %q", r["foreign"])
-	}
-
-	// From the API's own origin: no worker there, no cookie of the app's
-	// in what the browser would send it.
-	if err := chromedp.Do(ctx, chromedp.Navigate(e.http.URL+"/healthz")); err != nil {
-		t.Fatal(err)
-	}
-	scopes, err := chromedp.Run(ctx, chromedp.Evaluate[string](`navigator.serviceWorker.getRegistrations().then(rs => rs.map(r => r.scope).join(" "))`, chromedp.EvalAwaitPromise))
-	if err != nil || scopes != "" {
-		t.Errorf("service workers on the API's origin: %q %v", scopes, err)
-	}
-	cookies, err := cookiesFor(ctx, []string{e.http.URL + "/", e.http.URL + "/v1/sandbox/" + id + "/ports/8000/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cookies {
-		if c.Name != "sandbox_preview" {
-			t.Errorf("the browser sends the API a cookie the app set: %s=%s (domain %s, path %s)", c.Name, c.Value, c.Domain, c.Path)
+		pathWithToken := func(org, sb string) string {
+			return e.http.URL + "/v1/sandbox/" + sb + "/ports/8000/?preview_token=" + linkToken(t, e.previewLink(org, sb, 8000, 300))
 		}
-	}
+		// The victim opens its own preview (and so holds its access).
+		if err := chromedp.Do(ctx, chromedp.Navigate(pathWithToken("globex", foreign))); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitPage(ctx, `window.done === true`, 30*time.Second); err != nil {
+			t.Fatalf("the victim's preview: %v", err)
+		}
+		// Then the attacker's.
+		if err := chromedp.Do(ctx, chromedp.Navigate(pathWithToken("acme", id))); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitPage(ctx, `window.done === true`, 30*time.Second); err != nil {
+			t.Fatalf("the app's page: %v", err)
+		}
+		r, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`window.result`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the app's page: %v", r)
+		if r["origin"] == e.http.URL {
+			t.Errorf("the app's page runs on the API's origin %s", r["origin"])
+		}
+		if !strings.HasPrefix(r["ownSW"], "http") {
+			t.Fatalf("control: the app cannot register a worker on its own origin (%q): the check below would prove nothing", r["ownSW"])
+		}
+		if !strings.HasPrefix(r["apiSW"], "refused") {
+			t.Errorf("the app registered a service worker over the API's origin: %q", r["apiSW"])
+		}
+		if strings.Contains(r["foreign"], "secret of globex") {
+			t.Errorf("the app read another org's preview: %q", r["foreign"])
+		}
+
+		// From the API's own origin: no worker there, no cookie of the app's
+		// in what the browser would send it.
+		if err := chromedp.Do(ctx, chromedp.Navigate(e.http.URL+"/healthz")); err != nil {
+			t.Fatal(err)
+		}
+		scopes, err := chromedp.Run(ctx, chromedp.Evaluate[string](`navigator.serviceWorker.getRegistrations().then(rs => rs.map(r => r.scope).join(" "))`, chromedp.EvalAwaitPromise))
+		if err != nil || scopes != "" {
+			t.Errorf("service workers on the API's origin: %q %v", scopes, err)
+		}
+		cookies, err := cookiesFor(ctx, []string{e.http.URL + "/", e.http.URL + "/v1/sandbox/" + id + "/ports/8000/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cookies {
+			if c.Name != "sandbox_preview" {
+				t.Errorf("the browser sends the API a cookie the app set: %s=%s (domain %s, path %s)", c.Name, c.Value, c.Domain, c.Path)
+			}
+		}
+	})
 }
 
 // TestPreviewCookieDomainInBrowserOnRunsc: with a preview domain of its
@@ -227,125 +228,127 @@ func TestPreviewCookieDomainInBrowserOnRunsc(t *testing.T) {
 	}
 }
 
-// TestPreviewPathFormOnRunsc: over HTTP, what the path form still serves
+// TestPreviewPathForm: over HTTP, what the path form still serves
 // (an API client with a key) is sandboxed and stripped of every header by
 // which an app acts on the API's origin; the host form keeps them (its
 // own origin) but makes the app's cookies host-only; a browser's
 // navigation, a request without a key, or a link's token on the path form
 // is redirected to the host form, the token along and no credential added.
-func TestPreviewPathFormOnRunsc(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", map[string]any{"ttlSec": 600})
-	e.startHostile("acme", id, id, "localhost")
-	key := http.Header{"Authorization": {"Bearer " + e.keys["acme"]}}
-	host := "8000-" + id + ".localhost:" + e.serverPort()
+func TestPreviewPathForm(t *testing.T) {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		e.startHostile("acme", id, id, "localhost")
+		key := http.Header{"Authorization": {"Bearer " + e.keys["acme"]}}
+		host := "8000-" + id + ".localhost:" + e.serverPort()
 
-	res, body := fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/8000/hostile", key)
-	if res.StatusCode != 200 || body != "<script>hostile()</script>" {
-		t.Fatalf("the path form with a key: %d %q", res.StatusCode, body)
-	}
-	if csp := res.Header.Values("Content-Security-Policy"); len(csp) != 1 || csp[0] != "sandbox" {
-		t.Errorf("the path form's Content-Security-Policy: %q", csp)
-	}
-	for k, v := range res.Header {
-		if k == "Set-Cookie" || k == "Service-Worker-Allowed" || k == "Clear-Site-Data" || strings.HasPrefix(k, "Access-Control-") {
-			t.Errorf("the path form passed the app's %s: %q", k, v)
+		res, body := fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/8000/hostile", key)
+		if res.StatusCode != 200 || body != "<script>hostile()</script>" {
+			t.Fatalf("the path form with a key: %d %q", res.StatusCode, body)
 		}
-	}
+		if csp := res.Header.Values("Content-Security-Policy"); len(csp) != 1 || csp[0] != "sandbox" {
+			t.Errorf("the path form's Content-Security-Policy: %q", csp)
+		}
+		for k, v := range res.Header {
+			if k == "Set-Cookie" || k == "Service-Worker-Allowed" || k == "Clear-Site-Data" || strings.HasPrefix(k, "Access-Control-") {
+				t.Errorf("the path form passed the app's %s: %q", k, v)
+			}
+		}
 
-	// The host form: its own origin; cookies host-only.
-	res, _ = fetchPreview(t, "GET", e.http.URL+"/hostile", http.Header{"Host": {host}, "Authorization": key["Authorization"]})
-	if res.StatusCode != 200 || res.Header.Get("Service-Worker-Allowed") != "/" || res.Header.Get("Access-Control-Allow-Origin") != "*" {
-		t.Errorf("the host form: %d %v", res.StatusCode, res.Header)
-	}
-	if got := res.Header.Values("Set-Cookie"); len(got) != 2 || got[0] != "planted=1; Path=/" || got[1] != "parent=1; Path=/" {
-		t.Errorf("the host form's cookies: %q, want both host-only", got)
-	}
+		// The host form: its own origin; cookies host-only.
+		res, _ = fetchPreview(t, "GET", e.http.URL+"/hostile", http.Header{"Host": {host}, "Authorization": key["Authorization"]})
+		if res.StatusCode != 200 || res.Header.Get("Service-Worker-Allowed") != "/" || res.Header.Get("Access-Control-Allow-Origin") != "*" {
+			t.Errorf("the host form: %d %v", res.StatusCode, res.Header)
+		}
+		if got := res.Header.Values("Set-Cookie"); len(got) != 2 || got[0] != "planted=1; Path=/" || got[1] != "parent=1; Path=/" {
+			t.Errorf("the host form's cookies: %q, want both host-only", got)
+		}
 
-	// Redirects to the host form.
-	to := "http://" + host + "/x/y%2Fz?q=1"
-	for _, c := range []struct {
-		name, method string
-		h            http.Header
-		query, want  string
-	}{
-		{"a navigation with a key", "GET", http.Header{"Authorization": key["Authorization"], "Sec-Fetch-Mode": {"navigate"}, "Sec-Fetch-Dest": {"document"}}, "q=1", to},
-		{"a frame with a key", "GET", http.Header{"Authorization": key["Authorization"], "Sec-Fetch-Dest": {"iframe"}}, "q=1", to},
-		{"a browser without fetch metadata", "GET", http.Header{"Accept": {"text/html,*/*"}}, "q=1", to},
-		{"no key", "GET", nil, "q=1", to},
-		{"no key, POST", "POST", nil, "q=1", to},
-		{"a preview cookie", "GET", http.Header{"Cookie": {"sandbox_preview=spv2.x.y"}}, "q=1", to},
-		{"a link's token, with a key", "GET", http.Header{"Authorization": key["Authorization"]}, "q=1&preview_token=spv2.x.y", to + "&preview_token=spv2.x.y"},
-	} {
-		res, body := fetchPreview(t, c.method, e.http.URL+"/v1/sandbox/"+id+"/ports/8000/x/y%2Fz?"+c.query, c.h)
-		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != c.want || len(res.Cookies()) != 0 || strings.Contains(body, "hostile") {
-			t.Errorf("%s: %d %q %v, want a 307 to %q", c.name, res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"], c.want)
+		// Redirects to the host form.
+		to := "http://" + host + "/x/y%2Fz?q=1"
+		for _, c := range []struct {
+			name, method string
+			h            http.Header
+			query, want  string
+		}{
+			{"a navigation with a key", "GET", http.Header{"Authorization": key["Authorization"], "Sec-Fetch-Mode": {"navigate"}, "Sec-Fetch-Dest": {"document"}}, "q=1", to},
+			{"a frame with a key", "GET", http.Header{"Authorization": key["Authorization"], "Sec-Fetch-Dest": {"iframe"}}, "q=1", to},
+			{"a browser without fetch metadata", "GET", http.Header{"Accept": {"text/html,*/*"}}, "q=1", to},
+			{"no key", "GET", nil, "q=1", to},
+			{"no key, POST", "POST", nil, "q=1", to},
+			{"a preview cookie", "GET", http.Header{"Cookie": {"sandbox_preview=spv2.x.y"}}, "q=1", to},
+			{"a link's token, with a key", "GET", http.Header{"Authorization": key["Authorization"]}, "q=1&preview_token=spv2.x.y", to + "&preview_token=spv2.x.y"},
+		} {
+			res, body := fetchPreview(t, c.method, e.http.URL+"/v1/sandbox/"+id+"/ports/8000/x/y%2Fz?"+c.query, c.h)
+			if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != c.want || len(res.Cookies()) != 0 || strings.Contains(body, "hostile") {
+				t.Errorf("%s: %d %q %v, want a 307 to %q", c.name, res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"], c.want)
+			}
+			if strings.Contains(res.Header.Get("Location"), e.keys["acme"]) {
+				t.Errorf("%s: the key is in the URL", c.name)
+			}
 		}
-		if strings.Contains(res.Header.Get("Location"), e.keys["acme"]) {
-			t.Errorf("%s: the key is in the URL", c.name)
+		if res, _ := fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/sb_NOTANID/ports/8000/", nil); res.StatusCode != http.StatusNotFound {
+			t.Errorf("a malformed id: %d", res.StatusCode)
 		}
-	}
-	if res, _ := fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/sb_NOTANID/ports/8000/", nil); res.StatusCode != http.StatusNotFound {
-		t.Errorf("a malformed id: %d", res.StatusCode)
-	}
+	})
 }
 
-// TestPreviewLinkDiesWithKeyOnRunsc: a link minted with a key works until
+// TestPreviewLinkDiesWithKey: a link minted with a key works until
 // that key is revoked — then its token and the cookie its first visit set
 // are refused (401) — and one
 // minted with a key that expires stops when the key does.
-func TestPreviewLinkDiesWithKeyOnRunsc(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", map[string]any{"ttlSec": 600})
-	e.startHostile("acme", id, id, "localhost")
-	host := "8000-" + id + ".localhost:" + e.serverPort()
-	secret, k, err := e.srv.Store.MintKey(t.Context(), "acme", "preview minter", store.ScopeTenant, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.keys["acme-minter"] = secret
-	tok := linkToken(t, e.previewLink("acme-minter", id, 8000, 300))
-
-	res, _ := fetchPreview(t, "GET", e.http.URL+"/headers?preview_token="+tok, http.Header{"Host": {host}})
-	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
-		t.Fatalf("the link's first visit: %d %v", res.StatusCode, res.Header["Set-Cookie"])
-	}
-	cookie := http.Header{"Host": {host}, "Cookie": {"sandbox_preview=" + res.Cookies()[0].Value}}
-	if res, body := fetchPreview(t, "GET", e.http.URL+"/secret", cookie); res.StatusCode != 200 || body != "secret of acme" {
-		t.Fatalf("the link's cookie: %d %q", res.StatusCode, body)
-	}
-
-	e.must(http.StatusOK, "DELETE", "/v1/orgs/acme/keys/"+k.ID, "system", nil)
-	for name, h := range map[string]http.Header{"the cookie": cookie, "the token": {"Host": {host}}} {
-		u := e.http.URL + "/secret"
-		if name == "the token" {
-			u += "?preview_token=" + tok
+func TestPreviewLinkDiesWithKey(t *testing.T) {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		e.startHostile("acme", id, id, "localhost")
+		host := "8000-" + id + ".localhost:" + e.serverPort()
+		secret, k, err := e.srv.Store.MintKey(t.Context(), "acme", "preview minter", store.ScopeTenant, time.Time{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		res, body := fetchPreview(t, "GET", u, h)
-		if res.StatusCode != http.StatusUnauthorized || strings.Contains(body, "secret of") || len(res.Cookies()) != 0 {
-			t.Errorf("%s after its key's revocation: %d %q", name, res.StatusCode, body)
-		}
-	}
-	// The key that is still live mints links that still work.
-	other := linkToken(t, e.previewLink("acme", id, 8000, 300))
-	if res, _ := fetchPreview(t, "GET", e.http.URL+"/secret", http.Header{"Host": {host}, "Cookie": {"sandbox_preview=" + other}}); res.StatusCode != 200 {
-		t.Errorf("a link of a live key: %d", res.StatusCode)
-	}
+		e.keys["acme-minter"] = secret
+		tok := linkToken(t, e.previewLink("acme-minter", id, 8000, 300))
 
-	// A key that expires takes its links with it.
-	secret, _, err = e.srv.Store.MintKey(t.Context(), "acme", "short", store.ScopeTenant, time.Now().Add(3*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.keys["acme-short"] = secret
-	short := http.Header{"Host": {host}, "Cookie": {"sandbox_preview=" + linkToken(t, e.previewLink("acme-short", id, 8000, 300))}}
-	if res, _ := fetchPreview(t, "GET", e.http.URL+"/secret", short); res.StatusCode != 200 {
-		t.Fatalf("a link of a key not yet expired: %d", res.StatusCode)
-	}
-	time.Sleep(3500 * time.Millisecond)
-	if res, body := fetchPreview(t, "GET", e.http.URL+"/secret", short); res.StatusCode != http.StatusUnauthorized {
-		t.Errorf("a link after its key expired: %d %q", res.StatusCode, body)
-	}
+		res, _ := fetchPreview(t, "GET", e.http.URL+"/headers?preview_token="+tok, http.Header{"Host": {host}})
+		if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
+			t.Fatalf("the link's first visit: %d %v", res.StatusCode, res.Header["Set-Cookie"])
+		}
+		cookie := http.Header{"Host": {host}, "Cookie": {"sandbox_preview=" + res.Cookies()[0].Value}}
+		if res, body := fetchPreview(t, "GET", e.http.URL+"/secret", cookie); res.StatusCode != 200 || body != "secret of acme" {
+			t.Fatalf("the link's cookie: %d %q", res.StatusCode, body)
+		}
+
+		e.must(http.StatusOK, "DELETE", "/v1/orgs/acme/keys/"+k.ID, "system", nil)
+		for name, h := range map[string]http.Header{"the cookie": cookie, "the token": {"Host": {host}}} {
+			u := e.http.URL + "/secret"
+			if name == "the token" {
+				u += "?preview_token=" + tok
+			}
+			res, body := fetchPreview(t, "GET", u, h)
+			if res.StatusCode != http.StatusUnauthorized || strings.Contains(body, "secret of") || len(res.Cookies()) != 0 {
+				t.Errorf("%s after its key's revocation: %d %q", name, res.StatusCode, body)
+			}
+		}
+		// The key that is still live mints links that still work.
+		other := linkToken(t, e.previewLink("acme", id, 8000, 300))
+		if res, _ := fetchPreview(t, "GET", e.http.URL+"/secret", http.Header{"Host": {host}, "Cookie": {"sandbox_preview=" + other}}); res.StatusCode != 200 {
+			t.Errorf("a link of a live key: %d", res.StatusCode)
+		}
+
+		// A key that expires takes its links with it.
+		secret, _, err = e.srv.Store.MintKey(t.Context(), "acme", "short", store.ScopeTenant, time.Now().Add(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.keys["acme-short"] = secret
+		short := http.Header{"Host": {host}, "Cookie": {"sandbox_preview=" + linkToken(t, e.previewLink("acme-short", id, 8000, 300))}}
+		if res, _ := fetchPreview(t, "GET", e.http.URL+"/secret", short); res.StatusCode != 200 {
+			t.Fatalf("a link of a key not yet expired: %d", res.StatusCode)
+		}
+		time.Sleep(3500 * time.Millisecond)
+		if res, body := fetchPreview(t, "GET", e.http.URL+"/secret", short); res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("a link after its key expired: %d %q", res.StatusCode, body)
+		}
+	})
 }
 
 // cookiesFor is every cookie the browser would send to urls.

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sandboxd/sandbox/internal/preview"
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/service"
 )
@@ -104,7 +105,7 @@ func (e *env) waitListening(org, id string, port int) {
 	e.t.Fatalf("nothing answered on port %d of %s", port, id)
 }
 
-// TestPreviewInBrowserOnRunsc: a dev server inside a sandbox, opened in a
+// TestPreviewInBrowser: a dev server inside a sandbox, opened in a
 // real Chromium through a preview link — its host-form URL, and the path
 // form with the token (as links were before they were host-form only),
 // which lands on the host form: the page loads, the link's token is gone
@@ -112,72 +113,73 @@ func (e *env) waitListening(org, id string, port int) {
 // reach), a live-reload WebSocket opens, stays up and echoes, the app sees
 // its own cookie but never the preview's, and a reload works on the
 // cookie alone.
-func TestPreviewInBrowserOnRunsc(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", map[string]any{"ttlSec": 600})
-	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", devServer}})
-	e.waitListening("acme", id, 8000)
-	ctx, cancel := browser(t)
-	defer cancel()
+func TestPreviewInBrowser(t *testing.T) {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", devServer}})
+		e.waitListening("acme", id, 8000)
+		ctx, cancel := browser(t)
+		defer cancel()
 
-	link := e.previewLink("acme", id, 8000, 300)
-	hostURL, pathURL := link["url"].(string), link["pathUrl"].(string)
-	wantHost := "http://8000-" + id + ".localhost:" + e.serverPort() + "/?preview_token="
-	if !strings.HasPrefix(hostURL, wantHost) || pathURL != e.http.URL+"/v1/sandbox/"+id+"/ports/8000/" {
-		t.Fatalf("link URLs: %q %q", hostURL, pathURL)
-	}
-	hostAfter := "http://8000-" + id + ".localhost:" + e.serverPort() + "/"
-	for _, form := range []struct{ name, url, after string }{
-		{"host form", hostURL, hostAfter},
-		{"path form", pathURL + "?" + hostURL[strings.Index(hostURL, "?")+1:], hostAfter},
-	} {
-		t.Run(form.name, func(t *testing.T) {
-			step := func(what string, err error) {
-				t.Helper()
-				if err != nil {
-					text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML + " " + JSON.stringify(window.state || null)`))
-					t.Fatalf("%s: %v (page: %.600s)", what, err, text)
+		link := e.previewLink("acme", id, 8000, 300)
+		hostURL, pathURL := link["url"].(string), link["pathUrl"].(string)
+		wantHost := "http://8000-" + id + ".localhost:" + e.serverPort() + "/?preview_token="
+		if !strings.HasPrefix(hostURL, wantHost) || pathURL != e.http.URL+"/v1/sandbox/"+id+"/ports/8000/" {
+			t.Fatalf("link URLs: %q %q", hostURL, pathURL)
+		}
+		hostAfter := "http://8000-" + id + ".localhost:" + e.serverPort() + "/"
+		for _, form := range []struct{ name, url, after string }{
+			{"host form", hostURL, hostAfter},
+			{"path form", pathURL + "?" + hostURL[strings.Index(hostURL, "?")+1:], hostAfter},
+		} {
+			t.Run(form.name, func(t *testing.T) {
+				step := func(what string, err error) {
+					t.Helper()
+					if err != nil {
+						text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML + " " + JSON.stringify(window.state || null)`))
+						t.Fatalf("%s: %v (page: %.600s)", what, err, text)
+					}
 				}
-			}
-			step("navigate", chromedp.Do(ctx, chromedp.Navigate(form.url)))
-			step("page and socket", waitPage(ctx, `window.state && state.open && state.echoes.includes("reload?") && window.seen !== undefined`, 30*time.Second))
-			loc, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href`))
-			if loc != form.after {
-				t.Errorf("after the first visit the page is at %q, want %q (the token dropped)", loc, form.after)
-			}
-			if c, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.cookie`)); strings.Contains(c, "sandbox_preview") || strings.Contains(c, "spv") {
-				t.Errorf("the page's script reads the preview cookie: %q", c)
-			}
-			seen, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`window.seen`))
-			if strings.Contains(seen, "sandbox_preview") || strings.Contains(seen, "spv") || strings.Contains(strings.ToLower(seen), "authorization") {
-				t.Errorf("the app saw the preview's credential: %q", seen)
-			}
-			// The socket stays up across a pause and keeps echoing.
-			time.Sleep(2 * time.Second)
-			_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(ws.send("again"), true)`))
-			step("send again", err)
-			step("second echo", waitPage(ctx, `state.echoes.includes("again") && !state.closed`, 15*time.Second))
-			// A reload carries no token: the cookie alone admits it.
-			step("reload", chromedp.Do(ctx, chromedp.Navigate(form.after)))
-			step("page after reload", waitPage(ctx, `window.state && state.open && document.getElementById("h").textContent === "hello from the sandbox" && window.seen !== undefined`, 30*time.Second))
-			seen, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`window.seen`))
-			if !strings.Contains(seen, "app=kept") {
-				t.Errorf("the app's own cookie did not reach it: %q", seen)
-			}
-			if strings.Contains(seen, "spv") {
-				t.Errorf("the app saw the preview cookie after a reload: %q", seen)
-			}
-		})
-	}
+				step("navigate", chromedp.Do(ctx, chromedp.Navigate(form.url)))
+				step("page and socket", waitPage(ctx, `window.state && state.open && state.echoes.includes("reload?") && window.seen !== undefined`, 30*time.Second))
+				loc, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href`))
+				if loc != form.after {
+					t.Errorf("after the first visit the page is at %q, want %q (the token dropped)", loc, form.after)
+				}
+				if c, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.cookie`)); strings.Contains(c, "sandbox_preview") || strings.Contains(c, "spv") {
+					t.Errorf("the page's script reads the preview cookie: %q", c)
+				}
+				seen, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`window.seen`))
+				if strings.Contains(seen, "sandbox_preview") || strings.Contains(seen, "spv") || strings.Contains(strings.ToLower(seen), "authorization") {
+					t.Errorf("the app saw the preview's credential: %q", seen)
+				}
+				// The socket stays up across a pause and keeps echoing.
+				time.Sleep(2 * time.Second)
+				_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(ws.send("again"), true)`))
+				step("send again", err)
+				step("second echo", waitPage(ctx, `state.echoes.includes("again") && !state.closed`, 15*time.Second))
+				// A reload carries no token: the cookie alone admits it.
+				step("reload", chromedp.Do(ctx, chromedp.Navigate(form.after)))
+				step("page after reload", waitPage(ctx, `window.state && state.open && document.getElementById("h").textContent === "hello from the sandbox" && window.seen !== undefined`, 30*time.Second))
+				seen, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`window.seen`))
+				if !strings.Contains(seen, "app=kept") {
+					t.Errorf("the app's own cookie did not reach it: %q", seen)
+				}
+				if strings.Contains(seen, "spv") {
+					t.Errorf("the app saw the preview cookie after a reload: %q", seen)
+				}
+			})
+		}
 
-	// A browser with no link gets the server's page, not the app.
-	step := chromedp.Do(ctx, chromedp.Navigate("http://8000-"+id+".localhost:"+e.serverPort()+"/?preview_token=spv2.forged.x"))
-	if step != nil {
-		t.Fatal(step)
-	}
-	if err := waitPage(ctx, `document.title.startsWith("401")`, 10*time.Second); err != nil {
-		t.Errorf("a forged link in a browser: %v", err)
-	}
+		// A browser with no link gets the server's page, not the app.
+		step := chromedp.Do(ctx, chromedp.Navigate("http://8000-"+id+".localhost:"+e.serverPort()+"/?preview_token=spv2.forged.x"))
+		if step != nil {
+			t.Fatal(step)
+		}
+		if err := waitPage(ctx, `document.title.startsWith("401")`, 10*time.Second); err != nil {
+			t.Errorf("a forged link in a browser: %v", err)
+		}
+	})
 }
 
 // fetchPreview sends one request with no client-side redirects.
@@ -202,7 +204,7 @@ func fetchPreview(t *testing.T, method, u string, h http.Header) (*http.Response
 	return res, string(b)
 }
 
-// TestPreviewLinksOnRunsc: a link's first visit on the host form sets a
+// TestPreviewLinks: a link's first visit on the host form sets a
 // host-only cookie and redirects to the URL without the token; the cookie
 // then admits host-form requests; on the path form a token is sent on to
 // the host form and a cookie admits nothing; an expired, altered,
@@ -210,163 +212,166 @@ func fetchPreview(t *testing.T, method, u string, h http.Header) (*http.Response
 // a sandbox that is not the link's org's), and so is every link once the
 // sandbox ends. Neither the key nor the preview cookie reaches the app; a
 // stopped listener is a 502 (a page for a browser, JSON otherwise).
-func TestPreviewLinksOnRunsc(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", map[string]any{"ttlSec": 600})
-	other := e.lease("acme", map[string]any{"ttlSec": 600})
-	foreign := e.lease("globex", map[string]any{"ttlSec": 600})
-	srv := e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", echoServer}})
-	e.waitListening("acme", id, 8001)
-	host := "8001-" + id + ".localhost:" + e.serverPort()
-	link := e.previewLink("acme", id, 8001, 300)
-	tok := strings.TrimPrefix(link["url"].(string), "http://"+host+"/?preview_token=")
-	if !strings.HasPrefix(tok, "spv2.") {
-		t.Fatalf("link: %v", link)
-	}
-	if exp := int64(link["expiresAt"].(float64)); exp < time.Now().Add(290*time.Second).Unix() || exp > time.Now().Add(301*time.Second).Unix() {
-		t.Errorf("expiresAt %d for a ttl of 300 s", exp)
-	}
-
-	// The first visit, in each form: a cookie for that preview, and a
-	// redirect that keeps the other query parameters.
-	res, _ := fetchPreview(t, "GET", e.http.URL+"/some/page?q=1&preview_token="+tok, http.Header{"Host": {host}})
-	c := res.Cookies()
-	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/some/page?q=1" || len(c) != 1 {
-		t.Fatalf("host form's first visit: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
-	}
-	if c[0].Name != "sandbox_preview" || !c[0].HttpOnly || c[0].SameSite != http.SameSiteLaxMode || c[0].Path != "/" || c[0].Domain != "" || c[0].Expires.Unix() != int64(link["expiresAt"].(float64)) {
-		t.Errorf("host form's cookie: %+v", c[0])
-	}
-	cookie := c[0].Name + "=" + c[0].Value
-	res, _ = fetchPreview(t, "GET", e.http.URL+"/v1/sandboxes/"+id+"/ports/8001/x?preview_token="+tok, nil)
-	if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://"+host+"/x?preview_token="+tok || len(res.Cookies()) != 0 {
-		t.Errorf("path form with a token: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
-	}
-
-	// The cookie admits; the app sees neither it nor a key, but its own
-	// cookies.
-	res, body := fetchPreview(t, "GET", e.http.URL+"/some/page?q=1", http.Header{"Host": {host}, "Cookie": {"app=1; " + cookie}})
-	if res.StatusCode != 200 || !strings.HasPrefix(body, "GET /some/page?q=1 HTTP/1.1\n") || !strings.Contains(body, "Cookie: app=1\n") || strings.Contains(body, "spv") {
-		t.Errorf("with the cookie, host form: %d %q", res.StatusCode, body)
-	}
-	res, body = fetchPreview(t, "GET", e.http.URL+"/", http.Header{"Host": {host}, "Authorization": {"Bearer " + e.keys["acme"]}})
-	if res.StatusCode != 200 || strings.Contains(strings.ToLower(body), "authorization") || strings.Contains(body, e.keys["acme"]) {
-		t.Errorf("with the key, host form: %d %q", res.StatusCode, body)
-	}
-	res, body = fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/8001/p", http.Header{"Cookie": {cookie}})
-	if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://"+host+"/p" || strings.Contains(body, "GET /p") {
-		t.Errorf("with the cookie, path form: %d %q", res.StatusCode, body)
-	}
-
-	// Refusals.
-	key, err := preview.LoadKey(e.data) // the server's own secret, to forge what only a leak could
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig := tok[strings.LastIndex(tok, ".")+1:]
-	altered := tok[:strings.LastIndex(tok, ".")+1] + strings.Map(func(r rune) rune {
-		if r == 'A' {
-			return 'B'
+func TestPreviewLinks(t *testing.T) {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		other := e.lease("acme", map[string]any{"ttlSec": 600})
+		foreign := e.lease("globex", map[string]any{"ttlSec": 600})
+		srv := e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", echoServer}})
+		e.waitListening("acme", id, 8001)
+		host := "8001-" + id + ".localhost:" + e.serverPort()
+		link := e.previewLink("acme", id, 8001, 300)
+		tok := strings.TrimPrefix(link["url"].(string), "http://"+host+"/?preview_token=")
+		if !strings.HasPrefix(tok, "spv2.") {
+			t.Fatalf("link: %v", link)
 		}
-		return 'A'
-	}, sig[:1]) + sig[1:]
-	for _, c := range []struct {
-		name string
-		url  string
-		host string
-		want int
-	}{
-		{"no credential", e.http.URL + "/", host, 401},
-		{"expired", e.http.URL + "/?preview_token=" + key.Mint(preview.Claims{Org: "acme", ID: id, Port: 8001, Expires: time.Now().Add(-time.Second)}), host, 401},
-		{"altered", e.http.URL + "/?preview_token=" + altered, host, 401},
-		{"another port", e.http.URL + "/?preview_token=" + tok, "8002-" + id + ".localhost", 401},
-		{"another sandbox", e.http.URL + "/?preview_token=" + tok, "8001-" + other + ".localhost", 401},
-		{"another org's sandbox", e.http.URL + "/?preview_token=" + tok, "8001-" + foreign + ".localhost", 401},
-		{"signed for an org the sandbox is not of", e.http.URL + "/?preview_token=" + key.Mint(preview.Claims{Org: "globex", ID: id, Port: 8001, Expires: time.Now().Add(time.Minute)}), host, 404},
-	} {
-		res, body := fetchPreview(t, "GET", c.url, http.Header{"Host": {c.host}})
-		if res.StatusCode != c.want || len(res.Cookies()) != 0 || strings.Contains(body, "GET /") {
-			t.Errorf("%s: %d %v %q, want %d", c.name, res.StatusCode, res.Header["Set-Cookie"], body, c.want)
+		if exp := int64(link["expiresAt"].(float64)); exp < time.Now().Add(290*time.Second).Unix() || exp > time.Now().Add(301*time.Second).Unix() {
+			t.Errorf("expiresAt %d for a ttl of 300 s", exp)
 		}
-	}
-	if r := e.do("POST", "/v1/sandbox/"+id+"/ports/8001/link", "globex", nil); r.Status != http.StatusNotFound {
-		t.Errorf("another org mints a link to acme's sandbox: %d", r.Status)
-	}
-	if r := e.do("POST", "/v1/sandbox/"+id+"/ports/8001/link", "acme", map[string]any{"ttlSec": -1}); r.Status != http.StatusBadRequest {
-		t.Errorf("a negative ttl: %d", r.Status)
-	}
-	if l := e.previewLink("acme", id, 8001, 10*86400); int64(l["expiresAt"].(float64)) > time.Now().Add(601*time.Second).Unix() {
-		t.Errorf("a link outlives its lease: %v", l["expiresAt"])
-	}
 
-	// A listener that stops: 502 at once, a page for a browser.
-	e.must(http.StatusOK, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/signal", id, srv.Pid), "acme", map[string]any{"signal": "KILL"})
-	e.waitProcess("acme", id, srv.Pid)
-	res, body = fetchPreview(t, "GET", e.http.URL+"/", http.Header{"Host": {host}, "Cookie": {cookie}, "Accept": {"text/html,application/xhtml+xml"}})
-	if res.StatusCode != http.StatusBadGateway || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") || !strings.Contains(body, "nothing listens on port 8001") {
-		t.Errorf("a stopped listener, in a browser: %d %q %q", res.StatusCode, res.Header.Get("Content-Type"), body)
-	}
-	res, body = fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/8001/", http.Header{"Authorization": {"Bearer " + e.keys["acme"]}})
-	var msg map[string]string
-	if res.StatusCode != http.StatusBadGateway || json.Unmarshal([]byte(body), &msg) != nil || !strings.Contains(msg["error"], "nothing listens on port 8001") {
-		t.Errorf("a stopped listener, to an API caller: %d %q", res.StatusCode, body)
-	}
+		// The first visit, in each form: a cookie for that preview, and a
+		// redirect that keeps the other query parameters.
+		res, _ := fetchPreview(t, "GET", e.http.URL+"/some/page?q=1&preview_token="+tok, http.Header{"Host": {host}})
+		c := res.Cookies()
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/some/page?q=1" || len(c) != 1 {
+			t.Fatalf("host form's first visit: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
+		}
+		if c[0].Name != "sandbox_preview" || !c[0].HttpOnly || c[0].SameSite != http.SameSiteLaxMode || c[0].Path != "/" || c[0].Domain != "" || c[0].Expires.Unix() != int64(link["expiresAt"].(float64)) {
+			t.Errorf("host form's cookie: %+v", c[0])
+		}
+		cookie := c[0].Name + "=" + c[0].Value
+		res, _ = fetchPreview(t, "GET", e.http.URL+"/v1/sandboxes/"+id+"/ports/8001/x?preview_token="+tok, nil)
+		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://"+host+"/x?preview_token="+tok || len(res.Cookies()) != 0 {
+			t.Errorf("path form with a token: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
+		}
 
-	// Ending the sandbox revokes its links.
-	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-	if res, _ := fetchPreview(t, "GET", e.http.URL+"/", http.Header{"Host": {host}, "Cookie": {cookie}}); res.StatusCode != http.StatusNotFound {
-		t.Errorf("a link after the end: %d", res.StatusCode)
-	}
+		// The cookie admits; the app sees neither it nor a key, but its own
+		// cookies.
+		res, body := fetchPreview(t, "GET", e.http.URL+"/some/page?q=1", http.Header{"Host": {host}, "Cookie": {"app=1; " + cookie}})
+		if res.StatusCode != 200 || !strings.HasPrefix(body, "GET /some/page?q=1 HTTP/1.1\n") || !strings.Contains(body, "Cookie: app=1\n") || strings.Contains(body, "spv") {
+			t.Errorf("with the cookie, host form: %d %q", res.StatusCode, body)
+		}
+		res, body = fetchPreview(t, "GET", e.http.URL+"/", http.Header{"Host": {host}, "Authorization": {"Bearer " + e.keys["acme"]}})
+		if res.StatusCode != 200 || strings.Contains(strings.ToLower(body), "authorization") || strings.Contains(body, e.keys["acme"]) {
+			t.Errorf("with the key, host form: %d %q", res.StatusCode, body)
+		}
+		res, body = fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/8001/p", http.Header{"Cookie": {cookie}})
+		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://"+host+"/p" || strings.Contains(body, "GET /p") {
+			t.Errorf("with the cookie, path form: %d %q", res.StatusCode, body)
+		}
+
+		// Refusals.
+		key, err := preview.LoadKey(e.data) // the server's own secret, to forge what only a leak could
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig := tok[strings.LastIndex(tok, ".")+1:]
+		altered := tok[:strings.LastIndex(tok, ".")+1] + strings.Map(func(r rune) rune {
+			if r == 'A' {
+				return 'B'
+			}
+			return 'A'
+		}, sig[:1]) + sig[1:]
+		for _, c := range []struct {
+			name string
+			url  string
+			host string
+			want int
+		}{
+			{"no credential", e.http.URL + "/", host, 401},
+			{"expired", e.http.URL + "/?preview_token=" + key.Mint(preview.Claims{Org: "acme", ID: id, Port: 8001, Expires: time.Now().Add(-time.Second)}), host, 401},
+			{"altered", e.http.URL + "/?preview_token=" + altered, host, 401},
+			{"another port", e.http.URL + "/?preview_token=" + tok, "8002-" + id + ".localhost", 401},
+			{"another sandbox", e.http.URL + "/?preview_token=" + tok, "8001-" + other + ".localhost", 401},
+			{"another org's sandbox", e.http.URL + "/?preview_token=" + tok, "8001-" + foreign + ".localhost", 401},
+			{"signed for an org the sandbox is not of", e.http.URL + "/?preview_token=" + key.Mint(preview.Claims{Org: "globex", ID: id, Port: 8001, Expires: time.Now().Add(time.Minute)}), host, 404},
+		} {
+			res, body := fetchPreview(t, "GET", c.url, http.Header{"Host": {c.host}})
+			if res.StatusCode != c.want || len(res.Cookies()) != 0 || strings.Contains(body, "GET /") {
+				t.Errorf("%s: %d %v %q, want %d", c.name, res.StatusCode, res.Header["Set-Cookie"], body, c.want)
+			}
+		}
+		if r := e.do("POST", "/v1/sandbox/"+id+"/ports/8001/link", "globex", nil); r.Status != http.StatusNotFound {
+			t.Errorf("another org mints a link to acme's sandbox: %d", r.Status)
+		}
+		if r := e.do("POST", "/v1/sandbox/"+id+"/ports/8001/link", "acme", map[string]any{"ttlSec": -1}); r.Status != http.StatusBadRequest {
+			t.Errorf("a negative ttl: %d", r.Status)
+		}
+		if l := e.previewLink("acme", id, 8001, 10*86400); int64(l["expiresAt"].(float64)) > time.Now().Add(601*time.Second).Unix() {
+			t.Errorf("a link outlives its lease: %v", l["expiresAt"])
+		}
+
+		// A listener that stops: 502 at once, a page for a browser.
+		e.must(http.StatusOK, "POST", fmt.Sprintf("/v1/sandbox/%s/processes/%d/signal", id, srv.Pid), "acme", map[string]any{"signal": "KILL"})
+		e.waitProcess("acme", id, srv.Pid)
+		res, body = fetchPreview(t, "GET", e.http.URL+"/", http.Header{"Host": {host}, "Cookie": {cookie}, "Accept": {"text/html,application/xhtml+xml"}})
+		if res.StatusCode != http.StatusBadGateway || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") || !strings.Contains(body, "nothing listens on port 8001") {
+			t.Errorf("a stopped listener, in a browser: %d %q %q", res.StatusCode, res.Header.Get("Content-Type"), body)
+		}
+		res, body = fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/8001/", http.Header{"Authorization": {"Bearer " + e.keys["acme"]}})
+		var msg map[string]string
+		if res.StatusCode != http.StatusBadGateway || json.Unmarshal([]byte(body), &msg) != nil || !strings.Contains(msg["error"], "nothing listens on port 8001") {
+			t.Errorf("a stopped listener, to an API caller: %d %q", res.StatusCode, body)
+		}
+
+		// Ending the sandbox revokes its links.
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+		if res, _ := fetchPreview(t, "GET", e.http.URL+"/", http.Header{"Host": {host}, "Cookie": {cookie}}); res.StatusCode != http.StatusNotFound {
+			t.Errorf("a link after the end: %d", res.StatusCode)
+		}
+	})
 }
 
-// TestPreviewWakesOnRunsc: a preview is use of the sandbox — it stamps
+// TestPreviewWakes: a preview is use of the sandbox — it stamps
 // lastUsedAt (what the idle sleep reads) and wakes a sleeping sandbox, the
 // server inside answering again from the memory the sleep kept.
-func TestPreviewWakesOnRunsc(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", map[string]any{"ttlSec": 600})
-	e.sh("acme", id, "echo awake > hello.txt")
-	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
-	e.waitListening("acme", id, 8000)
-	before := int64(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["lastUsedAt"].(float64))
-	time.Sleep(1100 * time.Millisecond) // lastUsedAt is in seconds
-	link := e.previewLink("acme", id, 8000, 300)
-	tok := link["url"].(string)[strings.Index(link["url"].(string), "preview_token=")+len("preview_token="):]
-	cookie := http.Header{"Cookie": {"sandbox_preview=" + tok}, "Host": {"8000-" + id + ".localhost"}}
-	if res, body := fetchPreview(t, "GET", e.http.URL+"/hello.txt", cookie); res.StatusCode != 200 || body != "awake\n" {
-		t.Fatalf("through the link: %d %q", res.StatusCode, body)
-	}
-	if after := int64(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["lastUsedAt"].(float64)); after <= before {
-		t.Errorf("a preview did not stamp lastUsedAt: %d then %d", before, after)
-	}
-
-	// The relay of the last request ends just after its answer; until
-	// then it is work in flight, which a sleep waits for.
-	var r resp
-	for range 50 {
-		if r = e.do("POST", "/v1/sandbox/"+id+"/pause", "acme", nil); r.Status != http.StatusConflict {
-			break
+func TestPreviewWakes(t *testing.T) {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"ttlSec": 600})
+		e.sh("acme", id, "echo awake > hello.txt")
+		e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
+		e.waitListening("acme", id, 8000)
+		before := int64(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["lastUsedAt"].(float64))
+		time.Sleep(1100 * time.Millisecond) // lastUsedAt is in seconds
+		link := e.previewLink("acme", id, 8000, 300)
+		tok := link["url"].(string)[strings.Index(link["url"].(string), "preview_token=")+len("preview_token="):]
+		cookie := http.Header{"Cookie": {"sandbox_preview=" + tok}, "Host": {"8000-" + id + ".localhost"}}
+		if res, body := fetchPreview(t, "GET", e.http.URL+"/hello.txt", cookie); res.StatusCode != 200 || body != "awake\n" {
+			t.Fatalf("through the link: %d %q", res.StatusCode, body)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	slept := r.JSON(t)
-	if r.Status != 200 || slept["status"] != "sleeping" {
-		t.Fatalf("pause: %d %v", r.Status, slept)
-	}
-	res, body := fetchPreview(t, "GET", e.http.URL+"/hello.txt", cookie)
-	sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
-	if sb["status"] != "running" {
-		t.Fatalf("a preview of a sleeping sandbox left it %v", sb["status"])
-	}
-	// gVisor checkpoints a sleeping sandbox (TestSleepAndWake): the server
-	// inside comes back with the memory and answers the preview that woke
-	// it. A 502 here would be a sleep that lost the memory.
-	if slept["memoryKept"] != true {
-		t.Errorf("the sleep did not keep the memory: %v", slept)
-	}
-	if res.StatusCode != 200 || body != "awake\n" {
-		t.Errorf("the preview that woke the sandbox: %d %q, want the server inside to answer", res.StatusCode, body)
-	}
+		if after := int64(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["lastUsedAt"].(float64)); after <= before {
+			t.Errorf("a preview did not stamp lastUsedAt: %d then %d", before, after)
+		}
+
+		// The relay of the last request ends just after its answer; until
+		// then it is work in flight, which a sleep waits for.
+		var r resp
+		for range 50 {
+			if r = e.do("POST", "/v1/sandbox/"+id+"/pause", "acme", nil); r.Status != http.StatusConflict {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		slept := r.JSON(t)
+		if r.Status != 200 || slept["status"] != "sleeping" {
+			t.Fatalf("pause: %d %v", r.Status, slept)
+		}
+		res, body := fetchPreview(t, "GET", e.http.URL+"/hello.txt", cookie)
+		sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
+		if sb["status"] != "running" {
+			t.Fatalf("a preview of a sleeping sandbox left it %v", sb["status"])
+		}
+		e.need(t, runtime.CapCheckpoint, "the server inside answers the preview that woke it only where the sleep kept its memory")
+		// gVisor checkpoints a sleeping sandbox (TestSleepAndWake): the server
+		// inside comes back with the memory and answers the preview that woke
+		// it. A 502 here would be a sleep that lost the memory.
+		if slept["memoryKept"] != true {
+			t.Errorf("the sleep did not keep the memory: %v", slept)
+		}
+		if res.StatusCode != 200 || body != "awake\n" {
+			t.Errorf("the preview that woke the sandbox: %d %q, want the server inside to answer", res.StatusCode, body)
+		}
+	})
 }
 
 // TestPreviewPublicOnRunsc: a lease asking for public ports is refused
