@@ -91,6 +91,10 @@ type Object struct {
 	Labels  map[string]string
 	Created time.Time
 	Running bool
+	// MemoryKept says the object started from another's memory: a fork
+	// that went on from its original's processes (a backend whose Fork
+	// copies only files leaves it false).
+	MemoryKept bool
 }
 
 // Ref names one object precisely: by name and by identity.
@@ -213,7 +217,9 @@ type Forker interface {
 	// Fork creates the object spec describes from the memory of the
 	// running object ref at this instant — and, when spec's volume is a
 	// project volume (which must not exist yet), from a copy of ref's
-	// volume of the same instant — while ref runs on.
+	// volume of the same instant — while ref runs on. A backend that
+	// cannot copy memory copies the workdir's files and says so
+	// (Object.MemoryKept false).
 	Fork(ctx context.Context, ref Ref, spec Spec) (Object, error)
 }
 

@@ -27,6 +27,9 @@ type Sandbox struct {
 	Error      string
 	// Woken says this call woke the sandbox from sleep.
 	Woken bool
+	// Forked says this call made the sandbox as a fork (MemoryKept says
+	// whether it went on from its original's memory or files only).
+	Forked bool
 	// MemoryKept says a sleeping sandbox's memory is checkpointed and will
 	// come back on wake.
 	MemoryKept bool
@@ -93,7 +96,7 @@ func (sb *Sandbox) Object() *Object {
 	if sb.Project != "" {
 		o.Volume = sb.Volume
 	}
-	if sb.Woken || sb.Status == StatusSleeping {
+	if sb.Woken || sb.Forked || sb.Status == StatusSleeping {
 		kept := sb.MemoryKept
 		o.MemoryKept = &kept
 	}

@@ -16,7 +16,9 @@ type ForkRequest = wire.ForkRequest
 // Fork leases a new sandbox of the same org, class and image that goes on
 // from sandbox id's memory and files at this instant — its processes, its
 // in-memory files and, for a project sandbox, a copy of its volume under
-// a new project — while id runs on. It passes every check a lease does
+// a new project — while id runs on. Where the backend cannot copy memory
+// (a pod), the fork gets the workdir's files only, and says memoryKept
+// false. It passes every check a lease does
 // (quotas, fee, headroom) and is then a lease like any other: listed,
 // billed, renewed, reaped. Its background processes' records are copied.
 func (s *Service) Fork(ctx context.Context, id string, req ForkRequest) (*sandbox.Sandbox, error) {
@@ -51,6 +53,12 @@ func (s *Service) Fork(ctx context.Context, id string, req ForkRequest) (*sandbo
 	}
 	if err != nil {
 		return nil, err
+	}
+	// The processes' records go with the memory that runs them: a fork of
+	// files only has none of them running.
+	if !sb.MemoryKept {
+		s.log.Info("sandbox forked (files only: the backend copies no memory)", "sandbox", sb.ID, "from", src.ID)
+		return sb, nil
 	}
 	if recs, err := s.d.Store.Processes(ctx, src.ID); err == nil {
 		for _, r := range recs {

@@ -266,6 +266,9 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		return nil, err
 	}
 	charged = false
+	if from != nil {
+		sb.Forked, sb.MemoryKept = true, obj.MemoryKept
+	}
 	if from == nil && (sb.Project == "" || newProject) { // never over a project's files
 		if err := s.seed(recordCtx, sb); err != nil {
 			log.Warn("the image's workdir was not copied in", "err", err)

@@ -20,7 +20,14 @@ import (
 // from cfg.
 func onBackends(t *testing.T, cfg server.Config, f func(t *testing.T, e *env)) {
 	t.Helper()
-	t.Run("gvisor", func(t *testing.T) { f(t, newEnvConfig(t, cfg)) })
+	onBackendsWith(t, cfg, nil, f)
+}
+
+// onBackendsWith is onBackends for a case that needs class images beyond
+// exec (the cluster has them all, imported by scripts/test.sh).
+func onBackendsWith(t *testing.T, cfg server.Config, images []string, f func(t *testing.T, e *env)) {
+	t.Helper()
+	t.Run("gvisor", func(t *testing.T) { f(t, newEnvConfig(t, cfg, images...)) })
 	t.Run("kube", func(t *testing.T) {
 		kc := cfg
 		kc.Kube.RunnerImage = runnerImage(t)

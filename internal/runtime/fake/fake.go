@@ -225,7 +225,9 @@ func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, spec runtime.Spec) 
 	if err != nil {
 		return runtime.Object{}, err
 	}
-	return r.Create(ctx, spec)
+	obj, err := r.Create(ctx, spec)
+	obj.MemoryKept = err == nil // as gVisor's: from the original's memory
+	return obj, err
 }
 
 // The fake is no runtime.Differ: it has no root filesystem to tell of.

@@ -503,7 +503,9 @@ func (r *Runtime) Fork(ctx context.Context, ref runtime.Ref, spec runtime.Spec) 
 		}
 		return runtime.Object{}, errors.Join(err, cleanup)
 	}
-	return m.object(), nil
+	obj := m.object()
+	obj.MemoryKept = true // restored from the original's checkpoint
+	return obj, nil
 }
 
 // forkPrefix names the checkpoints of forks in flight; one found at a
