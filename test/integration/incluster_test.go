@@ -470,6 +470,27 @@ func TestHelmInCluster(t *testing.T) {
 			t.Errorf("the SDK's image cases skipped with a registry given")
 		}
 	})
+	t.Run("js-suite", func(t *testing.T) {
+		node, err := exec.LookPath("node")
+		if err != nil {
+			testenv.Missing(t, testenv.GVisor, "node (scripts/deps.sh installs nodejs for the tests)")
+		}
+		args := []string{"--test", "../../sdk/js/test/"}
+		if exec.Command(node, "-e", "process.exit(typeof WebSocket === 'undefined' ? 1 : 0)").Run() != nil {
+			args = append([]string{"--experimental-websocket"}, args...)
+		}
+		cmd := exec.Command(node, args...)
+		cmd.Env = append(os.Environ(), "SANDBOX_URL="+url, "SANDBOX_KEY="+e.keys["suite"], "NODE_NO_WARNINGS=1",
+			"SANDBOX_TEST_IMAGE_REF="+imageRef)
+		out, err := cmd.CombinedOutput()
+		t.Logf("node --test against %s:\n%s", url, out)
+		if err != nil {
+			t.Fatalf("node --test: %v", err)
+		}
+		if bytes.Contains(out, []byte("SANDBOX_TEST_IMAGE_REF is unset")) {
+			t.Errorf("the SDK's image cases skipped with a registry given")
+		}
+	})
 	// What the suite left running (a sandbox a test leaves to its TTL) is
 	// ended, so that the cluster holds the leases below and nothing else.
 	for _, s := range e.must(http.StatusOK, "GET", "/v1/sandbox", "suite", nil).JSON(t)["sandboxes"].([]any) {

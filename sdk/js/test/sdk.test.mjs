@@ -167,7 +167,13 @@ test("background processes and fork", async () => {
     try {
       assert.notEqual(fork.id, sbx.id);
       assert.deepEqual(fork.info.metadata, { side: "fork" });
-      assert.equal((await fork.process(sleeper.pid)).status, "running");
+      if (fork.info.memoryKept) {
+        assert.equal((await fork.process(sleeper.pid)).status, "running");
+      } else {
+        // Files only (a pod's memory is not copied): the fork says so and has none of the original's processes.
+        assert.equal(fork.info.memoryKept, false);
+        await assert.rejects(fork.process(sleeper.pid), (e) => e instanceof SandboxError && e.status === 404);
+      }
     } finally {
       await fork.kill();
     }

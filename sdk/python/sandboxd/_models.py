@@ -25,6 +25,10 @@ class SandboxInfo:
     volume: Optional[str] = None
     error: Optional[str] = None
     metadata: Dict[str, str] = field(default_factory=dict)
+    #: Of a sleeping, just-woken or just-forked sandbox: whether its memory
+    #: was kept (False where the backend keeps files only, as on Kubernetes);
+    #: None otherwise.
+    memory_kept: Optional[bool] = None
 
     @classmethod
     def of(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -32,7 +36,7 @@ class SandboxInfo:
             id=d["id"], kind=d["kind"], org=d["org"], class_=d["class"], status=d["status"], image=d["image"],
             runtime=d["runtime"], workdir=d["workdir"], created_at=d["createdAt"], last_used_at=d["lastUsedAt"],
             expires_at=d["expiresAt"], project=d.get("project"), volume=d.get("volume"), error=d.get("error"),
-            metadata=d.get("metadata") or {},
+            metadata=d.get("metadata") or {}, memory_kept=d.get("memoryKept"),
         )
 
 
