@@ -2,19 +2,24 @@ package integration_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/server"
 )
 
 // The kube backend beside client-go floors on the same cluster (no kubectl):
@@ -99,4 +104,78 @@ func BenchmarkKubeExecFloor(b *testing.B) {
 		}
 		return nil
 	})
+}
+
+// newKubeRunnerEnv is newKubeEnv whose pods carry the runner as their
+// init (as the chart's are): processes and previews.
+func newKubeRunnerEnv(b testing.TB) (*env, kubernetes.Interface, string) {
+	cfg := server.Config{}
+	cfg.Kube.RunnerImage = runnerImage(b)
+	return newKubeEnvConfig(b, cfg)
+}
+
+// BenchmarkKubeProcessStart: POST .../processes {"argv":["true"]}, a
+// background process started by the runner over one exec round trip; its
+// floor is BenchmarkKubeExecFloor (a raw exec-subresource `true`).
+func BenchmarkKubeProcessStart(b *testing.B) {
+	e, _, _ := newKubeRunnerEnv(b)
+	id := e.lease("acme", nil)
+	measure(b, nil, func() func() {
+		e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/processes", "acme", map[string]any{"argv": []string{"true"}})
+		return nil
+	})
+}
+
+// BenchmarkKubePreview: one GET of a small file through the path-form
+// preview (a relay over exec per connection) from Python's http.server in
+// the pod; BenchmarkKubePreviewFloor is the same GET made inside the pod.
+func BenchmarkKubePreview(b *testing.B) {
+	e, _, _ := newKubeRunnerEnv(b)
+	id := previewTarget(b, e)
+	url := e.http.URL + "/v1/sandbox/" + id + "/ports/8000/hello.txt"
+	measure(b, nil, func() func() {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			b.Fatalf("preview: %d", res.StatusCode)
+		}
+		return nil
+	})
+}
+
+// BenchmarkKubePreviewFloor: the preview's GET made inside the pod, b.N
+// of them timed there (Python's urllib on loopback, a new connection each,
+// as the preview makes); reported as the p50 of one.
+func BenchmarkKubePreviewFloor(b *testing.B) {
+	e, _, _ := newKubeRunnerEnv(b)
+	id := previewTarget(b, e)
+	n := b.N
+	b.ResetTimer()
+	out := e.sh("acme", id, fmt.Sprintf(`python3 -c '
+import time, urllib.request
+ts = []
+for _ in range(%d):
+    t = time.perf_counter(); urllib.request.urlopen("http://127.0.0.1:8000/hello.txt").read(); ts.append(time.perf_counter() - t)
+ts.sort(); print(ts[len(ts)//2] * 1000)'`, n))
+	b.StopTimer()
+	ms, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+	if err != nil {
+		b.Fatalf("the floor inside: %q", out)
+	}
+	b.ReportMetric(ms, "p50-ms")
+}
+
+// previewTarget leases a sandbox serving its workdir on port 8000.
+func previewTarget(b testing.TB, e *env) string {
+	id := e.lease("acme", nil)
+	e.sh("acme", id, "echo hello > hello.txt")
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
+	e.waitListening("acme", id, 8000)
+	return id
 }
