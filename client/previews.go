@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"strconv"
+
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // PreviewLink is a signed, expiring link to a port preview: URL is the
@@ -14,13 +16,7 @@ import (
 // form. The link works until ExpiresAt (Unix seconds), until the sandbox
 // ends, or until the API key that minted it is revoked or expires;
 // whoever holds it opens that port.
-type PreviewLink struct {
-	ID        string `json:"id"`
-	Port      int    `json:"port"`
-	URL       string `json:"url"`
-	PathURL   string `json:"pathUrl"`
-	ExpiresAt int64  `json:"expiresAt"`
-}
+type PreviewLink = wire.PreviewLink
 
 // PreviewLink mints a link to port of sandbox id, good for ttlSec (0: an
 // hour; never past the lease's expiry).
