@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"github.com/sandboxd/sandbox/wire"
 	"time"
 )
 
@@ -112,16 +113,7 @@ func (c *Client) RevokeKey(ctx context.Context, org, id string) error {
 
 // ReadResult is a typed read: a file (Data when it is UTF-8 text, always
 // DataBase64) or a directory (Entries).
-type ReadResult struct {
-	Path       string   `json:"path"`
-	Kind       string   `json:"kind"`
-	Dir        bool     `json:"dir"`
-	Size       int      `json:"size,omitempty"`
-	Data       *string  `json:"data,omitempty"`
-	DataBase64 string   `json:"dataBase64,omitempty"`
-	Entries    []string `json:"entries,omitempty"`
-	Woken      bool     `json:"woken,omitempty"`
-}
+type ReadResult = wire.ReadResult
 
 // OpLease leases (id empty) or resumes and extends one of the org's
 // sandboxes.

@@ -192,27 +192,11 @@ func (c *Client) End(ctx context.Context, id string, purge bool) (*Ended, error)
 }
 
 // ExecRequest is a command: Argv wins; else Command runs with sh -c.
-type ExecRequest struct {
-	Argv       []string          `json:"argv,omitempty"`
-	Command    string            `json:"command,omitempty"`
-	Stdin      string            `json:"stdin,omitempty"`
-	Dir        string            `json:"dir,omitempty"`
-	TimeoutSec int               `json:"timeoutSec,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Session    string            `json:"session,omitempty"` // narrate the output into this session's log
-	Redact     []string          `json:"redact,omitempty"`
-}
+type ExecRequest = wire.ExecRequest
 
 // ExecResult is a finished command; a non-zero exit is a result, not an
 // error.
-type ExecResult struct {
-	ExitCode int    `json:"exitCode"`
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
-	TimedOut bool   `json:"timedOut,omitempty"`
-	Stopped  bool   `json:"stopped,omitempty"`
-	Woken    bool   `json:"woken,omitempty"`
-}
+type ExecResult = wire.ExecResult
 
 // Exec runs a command and waits for it.
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
@@ -221,11 +205,7 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRes
 }
 
 // Written is a file write.
-type Written struct {
-	Path  string `json:"path"`
-	Bytes int64  `json:"bytes"`
-	Woken bool   `json:"woken,omitempty"`
-}
+type Written = wire.Written
 
 // WriteFile writes r as the whole file at path (under the workdir),
 // streamed; parents are created.
@@ -352,11 +332,7 @@ func (c *Client) Archive(ctx context.Context, id, path string, gz bool) (io.Read
 }
 
 // Extracted is an unpacked archive.
-type Extracted struct {
-	Path    string `json:"path"`
-	Entries int    `json:"entries"`
-	Bytes   int64  `json:"bytes"`
-}
+type Extracted = wire.Extracted
 
 // Extract unpacks a tar or tar.gz from r under the directory path (made if
 // missing), streamed. An entry that would leave it refuses the whole

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // MaxArchiveEntries bounds the entries of one uploaded archive.
@@ -274,11 +275,7 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 }
 
 // ExtractResult is an extracted archive.
-type ExtractResult struct {
-	Path    string `json:"path"`
-	Entries int    `json:"entries"`
-	Bytes   int64  `json:"bytes"`
-}
+type ExtractResult = wire.Extracted
 
 // Extract unpacks a tar (gzip is recognised by its magic bytes) from r
 // under the directory p, creating it. Every entry is checked (CheckEntry)

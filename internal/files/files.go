@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Files are read and written by ordinary programs over the one exec channel;
@@ -261,11 +262,7 @@ func (h *headed) Write(p []byte) (int, error) {
 }
 
 // WriteResult is the answer to a write.
-type WriteResult struct {
-	Path  string `json:"path"`
-	Bytes int64  `json:"bytes"`
-	Woken bool   `json:"woken,omitempty"`
-}
+type WriteResult = wire.Written
 
 // Write replaces a file's content with body, creating parent
 // directories. size is the body's length when known (-1 when not: a

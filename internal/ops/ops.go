@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Sandboxes is what the typed ops need of the service.
@@ -139,16 +140,7 @@ type PathIn struct {
 
 // ReadOut is a file (data when it is UTF-8 text, and always dataBase64) or
 // a directory (entries, directories ending in '/').
-type ReadOut struct {
-	Path       string   `json:"path"`
-	Kind       string   `json:"kind"` // "file" or "directory"
-	Dir        bool     `json:"dir"`  // kind is "directory" (the reference's field)
-	Size       int      `json:"size,omitempty"`
-	Data       *string  `json:"data,omitempty"`
-	DataBase64 string   `json:"dataBase64,omitempty"`
-	Entries    []string `json:"entries,omitempty"`
-	Woken      bool     `json:"woken,omitempty"`
-}
+type ReadOut = wire.ReadResult
 
 // MaxReadBytes bounds a file the typed read answers: its answer carries
 // the bytes up to three times (text, base64, and JSON escapes of up to six
