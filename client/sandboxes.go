@@ -12,51 +12,15 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Sandbox is the Sandbox object. Its times are Unix seconds (the wire's);
-// Created, LastUsed and Expires convert them.
-type Sandbox struct {
-	ID         string `json:"id"`
-	Kind       string `json:"kind"`
-	Org        string `json:"org"`
-	Class      string `json:"class"`
-	Project    string `json:"project,omitempty"`
-	Status     string `json:"status"`
-	Image      string `json:"image"`
-	Runtime    string `json:"runtime"`
-	Volume     string `json:"volume,omitempty"`
-	Workdir    string `json:"workdir"`
-	CreatedAt  int64  `json:"createdAt"`
-	LastUsedAt int64  `json:"lastUsedAt"`
-	ExpiresAt  int64  `json:"expiresAt"`
-	Error      string `json:"error,omitempty"`
-	Woken      bool   `json:"woken,omitempty"`
-	MemoryKept bool   `json:"memoryKept,omitempty"`
-	// Metadata is the caller's labels.
-	Metadata map[string]string `json:"metadata,omitempty"`
-	// PublicPorts are the ports previewed with no key or link.
-	PublicPorts []int `json:"publicPorts,omitempty"`
-}
-
-func (s *Sandbox) Created() time.Time  { return time.Unix(s.CreatedAt, 0) }
-func (s *Sandbox) LastUsed() time.Time { return time.Unix(s.LastUsedAt, 0) }
-func (s *Sandbox) Expires() time.Time  { return time.Unix(s.ExpiresAt, 0) }
+// Created, LastUsed and Expires convert them. MemoryKept is present only
+// for a sleeping, woken or forked sandbox (KeptMemory reads it as a bool).
+type Sandbox = wire.Sandbox
 
 // LeaseRequest asks for a sandbox; every field may be left out.
-type LeaseRequest struct {
-	Class   string `json:"class,omitempty"`   // exec (the default), dev, desktop or android
-	Project string `json:"project,omitempty"` // the volume's project; required for every class but exec
-	Image   string `json:"image,omitempty"`
-	Runtime string `json:"runtime,omitempty"`
-	TTLSec  int64  `json:"ttlSec,omitempty"` // the lease; zero is the class's
-	// Metadata labels the sandbox (at most 32 keys; values of at most 512 bytes).
-	Metadata map[string]string `json:"metadata,omitempty"`
-	// PublicPorts are previewed with no key or link; refused (403) unless
-	// the server runs with --public-previews.
-	PublicPorts []int `json:"publicPorts,omitempty"`
-}
+type LeaseRequest = wire.LeaseRequest
 
 // Lease leases a sandbox.
 func (c *Client) Lease(ctx context.Context, req LeaseRequest) (*Sandbox, error) {
@@ -91,10 +55,7 @@ type ListOptions struct {
 }
 
 // Page is one page of a list; Next is empty on the last.
-type Page struct {
-	Sandboxes []Sandbox `json:"sandboxes"`
-	Next      string    `json:"next,omitempty"`
-}
+type Page = wire.Page
 
 // List returns one page of the org's sandboxes, newest first.
 func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
@@ -122,7 +83,11 @@ func (c *Client) ListAll(ctx context.Context, o ListOptions) ([]Sandbox, error) 
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, p.Sandboxes...)
+		for _, sb := range p.Sandboxes {
+			if sb != nil {
+				all = append(all, *sb)
+			}
+		}
 		if p.Next == "" {
 			return all, nil
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 func (s *Server) lease(w http.ResponseWriter, r *http.Request) error {
@@ -41,11 +42,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type listBody struct {
-	Sandboxes []*sandbox.Object `json:"sandboxes"`
-	// Next is the cursor of the next page (?cursor=); absent on the last.
-	Next string `json:"next,omitempty"`
-}
+type listBody = wire.Page
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()

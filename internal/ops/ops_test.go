@@ -83,7 +83,7 @@ func TestLeaseRunEndRoundTrip(t *testing.T) {
 		return &runtime.ExitError{Code: 3}
 	})
 	sb := e.lease(t)
-	if sb.ID == "" || sb.Org != "acme" || sb.Status != sandbox.StatusRunning || sb.Kind != "sandbox" {
+	if sb.ID == "" || sb.Org != "acme" || sandbox.Status(sb.Status) != sandbox.StatusRunning || sb.Kind != "sandbox" {
 		t.Fatalf("leased %+v", sb)
 	}
 	if len(e.rt.Objects()) != 1 {

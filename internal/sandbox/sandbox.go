@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
+	"github.com/sandboxd/sandbox/wire"
 	"regexp"
 	"strings"
 	"time"
@@ -52,43 +53,12 @@ type Sandbox struct {
 // that carries a sandbox sends: the reference's generated clients decode
 // its times as integers, so they are Unix seconds. Its runtime handles
 // (container or pod name, identity, checkpoint) are never in it.
-type Object struct {
-	ID      string `json:"id"`
-	Kind    string `json:"kind" jsonschema:"always \"sandbox\""`
-	Org     string `json:"org"`
-	Class   string `json:"class"`
-	Project string `json:"project,omitempty"`
-	Status  Status `json:"status"`
-	Image   string `json:"image"`
-	Runtime string `json:"runtime"`
-	// Volume names the project volume a project sandbox works on (as GET
-	// /v1/volumes lists it by project); a scratch sandbox has none.
-	Volume     string `json:"volume,omitempty"`
-	Workdir    string `json:"workdir"`
-	CreatedAt  int64  `json:"createdAt" jsonschema:"Unix seconds"`
-	LastUsedAt int64  `json:"lastUsedAt" jsonschema:"Unix seconds"`
-	ExpiresAt  int64  `json:"expiresAt" jsonschema:"Unix seconds"`
-	Error      string `json:"error,omitempty"`
-	// Woken says this call woke the sandbox from sleep.
-	Woken bool `json:"woken,omitempty"`
-	// MemoryKept says a sleeping sandbox's memory is checkpointed and will
-	// come back on wake; of a woken one, that it came back. It is present,
-	// true or false, exactly then: a backend without checkpoints says what
-	// it did instead (false: the files were kept, the memory was not).
-	MemoryKept *bool `json:"memoryKept,omitempty"`
-	// Metadata is the caller's labels, as set at the lease or since.
-	Metadata map[string]string `json:"metadata,omitempty"`
-	// Network is the egress policy the sandbox got (absent: none, its own
-	// loopback only).
-	Network *NetworkPolicy `json:"network,omitempty" jsonschema:"the egress policy the sandbox got; absent means no network"`
-	// PublicPorts are the ports previewed with no key or link.
-	PublicPorts []int `json:"publicPorts,omitempty" jsonschema:"ports whose previews anyone with the URL opens, with no key or link"`
-}
+type Object = wire.Sandbox
 
 // Object is sb as the wire shows it.
 func (sb *Sandbox) Object() *Object {
 	o := &Object{
-		ID: sb.ID, Kind: "sandbox", Org: sb.Org, Class: sb.Class, Project: sb.Project, Status: sb.Status,
+		ID: sb.ID, Kind: "sandbox", Org: sb.Org, Class: sb.Class, Project: sb.Project, Status: string(sb.Status),
 		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
 		CreatedAt: sb.CreatedAt.Unix(), LastUsedAt: sb.LastUsedAt.Unix(), ExpiresAt: sb.ExpiresAt.Unix(),
 		Error: sb.Error, Woken: sb.Woken, Metadata: sb.Metadata, Network: sb.Network, PublicPorts: sb.PublicPorts,
@@ -253,19 +223,7 @@ func CheckMetadata(m map[string]string) error {
 // its answer reports it (internal/netpolicy parses, bounds and matches
 // it). The zero value, no allow entry, is "none": the sandbox's own
 // loopback only.
-type NetworkPolicy struct {
-	// Allow lists destinations: "internet", a domain ("pypi.org"), a
-	// wildcard for its subdomains ("*.github.com"), an IPv4 address or CIDR.
-	Allow []string `json:"allow,omitempty" jsonschema:"destinations the sandbox may reach: \"internet\" (every public address), a domain (pypi.org), its subdomains (*.github.com), an IPv4 address or CIDR (203.0.113.0/24); empty means no network"`
-	// Deny lists destinations (the same forms but "internet") that are
-	// refused even when Allow covers them.
-	Deny []string `json:"deny,omitempty" jsonschema:"destinations refused even when allow covers them: domains, wildcards, addresses, CIDRs"`
-	// Ports restricts the destination ports (TCP and UDP); empty means any.
-	Ports []int `json:"ports,omitempty" jsonschema:"destination ports allowed (empty: any)"`
-}
-
-// None reports whether the policy reaches nothing (no allow entry).
-func (p *NetworkPolicy) None() bool { return p == nil || len(p.Allow) == 0 }
+type NetworkPolicy = wire.NetworkPolicy
 
 // LeaseEnd is when sb's lease stops, seen at now. A sandbox that is not
 // live (pending, running or sleeping) or whose lease has expired is

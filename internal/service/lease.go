@@ -10,32 +10,16 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/meter"
-	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // LeaseRequest is the body of POST /v1/sandbox, and of the typed op and MCP
 // tool lease (which embed it).
-type LeaseRequest struct {
-	Class   string `json:"class,omitempty" jsonschema:"exec (default: short code runs), dev, desktop or android"`
-	Project string `json:"project,omitempty" jsonschema:"project whose volume is mounted; required for every class but exec"`
-	Image   string `json:"image,omitempty" jsonschema:"image name; defaults to the class's image"`
-	Runtime string `json:"runtime,omitempty" jsonschema:"isolation runtime; defaults to the server's"`
-	TTLSec  int64  `json:"ttlSec,omitempty" jsonschema:"lease length in seconds; defaults to the class's"`
-	// Metadata is the caller's labels, shown on every answer and filtered
-	// by in a list (?metadata.KEY=VALUE).
-	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"labels of the caller's (at most 32 keys, values of at most 512 bytes)"`
-	// Run starts the image's own command once the sandbox runs.
-	Run bool `json:"run,omitempty" jsonschema:"start a pulled image's own command (its Entrypoint and Cmd, in its WorkingDir) as a background process (GET .../processes shows it)"`
-	// Network is the egress policy asked for; nil is none.
-	Network *netpolicy.Policy `json:"network,omitempty" jsonschema:"egress policy: what the sandbox may reach (absent: nothing but its own loopback); the operator's --network-allow bounds it, and the answer's network is what it got"`
-	// PublicPorts are ports to preview with no key or link; refused
-	// unless the operator allows public previews.
-	PublicPorts []int `json:"publicPorts,omitempty" jsonschema:"ports whose previews anyone with the URL may open, with no key or link (at most 16); refused (403) unless the server allows public previews"`
-}
+type LeaseRequest = wire.LeaseRequest
 
 // recordTimeout bounds the store writes that record a start's outcome; it
 // starts when the start has ended, so a start that used up its own time
