@@ -147,13 +147,7 @@ func (c *Client) Follow(ctx context.Context, session string, after int64, fn fun
 }
 
 // Quota is one quota of the org with its use.
-type Quota struct {
-	Name  string  `json:"name"`
-	Class string  `json:"class,omitempty"`
-	Limit float64 `json:"limit"`
-	Used  float64 `json:"used"`
-	Unit  string  `json:"unit,omitempty"`
-}
+type Quota = wire.Quota
 
 // Quotas lists the org's quotas with their use.
 func (c *Client) Quotas(ctx context.Context) ([]Quota, error) {
@@ -164,13 +158,7 @@ func (c *Client) Quotas(ctx context.Context) ([]Quota, error) {
 }
 
 // Volume is a project volume of the org.
-type Volume struct {
-	Project     string    `json:"project"`
-	SizeMiB     int64     `json:"sizeMiB"`
-	CreatedAt   time.Time `json:"createdAt"`
-	LastUsedAt  time.Time `json:"lastUsedAt"`
-	LiveSandbox string    `json:"liveSandbox,omitempty"`
-}
+type Volume = wire.Volume
 
 // Volumes lists the org's project volumes.
 func (c *Client) Volumes(ctx context.Context) ([]Volume, error) {

@@ -7,11 +7,7 @@ import (
 )
 
 // Usage is an org's lease count and lease-seconds of one class.
-type Usage struct {
-	Class        string  `json:"class"`
-	Leases       int64   `json:"leases"`
-	LeaseSeconds float64 `json:"leaseSeconds"`
-}
+type Usage = wire.Usage
 
 // Usage reports the org's use per class.
 func (c *Client) Usage(ctx context.Context) ([]Usage, error) {
@@ -22,21 +18,10 @@ func (c *Client) Usage(ctx context.Context) ([]Usage, error) {
 }
 
 // Policy is a quota policy; a nil field is "the server's".
-type Policy struct {
-	Live      map[string]int `json:"live,omitempty"`
-	CPUs      *float64       `json:"cpus,omitempty"`
-	MemoryMiB *int64         `json:"memoryMiB,omitempty"`
-	DiskMiB   *int64         `json:"diskMiB,omitempty"`
-	Projects  *int           `json:"projects,omitempty"`
-	Commands  *int           `json:"commands,omitempty"`
-}
+type Policy = wire.Policy
 
 // OrgQuota is an org's override and the policy in force.
-type OrgQuota struct {
-	Org       string `json:"org"`
-	Override  Policy `json:"override"`
-	Effective Policy `json:"effective"`
-}
+type OrgQuota = wire.OrgQuota
 
 // OrgQuota reads an org's quota (an admin key of the operator org).
 func (c *Client) OrgQuota(ctx context.Context, org string) (*OrgQuota, error) {
@@ -52,16 +37,7 @@ func (c *Client) SetOrgQuota(ctx context.Context, org string, p Policy) (*OrgQuo
 }
 
 // Key is an API key's record; its secret is never in it.
-type Key struct {
-	ID         string    `json:"id"`
-	Org        string    `json:"org"`
-	Subject    string    `json:"subject"`
-	Prefix     string    `json:"prefix"`
-	Scope      string    `json:"scope"` // "tenant" or "admin"
-	CreatedAt  time.Time `json:"createdAt"`
-	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
-	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
-}
+type Key = wire.Key
 
 // Keys lists an org's keys (an admin key of the operator org or of org
 // itself).
@@ -83,10 +59,7 @@ func (c *Client) MintKey(ctx context.Context, org, subject string, ttl time.Dura
 // manages org's keys). An org's own admin key mints admin keys of its org
 // only.
 func (c *Client) MintKeyScope(ctx context.Context, org, subject, scope string, ttl time.Duration) (string, *Key, error) {
-	var b struct {
-		Secret string `json:"secret"`
-		Key
-	}
+	var b wire.MintedKey
 	in := map[string]any{}
 	if subject != "" {
 		in["subject"] = subject

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // keyAdmin gates the key routes of /v1/orgs/{org}: the operator org's
@@ -47,11 +48,7 @@ type mintKeyRequest struct {
 	Scope  string `json:"scope,omitempty" jsonschema:"tenant (the default: the org's sandboxes) or admin (also the org's keys)"`
 }
 
-type mintedKey struct {
-	// Secret is the key itself, shown this once.
-	Secret string `json:"secret"`
-	store.Key
-}
+type mintedKey = wire.MintedKey
 
 func (s *Server) mintKey(w http.ResponseWriter, r *http.Request) error {
 	var req mintKeyRequest

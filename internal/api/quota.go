@@ -5,7 +5,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 type quotaBody struct {
@@ -23,7 +23,7 @@ func (s *Server) quotaLines(w http.ResponseWriter, r *http.Request) error {
 }
 
 type volumesBody struct {
-	Volumes []store.Project `json:"volumes"`
+	Volumes []wire.Volume `json:"volumes"`
 }
 
 func (s *Server) volumes(w http.ResponseWriter, r *http.Request) error {
@@ -31,7 +31,11 @@ func (s *Server) volumes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, volumesBody{Volumes: v})
+	b := volumesBody{Volumes: make([]wire.Volume, len(v))}
+	for i, p := range v {
+		b.Volumes[i] = wire.Volume{Project: p.Name, SizeMiB: p.SizeMiB, CreatedAt: p.CreatedAt, LastUsedAt: p.LastUsedAt, LiveSandbox: p.LiveSandbox}
+	}
+	writeJSON(w, http.StatusOK, b)
 	return nil
 }
 
@@ -72,13 +76,7 @@ func (s *Server) operatorOnly(p sandbox.Principal, what string) error {
 // lease's credential) never does, whatever else it says.
 func admin(p sandbox.Principal) bool { return p.Admin && !p.Confined() }
 
-type orgQuotaBody struct {
-	Org string `json:"org"`
-	// Override is what the operator set for the org (absent: the server's).
-	Override quota.Policy `json:"override"`
-	// Effective is the policy in force.
-	Effective quota.Policy `json:"effective"`
-}
+type orgQuotaBody = wire.OrgQuota
 
 func (s *Server) orgQuotaBody(r *http.Request, org string) (orgQuotaBody, error) {
 	o, err := s.Operator.OrgQuota(r.Context(), org)
@@ -91,7 +89,7 @@ func (s *Server) orgQuotaBody(r *http.Request, org string) (orgQuotaBody, error)
 	if err != nil {
 		return orgQuotaBody{}, err
 	}
-	return orgQuotaBody{Org: org, Override: o, Effective: eff}, nil
+	return orgQuotaBody{Org: org, Override: wire.Policy(o), Effective: wire.Policy(eff)}, nil
 }
 
 func (s *Server) orgQuota(w http.ResponseWriter, r *http.Request) error {

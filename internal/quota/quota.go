@@ -20,28 +20,13 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/wire"
 )
 
-// Policy is an org's limits. In a per-org override a nil field means the
-// server's value; in the server's policy every field is set.
-type Policy struct {
-	// Live bounds the live (pending, running or sleeping) sandboxes per
-	// class.
-	Live map[string]int `json:"live,omitempty"`
-	// CPUs and MemoryMiB bound what the org's pending and running
-	// sandboxes reserve (class limits, summed).
-	CPUs      *float64 `json:"cpus,omitempty"`
-	MemoryMiB *int64   `json:"memoryMiB,omitempty"`
-	// DiskMiB bounds the project volumes (each at its class's size) and
-	// the checkpoints (each at its sandbox's memory limit) the org keeps.
-	DiskMiB *int64 `json:"diskMiB,omitempty"`
-	// Projects bounds the projects whose volume the org keeps.
-	Projects *int `json:"projects,omitempty"`
-	// Commands bounds the org's concurrent commands: exec, file
-	// operations, interpreter runs, terminals, screens and event-stream
-	// followers.
-	Commands *int `json:"commands,omitempty"`
-}
+// Policy is an org's limits, the wire's with the server's methods. In a
+// per-org override a nil field means the server's value; in the server's
+// policy every field is set.
+type Policy wire.Policy
 
 // Defaults of the server's policy.
 var (
@@ -271,13 +256,7 @@ func Check(p Policy, u Use, ask Ask) error {
 }
 
 // Line is one quota with its use, as GET /v1/sandbox/quota shows it.
-type Line struct {
-	Name  string  `json:"name"`
-	Class string  `json:"class,omitempty"`
-	Limit float64 `json:"limit"`
-	Used  float64 `json:"used"`
-	Unit  string  `json:"unit,omitempty"`
-}
+type Line = wire.Quota
 
 // Lines lists every quota of p with its use in u.
 func Lines(p Policy, u Use) []Line {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"time"
 )
 
@@ -42,11 +43,7 @@ func (s *Store) balance(ctx context.Context, org string) (int64, error) {
 }
 
 // Usage is one class's lease count and lease time for an org.
-type Usage struct {
-	Class        string  `json:"class"`
-	Leases       int64   `json:"leases"`
-	LeaseSeconds float64 `json:"leaseSeconds"`
-}
+type Usage = wire.Usage
 
 // AddUsage records leases and lease time of class for the org in ctx.
 func (s *Store) AddUsage(ctx context.Context, class string, leases int64, d time.Duration) error {

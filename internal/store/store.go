@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Store is the set of per-org databases under one data directory, plus the
@@ -472,16 +473,7 @@ func (s *Store) CreateAdminKey(ctx context.Context, org, subject string) (string
 }
 
 // Key is an API key as it can be shown: never its secret.
-type Key struct {
-	ID         string    `json:"id"`
-	Org        string    `json:"org"`
-	Subject    string    `json:"subject"`
-	Prefix     string    `json:"prefix"` // the secret's first characters, to recognise it
-	Scope      string    `json:"scope"`  // ScopeTenant or ScopeAdmin
-	CreatedAt  time.Time `json:"createdAt"`
-	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
-	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
-}
+type Key = wire.Key
 
 // keyID is a key's public id: a prefix of its hash, which says nothing of
 // the secret.
