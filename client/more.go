@@ -11,48 +11,21 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // RunCodeRequest is a program for the code interpreter.
-type RunCodeRequest struct {
-	Language   string      `json:"language"` // py js ts bash r php go rs c cpp java d f90
-	Code       string      `json:"code"`
-	SessionID  string      `json:"session_id,omitempty"` // keep the files of earlier runs
-	Args       []string    `json:"args,omitempty"`
-	Files      []InputFile `json:"files,omitempty"`
-	TimeoutSec int         `json:"timeoutSec,omitempty"`
-	// Image starts a new session on one of the org's images (Images)
-	// instead of the exec class's.
-	Image string `json:"image,omitempty"`
-}
+type RunCodeRequest = wire.RunCodeRequest
 
 // InputFile is placed in the workdir before a run: text in Data, or bytes
 // in DataBase64.
-type InputFile struct {
-	Path       string `json:"path"`
-	Data       string `json:"data,omitempty"`
-	DataBase64 string `json:"dataBase64,omitempty"`
-}
+type InputFile = wire.InputFile
 
 // RunCodeResult is a finished run; Files are what this run created or
 // changed.
-type RunCodeResult struct {
-	SessionID  string        `json:"session_id"`
-	NewSession bool          `json:"newSession,omitempty"`
-	ExitCode   int           `json:"exitCode"`
-	Stdout     string        `json:"stdout"`
-	Stderr     string        `json:"stderr"`
-	Files      []SessionFile `json:"files"`
-	TimedOut   bool          `json:"timedOut,omitempty"`
-	Stopped    bool          `json:"stopped,omitempty"`
-}
+type RunCodeResult = wire.RunCodeResult
 
 // SessionFile is a file of an interpreter session.
-type SessionFile struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
-}
+type SessionFile = wire.SessionFile
 
 // RunCode runs a program in the code interpreter.
 func (c *Client) RunCode(ctx context.Context, req RunCodeRequest) (*RunCodeResult, error) {
@@ -104,12 +77,7 @@ func (c *Client) Download(ctx context.Context, session, path string) (io.ReadClo
 }
 
 // Event is one entry of a session's live log.
-type Event struct {
-	Seq  int64     `json:"seq"`
-	Kind string    `json:"kind"` // start, stdout, stderr, exit, error, truncated, note
-	Text string    `json:"text"`
-	At   time.Time `json:"at"`
-}
+type Event = wire.Event
 
 // Follow streams a session's log after event seq after (0: from the
 // start): the backlog, then each event as it comes, until ctx ends or the

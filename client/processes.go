@@ -210,29 +210,7 @@ func processEvent(kind, data string) (*ProcessEvent, error) {
 // OutputText is what a process wrote after an offset, at once: text when
 // it is UTF-8, else base64 (StdoutBase64, StderrBase64; StdoutBytes and
 // StderrBytes decode either).
-type OutputText struct {
-	Stdout       string   `json:"stdout"`
-	Stderr       string   `json:"stderr"`
-	StdoutBase64 string   `json:"stdoutBase64,omitempty"`
-	StderrBase64 string   `json:"stderrBase64,omitempty"`
-	DroppedBytes int64    `json:"droppedBytes,omitempty"`
-	Next         int64    `json:"next"` // the offset to ask from next
-	Process      *Process `json:"process"`
-}
-
-// StdoutBytes is the stdout, decoded.
-func (o *OutputText) StdoutBytes() []byte { return textOr64(o.Stdout, o.StdoutBase64) }
-
-// StderrBytes is the stderr, decoded.
-func (o *OutputText) StderrBytes() []byte { return textOr64(o.Stderr, o.StderrBase64) }
-
-func textOr64(text, b64 string) []byte {
-	if b64 == "" {
-		return []byte(text)
-	}
-	b, _ := base64.StdEncoding.DecodeString(b64)
-	return b
-}
+type OutputText = wire.OutputText
 
 // ProcessOutputText returns what a process wrote after the offset from,
 // as much as the server keeps, without waiting for more.
@@ -246,10 +224,7 @@ func (c *Client) ProcessOutputText(ctx context.Context, id string, pid int, from
 }
 
 // StdinResult is a write to a process's stdin.
-type StdinResult struct {
-	Written int64   `json:"written"`
-	Process Process `json:"process"`
-}
+type StdinResult = wire.StdinResult
 
 // ProcessStdin writes r to a process's stdin (at most 16 MiB a call) and,
 // with eof, closes it (a tty process is sent ^D instead).

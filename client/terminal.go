@@ -11,14 +11,11 @@ import (
 	"sync"
 
 	"github.com/coder/websocket"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Ticket is a single-use ticket for a terminal or screen socket (30 s).
-type Ticket struct {
-	Ticket    string `json:"ticket"`
-	ExpiresIn int    `json:"expiresIn"`
-	URL       string `json:"url"` // the page, ticket included
-}
+type Ticket = wire.Ticket
 
 // TerminalTicket mints a ticket for the sandbox's terminal (kind
 // "terminal") or screen ("screen").

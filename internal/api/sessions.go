@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Sessions is the part of the session logs the API reads.
@@ -24,12 +25,7 @@ type Sessions interface {
 // heartbeat keeps idle event streams (and proxies in between) alive.
 const heartbeat = 15 * time.Second
 
-type eventBody struct {
-	Seq  int64     `json:"seq"`
-	Kind string    `json:"kind"`
-	Text string    `json:"text"`
-	At   time.Time `json:"at"`
-}
+type eventBody = wire.Event
 
 // sessionEvents follows a session's log as server-sent events: the backlog
 // first (after Last-Event-ID or ?after= when given), then each event as it

@@ -20,6 +20,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/sandboxd/sandbox/wire"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,10 +203,7 @@ func RunDir() string { return "/tmp/.run." + rand.Text() }
 func Nonce() string { return "sandbox-run-end-" + rand.Text() }
 
 // File is one file a run created or changed, relative to the workdir.
-type File struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
-}
+type File = wire.SessionFile
 
 // Trailer is what the script prints after the nonce.
 type Trailer struct {

@@ -65,7 +65,7 @@ func TestParseTrailer(t *testing.T) {
 	if !ok || tr.ExitCode != 7 {
 		t.Fatalf("ok=%v %+v", ok, tr)
 	}
-	if len(tr.Files) != 2 || tr.Files[0] != (File{"b.txt", 5}) || tr.Files[1] != (File{"dir/a.txt", 2}) {
+	if len(tr.Files) != 2 || tr.Files[0] != (File{Path: "b.txt", Size: 5}) || tr.Files[1] != (File{Path: "dir/a.txt", Size: 2}) {
 		t.Fatalf("files %+v", tr.Files)
 	}
 	for _, bad := range []string{"", "7", "x\n", "300\n", "-1\n"} {

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Sandboxes is what the interpreter needs of the service: sessions are exec
@@ -50,38 +51,15 @@ func New(sb Sandboxes, t service.Timeouts, runner runtime.Runner, log *slog.Logg
 
 // Request is the body of POST /v1/exec and of the MCP tool run_code.
 // Everything that steers a run comes from here, never from the query.
-type Request struct {
-	Language   string      `json:"language" jsonschema:"one of py js ts bash r php go rs c cpp java d f90"`
-	Code       string      `json:"code" jsonschema:"the program's source"`
-	SessionID  string      `json:"session_id,omitempty" jsonschema:"a session from an earlier answer, to keep its files; empty starts a new one"`
-	Args       []string    `json:"args,omitempty" jsonschema:"arguments given to the program (not to its compiler)"`
-	Files      []InputFile `json:"files,omitempty" jsonschema:"files written into the working directory before the run"`
-	TimeoutSec int         `json:"timeoutSec,omitempty" jsonschema:"seconds before the run is killed (exit code 124); 0 means the server's default"`
-	// Image starts a new session on one of the org's images (a template
-	// saved from a sandbox with its dependencies installed, say).
-	Image string `json:"image,omitempty" jsonschema:"for a new session: an image of your org's (GET /v1/images) instead of the exec class's"`
-}
+type Request = wire.RunCodeRequest
 
 // InputFile is a file placed in the workdir before the run: text in Data,
 // or bytes in DataBase64.
-type InputFile struct {
-	Path       string `json:"path"`
-	Data       string `json:"data,omitempty"`
-	DataBase64 string `json:"dataBase64,omitempty"`
-}
+type InputFile = wire.InputFile
 
 // Result is a finished run. SessionID is the sandbox that ran it: the
 // caller's when it still ran, a new one otherwise (NewSession says so).
-type Result struct {
-	SessionID  string `json:"session_id"`
-	NewSession bool   `json:"newSession,omitempty"`
-	ExitCode   int    `json:"exitCode"`
-	Stdout     string `json:"stdout"`
-	Stderr     string `json:"stderr"`
-	Files      []File `json:"files"`
-	TimedOut   bool   `json:"timedOut,omitempty"`
-	Stopped    bool   `json:"stopped,omitempty"`
-}
+type Result = wire.RunCodeResult
 
 // maxArgs bounds a run's argument list.
 const maxArgs = 1024

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Processes is what the background-process ops need of the service.
@@ -84,18 +85,7 @@ type OutputIn struct {
 
 // OutputOut is what a process wrote after an offset, as much as is kept:
 // text when it is UTF-8, else base64 (stdoutBase64, stderrBase64).
-type OutputOut struct {
-	Stdout       string `json:"stdout"`
-	Stderr       string `json:"stderr"`
-	StdoutBase64 string `json:"stdoutBase64,omitempty"`
-	StderrBase64 string `json:"stderrBase64,omitempty"`
-	// DroppedBytes is output after from that is no longer kept (the ring
-	// keeps the last processes.ProcessRingBytes).
-	DroppedBytes int64 `json:"droppedBytes,omitempty"`
-	// Next is the offset to ask from next time.
-	Next    int64              `json:"next"`
-	Process *processes.Process `json:"process"`
-}
+type OutputOut = wire.OutputText
 
 // ProcessOutput answers what a process wrote after in.From, at once (it
 // does not wait for more), with the offset to ask from next and the

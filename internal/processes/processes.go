@@ -508,10 +508,7 @@ func (s *Processes) operate(ctx context.Context, id string, req procRequest) (*P
 }
 
 // StdinResult says what POST .../stdin wrote.
-type StdinResult struct {
-	Written int64   `json:"written"`
-	Process Process `json:"process"`
-}
+type StdinResult = wire.StdinResult
 
 // maxStdin bounds one stdin call's body.
 const maxStdin = 16 << 20

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/ticket"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Sandboxes is what the console needs of the service.
@@ -45,11 +46,7 @@ func New(sb Sandboxes, now func() time.Time) *Consoles {
 }
 
 // TicketResult is a minted ticket.
-type TicketResult struct {
-	Ticket    string `json:"ticket"`
-	ExpiresIn int    `json:"expiresIn"`
-	URL       string `json:"url"`
-}
+type TicketResult = wire.Ticket
 
 // Ticket mints a single-use ticket for the terminal or the screen (kind)
 // of a sandbox of the caller's org. A sleeping sandbox is woken first; one

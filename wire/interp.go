@@ -1,0 +1,54 @@
+package wire
+
+import "time"
+
+// RunCodeRequest is the body of POST /v1/exec (and of the typed op and MCP
+// tool run_code): a program for the code interpreter.
+type RunCodeRequest struct {
+	Language   string      `json:"language" jsonschema:"one of py js ts bash r php go rs c cpp java d f90"`
+	Code       string      `json:"code" jsonschema:"the program's source"`
+	SessionID  string      `json:"session_id,omitempty" jsonschema:"a session from an earlier answer, to keep its files; empty starts a new one"`
+	Args       []string    `json:"args,omitempty" jsonschema:"arguments given to the program (not to its compiler)"`
+	Files      []InputFile `json:"files,omitempty" jsonschema:"files written into the working directory before the run"`
+	TimeoutSec int         `json:"timeoutSec,omitempty" jsonschema:"seconds before the run is killed (exit code 124); 0 means the server's default"`
+	// Image starts a new session on one of the org's images (a template
+	// saved from a sandbox with its dependencies installed, say).
+	Image string `json:"image,omitempty" jsonschema:"for a new session: an image of your org's (GET /v1/images) instead of the exec class's"`
+}
+
+// InputFile is a file placed in the workdir before a run: text in Data,
+// or bytes in DataBase64.
+type InputFile struct {
+	Path       string `json:"path"`
+	Data       string `json:"data,omitempty"`
+	DataBase64 string `json:"dataBase64,omitempty"`
+}
+
+// RunCodeResult is a finished run. SessionID is the sandbox that ran it:
+// the caller's when it still ran, a new one otherwise (NewSession says
+// so); Files are what this run created or changed.
+type RunCodeResult struct {
+	SessionID  string        `json:"session_id"`
+	NewSession bool          `json:"newSession,omitempty"`
+	ExitCode   int           `json:"exitCode"`
+	Stdout     string        `json:"stdout"`
+	Stderr     string        `json:"stderr"`
+	Files      []SessionFile `json:"files"`
+	TimedOut   bool          `json:"timedOut,omitempty"`
+	Stopped    bool          `json:"stopped,omitempty"`
+}
+
+// SessionFile is a file of an interpreter session.
+type SessionFile struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// Event is one entry of a session's live log (GET
+// /v1/sessions/{name}/events, one per server-sent event's data).
+type Event struct {
+	Seq  int64     `json:"seq"`
+	Kind string    `json:"kind"`
+	Text string    `json:"text"`
+	At   time.Time `json:"at"`
+}
