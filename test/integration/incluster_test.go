@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
@@ -89,10 +90,58 @@ func (r *release) image(tag, version string) {
 	}
 }
 
-// values are the --set flags of every install and upgrade: the image,
-// never pulled (it is only on the node), and the sandboxes' namespace.
+// values are the --set flags of every install and upgrade: the images,
+// never pulled (they are only on the node: the server's, and the chart's
+// registry's, built from Debian's docker-registry), and the sandboxes'
+// namespace.
 func (r *release) values(tag string) []string {
-	return append([]string{"--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never", "--set", "sandboxNamespace.name=" + r.sbns}, r.flags...)
+	r.registryImage()
+	return append([]string{"--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never", "--set", "sandboxNamespace.name=" + r.sbns,
+		"--set", "registry.image.repository=sandbox/registry", "--set", "registry.image.tag=local", "--set", "registry.image.pullPolicy=Never"}, r.flags...)
+}
+
+var registryImageOnce sync.Once
+
+// registryImage builds and imports the chart's registry image
+// (scripts/registry-image.sh), once per test binary.
+func (r *release) registryImage() {
+	r.t.Helper()
+	var out []byte
+	var err error
+	registryImageOnce.Do(func() {
+		out, err = exec.Command("bash", "../../scripts/registry-image.sh", r.root, "sandbox/registry:local").CombinedOutput()
+	})
+	if err != nil {
+		r.t.Fatalf("registry-image.sh: %v\n%s", err, out)
+	}
+}
+
+// snapshotThroughChartRegistry: with the chart's own registry on (its
+// default) and no --image-push of the operator's, a snapshot of a sandbox
+// on a pulled image is pushed to the cluster's registry, and a lease of it
+// runs on a pod the node pulled from its loopback (localhost:NODEPORT),
+// with the sandbox's changes to its root and workdir in it.
+func snapshotThroughChartRegistry(t *testing.T, r *release, e *env, imageRef string) {
+	e.must(http.StatusCreated, "POST", "/v1/images", "suite", map[string]string{"name": "chart-tool", "ref": imageRef})
+	id := e.lease("suite", map[string]any{"image": "chart-tool", "ttlSec": 600})
+	e.sh("suite", id, "echo from-the-root > /etc/snapnote; echo from-the-workdir > kept.txt")
+	snap := e.do("POST", "/v1/sandbox/"+id+"/snapshot", "suite", map[string]any{"name": "chart-snap", "workdir": true})
+	if snap.Status != http.StatusCreated {
+		t.Fatalf("a snapshot with the chart's registry: %d %s", snap.Status, snap.Body)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "suite", nil)
+	again := e.lease("suite", map[string]any{"image": "chart-snap", "ttlSec": 600})
+	if out := e.sh("suite", again, "cat /etc/snapnote kept.txt"); out != "from-the-root\nfrom-the-workdir\n" {
+		t.Errorf("a lease of the snapshot: %q", out)
+	}
+	pods, err := r.c.CoreV1().Pods(r.sbns).List(t.Context(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox + "=" + again})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the snapshot's pod: %v %v", pods, err)
+	}
+	if img := pods.Items[0].Spec.Containers[0].Image; !strings.HasPrefix(img, "localhost:30500/snapshots@sha256:") {
+		t.Errorf("the snapshot's pod runs %q, not the chart registry's image pulled from the node's loopback", img)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+again, "suite", nil)
 }
 
 // install installs the chart and answers how long until a client of its
@@ -490,6 +539,9 @@ func TestHelmInCluster(t *testing.T) {
 		if bytes.Contains(out, []byte("SANDBOX_TEST_IMAGE_REF is unset")) {
 			t.Errorf("the SDK's image cases skipped with a registry given")
 		}
+	})
+	t.Run("snapshot-in-cluster-registry", func(t *testing.T) {
+		snapshotThroughChartRegistry(t, r, e, imageRef)
 	})
 	// What the suite left running (a sandbox a test leaves to its TTL) is
 	// ended, so that the cluster holds the leases below and nothing else.

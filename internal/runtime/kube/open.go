@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -42,6 +43,15 @@ type Options struct {
 	// PushRepo is where snapshots are pushed, a repository the cluster
 	// pulls from; empty refuses snapshots.
 	PushRepo string
+	// PushHTTP speaks plain HTTP to PushRepo's registry: the chart's own,
+	// reached by its Service's name on the cluster's network.
+	PushHTTP bool
+	// PullHost is the registry host (host:port) the nodes pull PushRepo's
+	// images from, when it is not the one the server pushes to: the
+	// chart's registry is pushed to by its Service's name, which a node's
+	// container runtime cannot resolve, and pulled from on each node's
+	// loopback (its NodePort). Empty: the nodes pull as the server pushed.
+	PullHost string
 	// RunnerImage is the image the pods' runner comes from (the server's
 	// own, which holds it at RunnerInImage); empty refuses snapshots.
 	RunnerImage string
@@ -81,6 +91,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&o.PushRepo, "image-push", "", "kube: a repository the cluster pulls from, where snapshots of sandboxes are pushed (default: none, snapshots refused)")
+	fs.BoolVar(&o.PushHTTP, "image-push-http", false, "kube: speak plain HTTP to --image-push's registry (the chart's own, on the cluster's network; a registry on loopback or a private address is spoken to over HTTP anyway)")
+	fs.StringVar(&o.PullHost, "image-pull-host", "", "kube: the registry host:port the nodes pull --image-push's images from, when it is not the one the server pushes to (the chart's registry: localhost:NODEPORT) (default: the same)")
 	fs.StringVar(&o.RunnerImage, "runner-image", "", "kube: the server's own image, which holds the runner at "+RunnerInImage+": an init container of it puts the runner on a read-only volume of each pod, which reads a snapshot's changes (default: none, snapshots refused)")
 }
 
@@ -96,6 +108,19 @@ func (o Options) Validate() error {
 	}
 	if _, err := parseCIDRs(o.ClusterCIDRs); err != nil {
 		return err
+	}
+	if o.PushRepo == "" && (o.PushHTTP || o.PullHost != "") {
+		return errors.New("--image-push-http and --image-pull-host are of --image-push's registry: give --image-push too")
+	}
+	if o.PushRepo != "" {
+		if _, err := name.NewRepository(o.PushRepo); err != nil {
+			return fmt.Errorf("--image-push %q: %v", o.PushRepo, err)
+		}
+	}
+	if o.PullHost != "" {
+		if _, err := name.NewRegistry(o.PullHost); err != nil || strings.ContainsAny(o.PullHost, "/@") {
+			return fmt.Errorf("--image-pull-host %q: a registry's host[:port]", o.PullHost)
+		}
 	}
 	_, err := NewScope(o.Namespace, o.ServerNamespace)
 	return err

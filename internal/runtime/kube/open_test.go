@@ -22,3 +22,25 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsRegistry: the push registry's companions need it, and each
+// is checked for what it is.
+func TestOptionsRegistry(t *testing.T) {
+	base := Options{Namespace: "sandboxes", RuntimeClass: "gvisor"}
+	for _, c := range []struct {
+		o  func(*Options)
+		ok bool
+	}{
+		{func(o *Options) { o.PushRepo = "reg.sys.svc:5000/snapshots"; o.PushHTTP = true; o.PullHost = "localhost:30500" }, true},
+		{func(o *Options) { o.PushHTTP = true }, false},
+		{func(o *Options) { o.PullHost = "localhost:30500" }, false},
+		{func(o *Options) { o.PushRepo = "Bad Repo" }, false},
+		{func(o *Options) { o.PushRepo = "reg:5000/s"; o.PullHost = "localhost:30500/x" }, false},
+	} {
+		o := base
+		c.o(&o)
+		if err := o.Validate(); (err == nil) != c.ok {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+}
