@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/meter"
 	"github.com/sandboxd/sandbox/internal/reaper"
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/server"
 )
 
@@ -52,124 +53,125 @@ func TestAuthRequired(t *testing.T) {
 }
 
 func TestExecSandboxLifecycle(t *testing.T) {
-	e := newEnv(t)
-	before := time.Now()
-	r := e.must(http.StatusCreated, "POST", "/v1/sandbox", "acme", map[string]any{"ttlSec": 120})
-	sb := r.JSON(t)
-	id := sb["id"].(string)
-	if sb["status"] != "running" || sb["class"] != "exec" || sb["runtime"] != "gvisor" || sb["image"] != "exec" || sb["workdir"] != "/mnt/data" {
-		t.Errorf("lease answer: %s", r.Body)
-	}
-	exp := unixTime(t, sb["expiresAt"])
-	if d := exp.Sub(before); d < 118*time.Second || d > 125*time.Second {
-		t.Errorf("expiresAt %v is not ttlSec after the lease", exp)
-	}
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		before := time.Now()
+		r := e.must(http.StatusCreated, "POST", "/v1/sandbox", "acme", map[string]any{"ttlSec": 120})
+		sb := r.JSON(t)
+		id := sb["id"].(string)
+		if sb["status"] != "running" || sb["class"] != "exec" || sb["runtime"] != "gvisor" || sb["image"] != "exec" || sb["workdir"] != "/mnt/data" {
+			t.Errorf("lease answer: %s", r.Body)
+		}
+		exp := unixTime(t, sb["expiresAt"])
+		if d := exp.Sub(before); d < 118*time.Second || d > 125*time.Second {
+			t.Errorf("expiresAt %v is not ttlSec after the lease", exp)
+		}
 
-	// The alias answers identically.
-	a := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
-	b := e.must(http.StatusOK, "GET", "/v1/sandboxes/"+id, "acme", nil).JSON(t)
-	if a["id"] != id || b["id"] != id || a["status"] != "running" {
-		t.Errorf("get: %v / %v", a, b)
-	}
+		// The alias answers identically.
+		a := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
+		b := e.must(http.StatusOK, "GET", "/v1/sandboxes/"+id, "acme", nil).JSON(t)
+		if a["id"] != id || b["id"] != id || a["status"] != "running" {
+			t.Errorf("get: %v / %v", a, b)
+		}
 
-	t.Run("exec", func(t *testing.T) {
-		if out := e.exec("acme", id, map[string]any{"argv": []string{"echo", "-n", "hello", "world"}}); out.Stdout != "hello world" || out.ExitCode != 0 {
-			t.Errorf("argv: %+v", out)
-		}
-		if out := e.exec("acme", id, map[string]any{"command": "echo out; echo err >&2; exit 3"}); out.ExitCode != 3 || out.Stdout != "out\n" || out.Stderr != "err\n" {
-			t.Errorf("command with exit 3: %+v", out)
-		}
-		if out := e.exec("acme", id, map[string]any{"argv": []string{"cat"}, "stdin": "from stdin"}); out.Stdout != "from stdin" {
-			t.Errorf("stdin: %+v", out)
-		}
-		if out := e.exec("acme", id, map[string]any{"command": "echo $GREETING; pwd; id -u", "env": map[string]string{"GREETING": "hi"}, "dir": "sub"}); out.ExitCode == 0 {
-			t.Errorf("dir that does not exist should fail: %+v", out)
-		}
-		e.sh("acme", id, "mkdir -p sub")
-		if out := e.exec("acme", id, map[string]any{"command": "echo $GREETING; pwd; id -u", "env": map[string]string{"GREETING": "hi"}, "dir": "sub"}); out.Stdout != "hi\n/mnt/data/sub\n1000\n" {
-			t.Errorf("env, dir, uid: %+v", out)
-		}
-		if out := e.exec("acme", id, map[string]any{"argv": []string{"no-such-program"}}); out.ExitCode != 127 {
-			t.Errorf("missing program: %+v", out)
-		}
-		start := time.Now()
-		out := e.exec("acme", id, map[string]any{"command": "echo started; sleep 30", "timeoutSec": 1})
-		if !out.TimedOut || out.ExitCode != 124 || !strings.HasPrefix(out.Stdout, "started") || time.Since(start) > 15*time.Second {
-			t.Errorf("timeout: %+v after %v", out, time.Since(start))
-		}
-		// The timed-out program really died inside, not only its client.
-		if ps := e.sh("acme", id, "ps -eo args"); strings.Contains(ps, "sleep 30") {
-			t.Errorf("timed-out program still runs:\n%s", ps)
-		}
-		big := e.exec("acme", id, map[string]any{"command": "head -c 3000000 /dev/zero | tr '\\0' a"})
-		if len(big.Stdout) > 1<<20+200 || !strings.Contains(big.Stdout, "truncated") {
-			t.Errorf("output cap: %d bytes, tail %q", len(big.Stdout), big.Stdout[max(0, len(big.Stdout)-100):])
-		}
-	})
-
-	t.Run("exec refusals", func(t *testing.T) {
-		for _, body := range []any{
-			map[string]any{},
-			map[string]any{"argv": []string{}},
-			map[string]any{"command": "true", "env": map[string]string{"BAD KEY": "x"}},
-			map[string]any{"command": "true", "dir": "../etc"},
-			map[string]any{"command": "true", "dir": "/etc"},
-			map[string]any{"command": "true", "timeoutSec": -1},
-			map[string]any{"command": "true", "surprise": 1},
-			`{"command": "true"} {"command": "true"}`,
-			`{"argv": "not a list"}`,
-			`not json`,
-		} {
-			if r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", body); r.Status != http.StatusBadRequest {
-				t.Errorf("%v: %d, want 400: %s", body, r.Status, r.Body)
+		t.Run("exec", func(t *testing.T) {
+			if out := e.exec("acme", id, map[string]any{"argv": []string{"echo", "-n", "hello", "world"}}); out.Stdout != "hello world" || out.ExitCode != 0 {
+				t.Errorf("argv: %+v", out)
 			}
-		}
-	})
+			if out := e.exec("acme", id, map[string]any{"command": "echo out; echo err >&2; exit 3"}); out.ExitCode != 3 || out.Stdout != "out\n" || out.Stderr != "err\n" {
+				t.Errorf("command with exit 3: %+v", out)
+			}
+			if out := e.exec("acme", id, map[string]any{"argv": []string{"cat"}, "stdin": "from stdin"}); out.Stdout != "from stdin" {
+				t.Errorf("stdin: %+v", out)
+			}
+			if out := e.exec("acme", id, map[string]any{"command": "echo $GREETING; pwd; id -u", "env": map[string]string{"GREETING": "hi"}, "dir": "sub"}); out.ExitCode == 0 {
+				t.Errorf("dir that does not exist should fail: %+v", out)
+			}
+			e.sh("acme", id, "mkdir -p sub")
+			if out := e.exec("acme", id, map[string]any{"command": "echo $GREETING; pwd; id -u", "env": map[string]string{"GREETING": "hi"}, "dir": "sub"}); out.Stdout != "hi\n/mnt/data/sub\n1000\n" {
+				t.Errorf("env, dir, uid: %+v", out)
+			}
+			if out := e.exec("acme", id, map[string]any{"argv": []string{"no-such-program"}}); out.ExitCode != 127 {
+				t.Errorf("missing program: %+v", out)
+			}
+			start := time.Now()
+			out := e.exec("acme", id, map[string]any{"command": "echo started; sleep 30", "timeoutSec": 1})
+			if !out.TimedOut || out.ExitCode != 124 || !strings.HasPrefix(out.Stdout, "started") || time.Since(start) > 15*time.Second {
+				t.Errorf("timeout: %+v after %v", out, time.Since(start))
+			}
+			// The timed-out program really died inside, not only its client.
+			if ps := e.sh("acme", id, "ps -eo args"); strings.Contains(ps, "sleep 30") {
+				t.Errorf("timed-out program still runs:\n%s", ps)
+			}
+			big := e.exec("acme", id, map[string]any{"command": "head -c 3000000 /dev/zero | tr '\\0' a"})
+			if len(big.Stdout) > 1<<20+200 || !strings.Contains(big.Stdout, "truncated") {
+				t.Errorf("output cap: %d bytes, tail %q", len(big.Stdout), big.Stdout[max(0, len(big.Stdout)-100):])
+			}
+		})
 
-	t.Run("list", func(t *testing.T) {
-		id2 := e.lease("acme", map[string]any{"project": "p2"})
-		list := e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil)
-		var l struct{ Sandboxes []map[string]any }
-		json.Unmarshal(list.Body, &l)
-		if len(l.Sandboxes) != 2 || l.Sandboxes[0]["id"] != id2 || l.Sandboxes[1]["id"] != id {
-			t.Errorf("list is not newest first: %s", list.Body)
-		}
-		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandboxes?project=p2", "acme", nil).Body, &l)
-		if len(l.Sandboxes) != 1 || l.Sandboxes[0]["id"] != id2 {
-			t.Errorf("project filter: %v", l.Sandboxes)
-		}
-		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox?status=error", "acme", nil).Body, &l)
-		if len(l.Sandboxes) != 0 {
-			t.Errorf("status filter: %v", l.Sandboxes)
-		}
-		e.must(http.StatusBadRequest, "GET", "/v1/sandbox?status=bogus", "acme", nil)
-		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id2, "acme", nil)
-	})
+		t.Run("exec refusals", func(t *testing.T) {
+			for _, body := range []any{
+				map[string]any{},
+				map[string]any{"argv": []string{}},
+				map[string]any{"command": "true", "env": map[string]string{"BAD KEY": "x"}},
+				map[string]any{"command": "true", "dir": "../etc"},
+				map[string]any{"command": "true", "dir": "/etc"},
+				map[string]any{"command": "true", "timeoutSec": -1},
+				map[string]any{"command": "true", "surprise": 1},
+				`{"command": "true"} {"command": "true"}`,
+				`{"argv": "not a list"}`,
+				`not json`,
+			} {
+				if r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", body); r.Status != http.StatusBadRequest {
+					t.Errorf("%v: %d, want 400: %s", body, r.Status, r.Body)
+				}
+			}
+		})
 
-	t.Run("renew", func(t *testing.T) {
-		r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": 3600})
-		exp := unixTime(t, r.JSON(t)["expiresAt"])
-		if d := time.Until(exp); d < 59*time.Minute || d > 61*time.Minute {
-			t.Errorf("renewed expiry %v", exp)
-		}
-		// Never past the ceiling (24 h from creation).
-		r = e.must(http.StatusOK, "POST", "/v1/sandboxes/"+id+"/renew", "acme", map[string]any{"ttlSec": 10 * 86400})
-		exp = unixTime(t, r.JSON(t)["expiresAt"])
-		created := unixTime(t, r.JSON(t)["createdAt"])
-		if exp.Sub(created) > 24*time.Hour+time.Second {
-			t.Errorf("renew went past the ceiling: created %v, expires %v", created, exp)
-		}
-		e.must(http.StatusBadRequest, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": "long"})
-	})
+		t.Run("list", func(t *testing.T) {
+			id2 := e.lease("acme", map[string]any{"project": "p2"})
+			list := e.must(http.StatusOK, "GET", "/v1/sandbox", "acme", nil)
+			var l struct{ Sandboxes []map[string]any }
+			json.Unmarshal(list.Body, &l)
+			if len(l.Sandboxes) != 2 || l.Sandboxes[0]["id"] != id2 || l.Sandboxes[1]["id"] != id {
+				t.Errorf("list is not newest first: %s", list.Body)
+			}
+			json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandboxes?project=p2", "acme", nil).Body, &l)
+			if len(l.Sandboxes) != 1 || l.Sandboxes[0]["id"] != id2 {
+				t.Errorf("project filter: %v", l.Sandboxes)
+			}
+			json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox?status=error", "acme", nil).Body, &l)
+			if len(l.Sandboxes) != 0 {
+				t.Errorf("status filter: %v", l.Sandboxes)
+			}
+			e.must(http.StatusBadRequest, "GET", "/v1/sandbox?status=bogus", "acme", nil)
+			e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id2, "acme", nil)
+		})
 
-	t.Run("end", func(t *testing.T) {
-		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-		e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id, "acme", nil)
-		e.must(http.StatusNotFound, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-		objs, err := e.srv.Runtime.List(t.Context(), nil)
-		if err != nil || len(objs) != 0 {
-			t.Errorf("runtime objects after end: %v %v", objs, err)
-		}
+		t.Run("renew", func(t *testing.T) {
+			r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": 3600})
+			exp := unixTime(t, r.JSON(t)["expiresAt"])
+			if d := time.Until(exp); d < 59*time.Minute || d > 61*time.Minute {
+				t.Errorf("renewed expiry %v", exp)
+			}
+			// Never past the ceiling (24 h from creation).
+			r = e.must(http.StatusOK, "POST", "/v1/sandboxes/"+id+"/renew", "acme", map[string]any{"ttlSec": 10 * 86400})
+			exp = unixTime(t, r.JSON(t)["expiresAt"])
+			created := unixTime(t, r.JSON(t)["createdAt"])
+			if exp.Sub(created) > 24*time.Hour+time.Second {
+				t.Errorf("renew went past the ceiling: created %v, expires %v", created, exp)
+			}
+			e.must(http.StatusBadRequest, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": "long"})
+		})
+
+		t.Run("end", func(t *testing.T) {
+			e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+			e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id, "acme", nil)
+			e.must(http.StatusNotFound, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+			objs, err := e.srv.Runtime.List(t.Context(), nil)
+			if err != nil || len(objs) != 0 {
+				t.Errorf("runtime objects after end: %v %v", objs, err)
+			}
+		})
 	})
 }
 
@@ -256,113 +258,115 @@ func TestLeaseChecks(t *testing.T) {
 }
 
 func TestFiles(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", nil)
-	fs := func(p string) string { return "/v1/sandbox/" + id + "/fs?path=" + url.QueryEscape(p) }
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", nil)
+		fs := func(p string) string { return "/v1/sandbox/" + id + "/fs?path=" + url.QueryEscape(p) }
 
-	t.Run("binary round trip", func(t *testing.T) {
-		data := []byte{0x00, 0x0d, 0x0a, 0xff, 0xfe, 0x00, 'x', 0x0d}
-		for i := 0; i < 256; i++ {
-			data = append(data, byte(i))
-		}
-		r := e.must(http.StatusOK, "POST", fs("deep/er/bin.dat"), "acme", data)
-		if got := r.JSON(t); got["bytes"] != float64(len(data)) || got["path"] != "/mnt/data/deep/er/bin.dat" {
-			t.Errorf("write answer: %s", r.Body)
-		}
-		r = e.must(http.StatusOK, "GET", fs("/mnt/data/deep/er/bin.dat"), "acme", nil)
-		if !bytes.Equal(r.Body, data) {
-			t.Errorf("read back %x, want %x", r.Body, data)
-		}
-		if r.Header.Get("X-Sandbox-Kind") != "file" {
-			t.Errorf("kind header: %v", r.Header)
-		}
-		// The program inside sees the same bytes.
-		if sum := e.sh("acme", id, "od -An -tx1 deep/er/bin.dat | head -1"); !strings.HasPrefix(strings.TrimSpace(sum), "00 0d 0a ff fe 00") {
-			t.Errorf("inside: %q", sum)
-		}
-		// An empty file round-trips too.
-		e.must(http.StatusOK, "POST", fs("empty"), "acme", []byte{})
-		if r := e.must(http.StatusOK, "GET", fs("empty"), "acme", nil); len(r.Body) != 0 {
-			t.Errorf("empty file read %q", r.Body)
-		}
-	})
+		t.Run("binary round trip", func(t *testing.T) {
+			data := []byte{0x00, 0x0d, 0x0a, 0xff, 0xfe, 0x00, 'x', 0x0d}
+			for i := 0; i < 256; i++ {
+				data = append(data, byte(i))
+			}
+			r := e.must(http.StatusOK, "POST", fs("deep/er/bin.dat"), "acme", data)
+			if got := r.JSON(t); got["bytes"] != float64(len(data)) || got["path"] != "/mnt/data/deep/er/bin.dat" {
+				t.Errorf("write answer: %s", r.Body)
+			}
+			r = e.must(http.StatusOK, "GET", fs("/mnt/data/deep/er/bin.dat"), "acme", nil)
+			if !bytes.Equal(r.Body, data) {
+				t.Errorf("read back %x, want %x", r.Body, data)
+			}
+			if r.Header.Get("X-Sandbox-Kind") != "file" {
+				t.Errorf("kind header: %v", r.Header)
+			}
+			// The program inside sees the same bytes.
+			if sum := e.sh("acme", id, "od -An -tx1 deep/er/bin.dat | head -1"); !strings.HasPrefix(strings.TrimSpace(sum), "00 0d 0a ff fe 00") {
+				t.Errorf("inside: %q", sum)
+			}
+			// An empty file round-trips too.
+			e.must(http.StatusOK, "POST", fs("empty"), "acme", []byte{})
+			if r := e.must(http.StatusOK, "GET", fs("empty"), "acme", nil); len(r.Body) != 0 {
+				t.Errorf("empty file read %q", r.Body)
+			}
+		})
 
-	t.Run("directory listing", func(t *testing.T) {
-		e.must(http.StatusOK, "POST", fs("dir/a.txt"), "acme", "a")
-		e.must(http.StatusOK, "POST", fs("dir/sub/b.txt"), "acme", "b")
-		r := e.must(http.StatusOK, "GET", fs("dir"), "acme", nil)
-		if string(r.Body) != "a.txt\nsub/\n" || r.Header.Get("X-Sandbox-Kind") != "directory" {
-			t.Errorf("listing %q kind %q", r.Body, r.Header.Get("X-Sandbox-Kind"))
-		}
-		root := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs", "acme", nil)
-		if !strings.Contains(string(root.Body), "dir/\n") {
-			t.Errorf("root listing %q", root.Body)
-		}
-		// A file whose bytes look like a listing is still a file.
-		e.must(http.StatusOK, "POST", fs("looks-like-dir"), "acme", "a.txt\nsub/\n")
-		if r := e.must(http.StatusOK, "GET", fs("looks-like-dir"), "acme", nil); r.Header.Get("X-Sandbox-Kind") != "file" {
-			t.Error("file taken for a directory")
-		}
-		e.must(http.StatusNotFound, "GET", fs("nope.txt"), "acme", nil)
-		e.must(http.StatusConflict, "POST", fs("dir"), "acme", "overwrite a directory")
-	})
+		t.Run("directory listing", func(t *testing.T) {
+			e.must(http.StatusOK, "POST", fs("dir/a.txt"), "acme", "a")
+			e.must(http.StatusOK, "POST", fs("dir/sub/b.txt"), "acme", "b")
+			r := e.must(http.StatusOK, "GET", fs("dir"), "acme", nil)
+			if string(r.Body) != "a.txt\nsub/\n" || r.Header.Get("X-Sandbox-Kind") != "directory" {
+				t.Errorf("listing %q kind %q", r.Body, r.Header.Get("X-Sandbox-Kind"))
+			}
+			root := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs", "acme", nil)
+			if !strings.Contains(string(root.Body), "dir/\n") {
+				t.Errorf("root listing %q", root.Body)
+			}
+			// A file whose bytes look like a listing is still a file.
+			e.must(http.StatusOK, "POST", fs("looks-like-dir"), "acme", "a.txt\nsub/\n")
+			if r := e.must(http.StatusOK, "GET", fs("looks-like-dir"), "acme", nil); r.Header.Get("X-Sandbox-Kind") != "file" {
+				t.Error("file taken for a directory")
+			}
+			e.must(http.StatusNotFound, "GET", fs("nope.txt"), "acme", nil)
+			e.must(http.StatusConflict, "POST", fs("dir"), "acme", "overwrite a directory")
+		})
 
-	t.Run("confinement", func(t *testing.T) {
-		for _, p := range []string{"..", "../etc/passwd", "a/../../etc/passwd", "a/..", "/etc/passwd", "/mnt/database", "/mnt", "/", "x\x00y", "/mnt/data/../data/x"} {
-			if r := e.do("GET", fs(p), "acme", nil); r.Status != http.StatusBadRequest {
-				t.Errorf("read %q: %d, want 400: %s", p, r.Status, r.Body)
+		t.Run("confinement", func(t *testing.T) {
+			for _, p := range []string{"..", "../etc/passwd", "a/../../etc/passwd", "a/..", "/etc/passwd", "/mnt/database", "/mnt", "/", "x\x00y", "/mnt/data/../data/x"} {
+				if r := e.do("GET", fs(p), "acme", nil); r.Status != http.StatusBadRequest {
+					t.Errorf("read %q: %d, want 400: %s", p, r.Status, r.Body)
+				}
+				if r := e.do("POST", fs(p), "acme", "x"); r.Status != http.StatusBadRequest {
+					t.Errorf("write %q: %d, want 400: %s", p, r.Status, r.Body)
+				}
+				if r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}, "dir": p}); r.Status != http.StatusBadRequest {
+					t.Errorf("exec dir %q: %d, want 400", p, r.Status)
+				}
 			}
-			if r := e.do("POST", fs(p), "acme", "x"); r.Status != http.StatusBadRequest {
-				t.Errorf("write %q: %d, want 400: %s", p, r.Status, r.Body)
+			// Nothing was written outside the workdir.
+			if out := e.exec("acme", id, map[string]any{"command": "ls /mnt; test ! -e /mnt/database"}); out.ExitCode != 0 {
+				t.Errorf("a refused write landed: %+v", out)
 			}
-			if r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"argv": []string{"true"}, "dir": p}); r.Status != http.StatusBadRequest {
-				t.Errorf("exec dir %q: %d, want 400", p, r.Status)
-			}
-		}
-		// Nothing was written outside the workdir.
-		if out := e.exec("acme", id, map[string]any{"command": "ls /mnt; test ! -e /mnt/database"}); out.ExitCode != 0 {
-			t.Errorf("a refused write landed: %+v", out)
-		}
+		})
 	})
 }
 
 func TestCrossOrgIsNotFound(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", map[string]any{"project": "secret"})
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=s.txt", "acme", "acme's secret")
-	unknown := "sb_" + strings.Repeat("a", 26)
-	for _, org := range []string{"globex", "system"} { // the operator org is a tenant here too
-		for _, prefix := range []string{"/v1/sandbox/", "/v1/sandboxes/"} {
-			for _, rt := range []struct {
-				method, path string
-				body         any
-			}{
-				{"GET", "", nil},
-				{"POST", "/renew", map[string]any{"ttlSec": 60}},
-				{"POST", "/exec", map[string]any{"argv": []string{"true"}}},
-				{"POST", "/stop", nil},
-				{"GET", "/fs?path=s.txt", nil},
-				{"POST", "/fs?path=s.txt", "overwritten"},
-				{"DELETE", "?purge=1", nil},
-			} {
-				foreign := e.do(rt.method, prefix+id+rt.path, org, rt.body)
-				missing := e.do(rt.method, prefix+unknown+rt.path, org, rt.body)
-				if foreign.Status != http.StatusNotFound || !bytes.Equal(foreign.Body, missing.Body) {
-					t.Errorf("%s %s as %s: %d %s; unknown id: %d %s", rt.method, rt.path, org, foreign.Status, foreign.Body, missing.Status, missing.Body)
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"project": "secret"})
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=s.txt", "acme", "acme's secret")
+		unknown := "sb_" + strings.Repeat("a", 26)
+		for _, org := range []string{"globex", "system"} { // the operator org is a tenant here too
+			for _, prefix := range []string{"/v1/sandbox/", "/v1/sandboxes/"} {
+				for _, rt := range []struct {
+					method, path string
+					body         any
+				}{
+					{"GET", "", nil},
+					{"POST", "/renew", map[string]any{"ttlSec": 60}},
+					{"POST", "/exec", map[string]any{"argv": []string{"true"}}},
+					{"POST", "/stop", nil},
+					{"GET", "/fs?path=s.txt", nil},
+					{"POST", "/fs?path=s.txt", "overwritten"},
+					{"DELETE", "?purge=1", nil},
+				} {
+					foreign := e.do(rt.method, prefix+id+rt.path, org, rt.body)
+					missing := e.do(rt.method, prefix+unknown+rt.path, org, rt.body)
+					if foreign.Status != http.StatusNotFound || !bytes.Equal(foreign.Body, missing.Body) {
+						t.Errorf("%s %s as %s: %d %s; unknown id: %d %s", rt.method, rt.path, org, foreign.Status, foreign.Body, missing.Status, missing.Body)
+					}
 				}
 			}
+			var l struct{ Sandboxes []map[string]any }
+			json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox", org, nil).Body, &l)
+			if len(l.Sandboxes) != 0 {
+				t.Errorf("%s lists acme's sandboxes: %v", org, l.Sandboxes)
+			}
 		}
-		var l struct{ Sandboxes []map[string]any }
-		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox", org, nil).Body, &l)
-		if len(l.Sandboxes) != 0 {
-			t.Errorf("%s lists acme's sandboxes: %v", org, l.Sandboxes)
+		// acme's sandbox and file are untouched.
+		if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=s.txt", "acme", nil); string(r.Body) != "acme's secret" {
+			t.Errorf("file changed: %q", r.Body)
 		}
-	}
-	// acme's sandbox and file are untouched.
-	if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=s.txt", "acme", nil); string(r.Body) != "acme's secret" {
-		t.Errorf("file changed: %q", r.Body)
-	}
-	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+	})
 }
 
 func TestVolumeKeptOnEndDroppedOnPurge(t *testing.T) {
@@ -649,83 +653,91 @@ func TestMeterUsageAndMetrics(t *testing.T) {
 }
 
 func TestSleepAndWake(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", map[string]any{"project": "nap"})
-	e.sh("acme", id, "echo in-volume > v.txt; echo in-overlay > /home/user/o.txt; echo in-tmp > /tmp/t.txt")
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"project": "nap"})
+		e.sh("acme", id, "echo in-volume > v.txt; echo in-overlay > /home/user/o.txt; echo in-tmp > /tmp/t.txt")
 
-	r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil).JSON(t)
-	if r["status"] != "sleeping" || r["memoryKept"] != true {
-		t.Fatalf("pause: %v", r)
-	}
-	if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil {
-		t.Fatalf("listing: %v", err)
-	} else if len(objs) != 0 {
-		t.Errorf("a sleeping sandbox keeps a container: %v", objs)
-	}
-	// It still holds its project, and pausing again is a no-op.
-	e.must(http.StatusConflict, "POST", "/v1/sandbox", "acme", map[string]any{"project": "nap"})
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-
-	// Any use wakes it transparently, and says so.
-	var out execAnswer
-	res := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"command": "cat v.txt /home/user/o.txt /tmp/t.txt"})
-	json.Unmarshal(res.Body, &out)
-	if out.Stdout != "in-volume\nin-overlay\nin-tmp\n" || !strings.Contains(string(res.Body), `"woken":true`) {
-		t.Errorf("exec on a sleeping sandbox: %s", res.Body)
-	}
-	if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "running" {
-		t.Errorf("after wake: %v", sb)
-	}
-
-	// fs and renew wake it too; resume wakes it now.
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-	fr := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=v.txt", "acme", nil)
-	if string(fr.Body) != "in-volume\n" || fr.Header.Get("X-Sandbox-Woken") != "1" {
-		t.Errorf("fs read on a sleeping sandbox: %q %v", fr.Body, fr.Header)
-	}
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-	if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": 300}).JSON(t); sb["woken"] != true || sb["status"] != "running" {
-		t.Errorf("renew on a sleeping sandbox: %v", sb)
-	}
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-	if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil).JSON(t); sb["woken"] != true {
-		t.Errorf("resume: %v", sb)
-	}
-	if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil).JSON(t); sb["woken"] == true {
-		t.Errorf("resume of a running sandbox says woken: %v", sb)
-	}
-
-	// Concurrent uses of a sleeping sandbox wake it once.
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-	errs := make(chan string, 4)
-	for i := 0; i < 4; i++ {
-		go func() {
-			r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"command": "cat v.txt"})
-			errs <- fmt.Sprint(r.Status, " ", string(r.Body))
-		}()
-	}
-	for i := 0; i < 4; i++ {
-		if got := <-errs; !strings.HasPrefix(got, "200") || !strings.Contains(got, "in-volume") {
-			t.Errorf("concurrent wake: %s", got)
+		// Where the backend checkpoints, the memory, the root's overlay and
+		// /tmp come back; elsewhere the volume only, and the answer says so.
+		kept := e.has(runtime.CapCheckpoint)
+		r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil).JSON(t)
+		if r["status"] != "sleeping" || r["memoryKept"] != kept {
+			t.Fatalf("pause: %v", r)
 		}
-	}
-	if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil {
-		t.Fatalf("listing: %v", err)
-	} else if len(objs) != 1 {
-		t.Errorf("concurrent wakes made %d containers", len(objs))
-	}
+		if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil {
+			t.Fatalf("listing: %v", err)
+		} else if len(objs) != 0 {
+			t.Errorf("a sleeping sandbox keeps a container: %v", objs)
+		}
+		// It still holds its project, and pausing again is a no-op.
+		e.must(http.StatusConflict, "POST", "/v1/sandbox", "acme", map[string]any{"project": "nap"})
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
 
-	// A sleeping sandbox ends like any other; its volume is kept.
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-	again := e.lease("acme", map[string]any{"project": "nap"})
-	if got := e.sh("acme", again, "cat v.txt"); got != "in-volume\n" {
-		t.Errorf("volume after ending a sleeping sandbox: %q", got)
-	}
-	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+again+"?purge=1", "acme", nil)
-	if cps, _ := filepath.Glob(filepath.Join(e.data, "runtime", "checkpoints", "*")); len(cps) != 0 {
-		t.Errorf("checkpoints left: %v", cps)
-	}
+		// Any use wakes it transparently, and says so.
+		var out execAnswer
+		res := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"command": "cat v.txt /home/user/o.txt /tmp/t.txt 2>/dev/null"})
+		json.Unmarshal(res.Body, &out)
+		want := "in-volume\n"
+		if kept {
+			want += "in-overlay\nin-tmp\n"
+		}
+		if out.Stdout != want || !strings.Contains(string(res.Body), `"woken":true`) {
+			t.Errorf("exec on a sleeping sandbox: %s", res.Body)
+		}
+		if sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t); sb["status"] != "running" {
+			t.Errorf("after wake: %v", sb)
+		}
+
+		// fs and renew wake it too; resume wakes it now.
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+		fr := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=v.txt", "acme", nil)
+		if string(fr.Body) != "in-volume\n" || fr.Header.Get("X-Sandbox-Woken") != "1" {
+			t.Errorf("fs read on a sleeping sandbox: %q %v", fr.Body, fr.Header)
+		}
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+		if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/renew", "acme", map[string]any{"ttlSec": 300}).JSON(t); sb["woken"] != true || sb["status"] != "running" {
+			t.Errorf("renew on a sleeping sandbox: %v", sb)
+		}
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+		if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil).JSON(t); sb["woken"] != true {
+			t.Errorf("resume: %v", sb)
+		}
+		if sb := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/resume", "acme", nil).JSON(t); sb["woken"] == true {
+			t.Errorf("resume of a running sandbox says woken: %v", sb)
+		}
+
+		// Concurrent uses of a sleeping sandbox wake it once.
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+		errs := make(chan string, 4)
+		for i := 0; i < 4; i++ {
+			go func() {
+				r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"command": "cat v.txt"})
+				errs <- fmt.Sprint(r.Status, " ", string(r.Body))
+			}()
+		}
+		for i := 0; i < 4; i++ {
+			if got := <-errs; !strings.HasPrefix(got, "200") || !strings.Contains(got, "in-volume") {
+				t.Errorf("concurrent wake: %s", got)
+			}
+		}
+		if objs, err := e.srv.Runtime.List(t.Context(), nil); err != nil {
+			t.Fatalf("listing: %v", err)
+		} else if len(objs) != 1 {
+			t.Errorf("concurrent wakes made %d containers", len(objs))
+		}
+
+		// A sleeping sandbox ends like any other; its volume is kept.
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
+		again := e.lease("acme", map[string]any{"project": "nap"})
+		if got := e.sh("acme", again, "cat v.txt"); got != "in-volume\n" {
+			t.Errorf("volume after ending a sleeping sandbox: %q", got)
+		}
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+again+"?purge=1", "acme", nil)
+		if cps, _ := filepath.Glob(filepath.Join(e.data, "runtime", "checkpoints", "*")); len(cps) != 0 {
+			t.Errorf("checkpoints left: %v", cps)
+		}
+	})
 }
 
 func TestReaperSleepsIdleSandboxes(t *testing.T) {
