@@ -485,7 +485,9 @@ func TestHelmTemplate(t *testing.T) {
 		// a list repeating its flag, numbers as numbers.
 		i := slices.Index(args, "--runtime-class=gvisor-alt")
 		want := []string{"--namespace=tenant-pods", "--service-account=pods", "--issuer-url=https://sandbox.example.com", "--shutdown-grace=55s",
-			"--operator-org=ops", "--bootstrap-key-file=/etc/sandbox/admin-key/key", "--preview-domain=preview.example.com", "--debug", "--storage-class=fast"}
+			"--operator-org=ops", "--bootstrap-key-file=/etc/sandbox/admin-key/key", "--preview-domain=preview.example.com", "--debug", "--storage-class=fast",
+			// The chart's own registry (on by default): pushed to by name, pulled from the nodes' loopback.
+			"--image-push=edge-sandbox-registry.edge-system.svc.cluster.local:5000/snapshots", "--image-push-http", "--image-pull-host=localhost:30500"}
 		for _, w := range want {
 			if !slices.Contains(args, w) {
 				t.Errorf("no %s in %q", w, args)
@@ -495,8 +497,20 @@ func TestHelmTemplate(t *testing.T) {
 		if i < 0 || !slices.Equal(args[len(args)-len(tail):], tail) {
 			t.Errorf("args %q: want server.flags last as %q", args, tail)
 		}
-		if r.has("RuntimeClass", "") || r.has("Secret", "") || r.has("PersistentVolumeClaim", "") {
-			t.Error("a RuntimeClass, Secret or PVC rendered with create off, an existing secret and an existing claim")
+		if r.has("RuntimeClass", "") || r.has("Secret", "") || r.has("PersistentVolumeClaim", "edge-sandbox-data") {
+			t.Error("a RuntimeClass, Secret or data PVC rendered with create off, an existing secret and an existing claim")
+		}
+		// The registry's pods are not the server Service's: its selector
+		// would otherwise send API calls to the registry.
+		reg := r.get(t, "Deployment", "edge-sandbox-registry")
+		labels, _, _ := unstructured.NestedStringMap(reg.Object, "spec", "template", "metadata", "labels")
+		sel, _, _ := unstructured.NestedStringMap(r.get(t, "Service", "edge-sandbox").Object, "spec", "selector")
+		matches := len(sel) > 0
+		for k, v := range sel {
+			matches = matches && labels[k] == v
+		}
+		if matches || !r.has("Service", "edge-sandbox-registry") || !r.has("PersistentVolumeClaim", "edge-sandbox-registry") {
+			t.Errorf("the registry: pod labels %v, the server's selector %v", labels, sel)
 		}
 		d := r.get(t, "Deployment", "edge-sandbox")
 		pod := fieldOf(t, d.Object, "spec", "template", "spec").(map[string]any)
@@ -545,6 +559,7 @@ func TestHelmTemplate(t *testing.T) {
 			"sandboxes in server": "sandboxNamespace.name=sandbox-system",
 			"grace":               "terminationGracePeriodSeconds=5",
 			"ingress no host":     "ingress.enabled=true",
+			"push with registry":  "server.flags.image-push=reg.example.com/snaps",
 		} {
 			cmd := exec.Command(helm, "template", "sandbox", chartDir, "-n", "sandbox-system", "--set", set)
 			cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir())
