@@ -31,7 +31,11 @@ func TestOptionsRegistry(t *testing.T) {
 		o  func(*Options)
 		ok bool
 	}{
-		{func(o *Options) { o.PushRepo = "reg.sys.svc:5000/snapshots"; o.PushHTTP = true; o.PullHost = "localhost:30500" }, true},
+		{func(o *Options) {
+			o.PushRepo = "reg.sys.svc:5000/snapshots"
+			o.PushHTTP = true
+			o.PullHost = "localhost:30500"
+		}, true},
 		{func(o *Options) { o.PushHTTP = true }, false},
 		{func(o *Options) { o.PullHost = "localhost:30500" }, false},
 		{func(o *Options) { o.PushRepo = "Bad Repo" }, false},
