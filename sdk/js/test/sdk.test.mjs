@@ -147,7 +147,9 @@ test("background processes and fork", async () => {
     assert.equal(got.text, "line 1\nline 2\nline 3\ngone\n");
     assert.equal(got.end.kind, "end");
     assert.equal(got.end.process.exitCode, 3);
-    assert.deepEqual(cut.starts, ["", "7"]);
+    // The first event holds what the ring had when the follow began (a line, or more on a slower
+    // backend); the resume asks from its end.
+    assert.deepEqual(cut.starts, ["", String(got.events[0].data.length)]);
     assert.equal((await collect(sbx.processOutput(p.pid, { from: 14 }))).text, "line 3\ngone\n");
 
     const cat = await sbx.startProcess(["cat"], { stdin: "a\n" });
