@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -131,24 +130,10 @@ func RegistryStatus(err error) int {
 // Auth is a registry's basic credentials.
 type Auth struct{ Username, Password string }
 
-// parseRef parses an image reference; a registry named in plainHTTP (host
-// and port as the reference has them) is spoken to over plain HTTP, beside
-// those go-containerregistry already speaks it to (loopback, RFC 1918
-// addresses): the cluster's own registry, reached by its Service's name on
-// the cluster's network.
-func parseRef(ref string, plainHTTP []string) (name.Reference, error) {
-	r, err := name.ParseReference(ref)
-	if err != nil || !slices.Contains(plainHTTP, r.Context().RegistryStr()) {
-		return r, err
-	}
-	return name.ParseReference(ref, name.Insecure)
-}
-
 // Remote reads the image ref (a tag or a digest) from its registry, for
-// linux/amd64. A registry on loopback, or named in plainHTTP, is spoken to
-// over plain HTTP.
-func Remote(ctx context.Context, ref string, auth *Auth, plainHTTP ...string) (v1.Image, error) {
-	r, err := parseRef(ref, plainHTTP)
+// linux/amd64. A registry on loopback is spoken to over plain HTTP.
+func Remote(ctx context.Context, ref string, auth *Auth) (v1.Image, error) {
+	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("image: %q is not an image reference: %w", ref, err)
 	}
@@ -165,8 +150,8 @@ func Remote(ctx context.Context, ref string, auth *Auth, plainHTTP ...string) (v
 
 // Push writes img to the registry as ref (anonymously: a registry the
 // operator's cluster pulls from, on its own network).
-func Push(ctx context.Context, img v1.Image, ref string, plainHTTP ...string) error {
-	r, err := parseRef(ref, plainHTTP)
+func Push(ctx context.Context, img v1.Image, ref string) error {
+	r, err := name.ParseReference(ref)
 	if err != nil {
 		return fmt.Errorf("image: %q is not an image reference: %w", ref, err)
 	}
@@ -181,7 +166,7 @@ func Push(ctx context.Context, img v1.Image, ref string, plainHTTP ...string) er
 // scratch directory within lim — pushes it to repo (the cluster pulls it
 // from there) and records it. The second and later layers are a saved
 // workdir (Seeded).
-func Append(ctx context.Context, dir, base string, layers []string, repo, source string, lim Limits, plainHTTP ...string) (*Pulled, error) {
+func Append(ctx context.Context, dir, base string, layers []string, repo, source string, lim Limits) (*Pulled, error) {
 	scratch, err := os.MkdirTemp(filepath.Join(dir), ".check-")
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
@@ -225,7 +210,7 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 		}
 		ls = append(ls, layer)
 	}
-	img, err := Remote(ctx, base, nil, plainHTTP...)
+	img, err := Remote(ctx, base, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +220,7 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 	b := make([]byte, 6)
 	rand.Read(b)
 	ref := repo + ":snapshot-" + hex.EncodeToString(b)
-	if err := Push(ctx, img, ref, plainHTTP...); err != nil {
+	if err := Push(ctx, img, ref); err != nil {
 		return nil, err
 	}
 	p, err := Record(ctx, dir, img, ref, "")

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -78,11 +80,9 @@ func writeLayers(dir string, layers []func(io.Writer) error) (files []string, do
 // registries (Kubernetes): a pull is checked and recorded, pinned by
 // digest, never unpacked here.
 type registry struct {
-	dir      string
-	push     string // where snapshots go (--image-push); empty refuses them
-	pushHTTP bool   // --image-push-http
-	pullHost string // --image-pull-host
-	rt       *kube.Runtime
+	dir  string
+	push string // where snapshots go (--image-push, resolved); empty refuses them
+	rt   *kube.Runtime
 }
 
 func (l *registry) Pull(ctx context.Context, ref string, auth *image.Auth, lim image.Limits, _ image.Progress) (*image.Pulled, error) {
@@ -160,7 +160,7 @@ func (l *registry) Derive(ctx context.Context, base, source string, lim image.Li
 		return nil, err
 	}
 	defer done()
-	d, err := image.Append(ctx, l.dir, p.Pinned, files, strings.TrimSuffix(l.push, "/"), source, lim, l.plainHTTP()...)
+	d, err := image.Append(ctx, l.dir, p.Pinned, files, strings.TrimSuffix(l.push, "/"), source, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -171,43 +171,14 @@ func (l *registry) Derive(ctx context.Context, base, source string, lim image.Li
 func (l *registry) env(name string) []string { return pulledEnv(l.dir, name) }
 
 // podImage is the container image of a spec's image: a class's local
-// image, or a pulled one by its pinned reference — where the nodes pull
-// it from (--image-pull-host) when that is not where it was pushed.
+// image, or a pulled one by its pinned reference.
 func (l *registry) podImage(name string) string {
 	if image.IsDigest(name) {
 		if p, err := image.InspectPulled(l.dir, name); err == nil && p.Pinned != "" {
-			return l.pullRef(p.Pinned)
+			return p.Pinned
 		}
 	}
 	return "sandbox/" + name + ":local"
-}
-
-// pushHost is the registry host of --image-push ("" without one).
-func (l *registry) pushHost() string {
-	r, err := name.NewRepository(l.push)
-	if l.push == "" || err != nil {
-		return ""
-	}
-	return r.RegistryStr()
-}
-
-// plainHTTP names --image-push's registry when the server speaks plain
-// HTTP to it (--image-push-http).
-func (l *registry) plainHTTP() []string {
-	if !l.pushHTTP || l.pushHost() == "" {
-		return nil
-	}
-	return []string{l.pushHost()}
-}
-
-// pullRef is ref as the nodes pull it: an image of --image-push's registry
-// from --image-pull-host, when given; the digest is the same.
-func (l *registry) pullRef(ref string) string {
-	host := l.pushHost()
-	if l.pullHost == "" || host == "" || !strings.HasPrefix(ref, host+"/") {
-		return ref
-	}
-	return l.pullHost + strings.TrimPrefix(ref, host)
 }
 
 // library is the pulled images of an images directory (internal/image),
@@ -337,7 +308,18 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		}
 		return backend{rt: rt.Backend(), settle: rt.Settle, imageReady: localImage(cfg.Images), library: lib}, nil
 	case BackendKube:
-		lib := &registry{dir: cfg.Images, push: cfg.Kube.PushRepo, pushHTTP: cfg.Kube.PushHTTP, pullHost: cfg.Kube.PullHost}
+		push := cfg.Kube.PushRepo
+		if push != "" && cfg.Kube.PushResolve {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			resolved, err := kube.ResolvePush(rctx, push, net.DefaultResolver.LookupHost)
+			cancel()
+			if err != nil {
+				return backend{}, err
+			}
+			log.Info("snapshots are pushed to, and pulled by the nodes from, the registry's address", "imagePush", push, "resolved", resolved)
+			push = resolved
+		}
+		lib := &registry{dir: cfg.Images, push: push}
 		// The private ranges the operator opened come out of every
 		// policy's except; the service refuses the flag when it is bad.
 		bounds, err := cfg.Service.NetworkBounds()

@@ -486,8 +486,8 @@ func TestHelmTemplate(t *testing.T) {
 		i := slices.Index(args, "--runtime-class=gvisor-alt")
 		want := []string{"--namespace=tenant-pods", "--service-account=pods", "--issuer-url=https://sandbox.example.com", "--shutdown-grace=55s",
 			"--operator-org=ops", "--bootstrap-key-file=/etc/sandbox/admin-key/key", "--preview-domain=preview.example.com", "--debug", "--storage-class=fast",
-			// The chart's own registry (on by default): pushed to by name, pulled from the nodes' loopback.
-			"--image-push=edge-sandbox-registry.edge-system.svc.cluster.local:5000/snapshots", "--image-push-http", "--image-pull-host=localhost:30500"}
+			// The chart's own registry (on by default), by its Service's address.
+			"--image-push=edge-sandbox-registry.edge-system.svc.cluster.local:5000/snapshots", "--image-push-resolve"}
 		for _, w := range want {
 			if !slices.Contains(args, w) {
 				t.Errorf("no %s in %q", w, args)

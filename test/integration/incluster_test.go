@@ -119,27 +119,45 @@ func (r *release) registryImage() {
 // snapshotThroughChartRegistry: with the chart's own registry on (its
 // default) and no --image-push of the operator's, a snapshot of a sandbox
 // on a pulled image is pushed to the cluster's registry, and a lease of it
-// runs on a pod the node pulled from its loopback (localhost:NODEPORT),
-// with the sandbox's changes to its root and workdir in it.
+// runs on a pod the node pulled from the registry's ClusterIP, with the
+// sandbox's changes to its root and workdir in it.
 func snapshotThroughChartRegistry(t *testing.T, r *release, e *env, imageRef string) {
+	// The node's containerd is told to speak plain HTTP to the registry's
+	// address, as docs/kubernetes.md tells an operator to.
+	svc, err := r.c.CoreV1().Services(r.ns).Get(t.Context(), "sandbox-registry", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := svc.Spec.ClusterIP + ":5000"
+	hosts := filepath.Join(r.root, "etc", "certs.d", addr)
+	if err := os.MkdirAll(hosts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hosts) })
+	toml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+addr, "http://"+addr)
+	if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	e.must(http.StatusCreated, "POST", "/v1/images", "suite", map[string]string{"name": "chart-tool", "ref": imageRef})
 	id := e.lease("suite", map[string]any{"image": "chart-tool", "ttlSec": 600})
-	e.sh("suite", id, "echo from-the-root > /etc/snapnote; echo from-the-workdir > kept.txt")
+	// Outside the workdir, where the sandbox's user may write: the test
+	// image's /bin is that user's (testenv.PushBusybox).
+	e.sh("suite", id, "echo from-the-root > /bin/snapnote && echo from-the-workdir > kept.txt")
 	snap := e.do("POST", "/v1/sandbox/"+id+"/snapshot", "suite", map[string]any{"name": "chart-snap", "workdir": true})
 	if snap.Status != http.StatusCreated {
 		t.Fatalf("a snapshot with the chart's registry: %d %s", snap.Status, snap.Body)
 	}
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "suite", nil)
 	again := e.lease("suite", map[string]any{"image": "chart-snap", "ttlSec": 600})
-	if out := e.sh("suite", again, "cat /etc/snapnote kept.txt"); out != "from-the-root\nfrom-the-workdir\n" {
+	if out := e.sh("suite", again, "cat /bin/snapnote kept.txt"); out != "from-the-root\nfrom-the-workdir\n" {
 		t.Errorf("a lease of the snapshot: %q", out)
 	}
 	pods, err := r.c.CoreV1().Pods(r.sbns).List(t.Context(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox + "=" + again})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("the snapshot's pod: %v %v", pods, err)
 	}
-	if img := pods.Items[0].Spec.Containers[0].Image; !strings.HasPrefix(img, "localhost:30500/snapshots@sha256:") {
-		t.Errorf("the snapshot's pod runs %q, not the chart registry's image pulled from the node's loopback", img)
+	if img := pods.Items[0].Spec.Containers[0].Image; !strings.HasPrefix(img, addr+"/snapshots@sha256:") {
+		t.Errorf("the snapshot's pod runs %q, not the chart registry's image by its address %s", img, addr)
 	}
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+again, "suite", nil)
 }
@@ -627,7 +645,7 @@ func TestHelmInCluster(t *testing.T) {
 			claimed = append(claimed, pv.Name)
 		}
 	}
-	if len(claimed) != 3 { // the server's data, the two projects
+	if len(claimed) != 4 { // the server's data, the registry's, the two projects
 		t.Errorf("volumes of the release before uninstall: %v", claimed)
 	}
 	r.run("uninstall", "sandbox", "--wait", "--timeout", "2m")

@@ -136,6 +136,7 @@ end program hello`,
 func TestInterpreterConformance(t *testing.T) {
 	t.Run("runner", func(t *testing.T) { conformance(t, newEnv(t)) })
 	t.Run("sh", func(t *testing.T) { conformance(t, newEnvConfig(t, server.Config{Runner: "none"})) })
+	t.Run("kube", func(t *testing.T) { e, _, _ := newKubeRunnerEnv(t); conformance(t, e) })
 }
 
 func conformance(t *testing.T, e *env) {
@@ -199,50 +200,51 @@ func TestInterpreterRefusals(t *testing.T) {
 // diagnostics on stderr, an ended session (or another org's) yields a new
 // one, and upload/download/list work on the session.
 func TestInterpreterSessions(t *testing.T) {
-	e := newEnv(t)
-	a := e.code("acme", map[string]any{"language": "py", "code": "open('keep.txt','w').write('kept')",
-		"files": []map[string]any{{"path": "in/data.csv", "data": "a,b\n"}, {"path": "raw.bin", "dataBase64": "AA3/"}}})
-	s := a.SessionID
-	b := e.code("acme", map[string]any{"language": "bash", "session_id": s,
-		"code": "cat keep.txt; echo; cat in/data.csv; od -An -tx1 raw.bin"})
-	if b.SessionID != s || b.Stdout != "kept\na,b\n 00 0d ff\n" {
-		t.Fatalf("second run: %+v", b)
-	}
-	if len(b.Files) != 0 {
-		t.Errorf("a run that changed nothing lists %+v", b.Files)
-	}
-	c := e.code("acme", map[string]any{"language": "c", "session_id": s, "code": "int main( { return 0; }"})
-	if c.ExitCode == 0 || !strings.Contains(c.Stderr, "error") || c.Stdout != "" {
-		t.Errorf("compile error: %+v", c)
-	}
-	// Another org presenting the id gets a session of its own, not this one.
-	g := e.code("globex", map[string]any{"language": "bash", "session_id": s, "code": "ls"})
-	if g.SessionID == s || !g.NewSession || strings.Contains(g.Stdout, "keep.txt") {
-		t.Errorf("another org reused the session: %+v", g)
-	}
-	e.must(http.StatusNotFound, "GET", "/v1/exec/"+s+"/files", "globex", nil)
-	e.must(http.StatusNotFound, "GET", "/v1/exec/"+s+"/files/keep.txt", "globex", nil)
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		a := e.code("acme", map[string]any{"language": "py", "code": "open('keep.txt','w').write('kept')",
+			"files": []map[string]any{{"path": "in/data.csv", "data": "a,b\n"}, {"path": "raw.bin", "dataBase64": "AA3/"}}})
+		s := a.SessionID
+		b := e.code("acme", map[string]any{"language": "bash", "session_id": s,
+			"code": "cat keep.txt; echo; cat in/data.csv; od -An -tx1 raw.bin"})
+		if b.SessionID != s || b.Stdout != "kept\na,b\n 00 0d ff\n" {
+			t.Fatalf("second run: %+v", b)
+		}
+		if len(b.Files) != 0 {
+			t.Errorf("a run that changed nothing lists %+v", b.Files)
+		}
+		c := e.code("acme", map[string]any{"language": "c", "session_id": s, "code": "int main( { return 0; }"})
+		if c.ExitCode == 0 || !strings.Contains(c.Stderr, "error") || c.Stdout != "" {
+			t.Errorf("compile error: %+v", c)
+		}
+		// Another org presenting the id gets a session of its own, not this one.
+		g := e.code("globex", map[string]any{"language": "bash", "session_id": s, "code": "ls"})
+		if g.SessionID == s || !g.NewSession || strings.Contains(g.Stdout, "keep.txt") {
+			t.Errorf("another org reused the session: %+v", g)
+		}
+		e.must(http.StatusNotFound, "GET", "/v1/exec/"+s+"/files", "globex", nil)
+		e.must(http.StatusNotFound, "GET", "/v1/exec/"+s+"/files/keep.txt", "globex", nil)
 
-	// Upload (multipart), then the program sees it.
-	body := "--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"../up.txt\"\r\n\r\nuploaded\r\n--XB--\r\n"
-	req, _ := http.NewRequest("POST", e.http.URL+"/v1/exec/"+s+"/files", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
-	req.Header.Set("Content-Type", "multipart/form-data; boundary=XB")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("upload: %v %v", err, res.Status)
-	}
-	res.Body.Close()
-	if u := e.code("acme", map[string]any{"language": "bash", "session_id": s, "code": "cat up.txt"}); u.Stdout != "uploaded" {
-		t.Errorf("uploaded file (its name reduced to the base name): %+v", u)
-	}
+		// Upload (multipart), then the program sees it.
+		body := "--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"../up.txt\"\r\n\r\nuploaded\r\n--XB--\r\n"
+		req, _ := http.NewRequest("POST", e.http.URL+"/v1/exec/"+s+"/files", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+		req.Header.Set("Content-Type", "multipart/form-data; boundary=XB")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("upload: %v %v", err, res.Status)
+		}
+		res.Body.Close()
+		if u := e.code("acme", map[string]any{"language": "bash", "session_id": s, "code": "cat up.txt"}); u.Stdout != "uploaded" {
+			t.Errorf("uploaded file (its name reduced to the base name): %+v", u)
+		}
 
-	// Ended: the next run gets a new session.
-	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+s, "acme", nil)
-	d := e.code("acme", map[string]any{"language": "bash", "session_id": s, "code": "ls"})
-	if d.SessionID == s || !d.NewSession || d.Stdout != "" {
-		t.Errorf("ended session: %+v", d)
-	}
+		// Ended: the next run gets a new session.
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+s, "acme", nil)
+		d := e.code("acme", map[string]any{"language": "bash", "session_id": s, "code": "ls"})
+		if d.SessionID == s || !d.NewSession || d.Stdout != "" {
+			t.Errorf("ended session: %+v", d)
+		}
+	})
 }
 
 // TestInterpreterPython: Python runs in the process that reports on it;

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sandboxd/sandbox/internal/keywatch"
+	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/store"
 )
 
@@ -87,77 +88,78 @@ func dialStatus(res *http.Response) int {
 // a tmux session survives a disconnect and is re-attached with a second
 // ticket; a connected terminal extends the lease.
 func TestTerminal(t *testing.T) {
-	e := newEnv(t, "dev")
-	id := e.lease("acme", map[string]any{"class": "dev", "project": "term", "ttlSec": 60})
-	before := unixTime(t, e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"])
+	onBackendsWith(t, server.Config{}, []string{"dev"}, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"class": "dev", "project": "term", "ttlSec": 60})
+		before := unixTime(t, e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"])
 
-	// A sleeping sandbox is woken when its ticket is minted.
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
-	tk, body := e.ticketFor("acme", id, "terminal")
-	if st := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["status"]; st != "running" {
-		t.Fatalf("after a ticket for a sleeping sandbox: %v", st)
-	}
-	if body["expiresIn"] != float64(30) || body["url"] != "/v1/sandbox/"+id+"/terminal?ticket="+tk {
-		t.Errorf("ticket answer: %v", body)
-	}
-	// A bad arg is refused before the ticket is looked at...
-	if _, res, err := e.dialTerm(t, id, tk, "-bad"); err == nil || dialStatus(res) != http.StatusBadRequest {
-		t.Fatalf("bad arg: %v %d", err, dialStatus(res))
-	}
-	// ...so the same ticket still opens the terminal.
-	k, _, err := e.dialTerm(t, id, tk, "")
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	k.send(websocket.MessageText, `{"resize":{"cols":123,"rows":41}}`)
-	k.send(websocket.MessageBinary, "stty size; echo \"term=$TERM shell=$0\"\r")
-	k.expect("41 123")
-	k.expect("term=xterm")
-	k.expect("shell=zsh") // zsh first
-	k.send(websocket.MessageBinary, "[[ -o login ]] && echo login-shell\r")
-	k.expect("login-shell")
-	k.send(websocket.MessageText, "echo text-$((6*7))\r")
-	k.expect("text-42")
-	k.c.Close(websocket.StatusNormalClosure, "")
-
-	// Refusals: spent, missing, forged, for another sandbox, for the
-	// screen; another org cannot mint one at all.
-	other := e.lease("acme", map[string]any{"class": "dev", "project": "other"})
-	tk2, _ := e.ticketFor("acme", other, "terminal")
-	for name, ticket := range map[string]string{"spent": tk, "missing": "", "forged": "tk_" + strings.Repeat("a", 52), "other sandbox": tk2} {
-		if _, res, err := e.dialTerm(t, id, ticket, ""); err == nil || dialStatus(res) != http.StatusUnauthorized {
-			t.Errorf("%s ticket: %v, status %d", name, err, dialStatus(res))
+		// A sleeping sandbox is woken when its ticket is minted.
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/pause", "acme", nil)
+		tk, body := e.ticketFor("acme", id, "terminal")
+		if st := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["status"]; st != "running" {
+			t.Fatalf("after a ticket for a sleeping sandbox: %v", st)
 		}
-	}
-	if _, res, err := e.dialTerm(t, other, tk2, ""); err == nil || dialStatus(res) != http.StatusUnauthorized {
-		t.Errorf("a ticket refused once opened later: %v %d", err, dialStatus(res))
-	}
-	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/terminal/ticket", "globex", nil)
-	e.must(http.StatusConflict, "POST", "/v1/sandbox/"+id+"/screen/ticket", "acme", nil) // dev has no display
-	e.must(http.StatusUnauthorized, "POST", "/v1/sandbox/"+id+"/terminal/ticket", "", nil)
+		if body["expiresIn"] != float64(30) || body["url"] != "/v1/sandbox/"+id+"/terminal?ticket="+tk {
+			t.Errorf("ticket answer: %v", body)
+		}
+		// A bad arg is refused before the ticket is looked at...
+		if _, res, err := e.dialTerm(t, id, tk, "-bad"); err == nil || dialStatus(res) != http.StatusBadRequest {
+			t.Fatalf("bad arg: %v %d", err, dialStatus(res))
+		}
+		// ...so the same ticket still opens the terminal.
+		k, _, err := e.dialTerm(t, id, tk, "")
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		k.send(websocket.MessageText, `{"resize":{"cols":123,"rows":41}}`)
+		k.send(websocket.MessageBinary, "stty size; echo \"term=$TERM shell=$0\"\r")
+		k.expect("41 123")
+		k.expect("term=xterm")
+		k.expect("shell=zsh") // zsh first
+		k.send(websocket.MessageBinary, "[[ -o login ]] && echo login-shell\r")
+		k.expect("login-shell")
+		k.send(websocket.MessageText, "echo text-$((6*7))\r")
+		k.expect("text-42")
+		k.c.Close(websocket.StatusNormalClosure, "")
 
-	// tmux: state survives a disconnect and a second ticket re-attaches.
-	tk, _ = e.ticketFor("acme", id, "terminal")
-	k, _, err = e.dialTerm(t, id, tk, "work")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.send(websocket.MessageBinary, "MARK=persisted-$((40+2)); echo set-$MARK\r")
-	k.expect("set-persisted-42")
-	k.c.CloseNow() // an abrupt disconnect
-	tk, _ = e.ticketFor("acme", id, "terminal")
-	k, _, err = e.dialTerm(t, id, tk, "work")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.send(websocket.MessageBinary, "echo again-$MARK\r")
-	k.expect("again-persisted-42")
-	k.c.Close(websocket.StatusNormalClosure, "")
+		// Refusals: spent, missing, forged, for another sandbox, for the
+		// screen; another org cannot mint one at all.
+		other := e.lease("acme", map[string]any{"class": "dev", "project": "other"})
+		tk2, _ := e.ticketFor("acme", other, "terminal")
+		for name, ticket := range map[string]string{"spent": tk, "missing": "", "forged": "tk_" + strings.Repeat("a", 52), "other sandbox": tk2} {
+			if _, res, err := e.dialTerm(t, id, ticket, ""); err == nil || dialStatus(res) != http.StatusUnauthorized {
+				t.Errorf("%s ticket: %v, status %d", name, err, dialStatus(res))
+			}
+		}
+		if _, res, err := e.dialTerm(t, other, tk2, ""); err == nil || dialStatus(res) != http.StatusUnauthorized {
+			t.Errorf("a ticket refused once opened later: %v %d", err, dialStatus(res))
+		}
+		e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/terminal/ticket", "globex", nil)
+		e.must(http.StatusConflict, "POST", "/v1/sandbox/"+id+"/screen/ticket", "acme", nil) // dev has no display
+		e.must(http.StatusUnauthorized, "POST", "/v1/sandbox/"+id+"/terminal/ticket", "", nil)
 
-	after := unixTime(t, e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"])
-	if !after.After(before) {
-		t.Errorf("a connected terminal did not extend the lease: %s -> %s", before, after)
-	}
+		// tmux: state survives a disconnect and a second ticket re-attaches.
+		tk, _ = e.ticketFor("acme", id, "terminal")
+		k, _, err = e.dialTerm(t, id, tk, "work")
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.send(websocket.MessageBinary, "MARK=persisted-$((40+2)); echo set-$MARK\r")
+		k.expect("set-persisted-42")
+		k.c.CloseNow() // an abrupt disconnect
+		tk, _ = e.ticketFor("acme", id, "terminal")
+		k, _, err = e.dialTerm(t, id, tk, "work")
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.send(websocket.MessageBinary, "echo again-$MARK\r")
+		k.expect("again-persisted-42")
+		k.c.Close(websocket.StatusNormalClosure, "")
+
+		after := unixTime(t, e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"])
+		if !after.After(before) {
+			t.Errorf("a connected terminal did not extend the lease: %s -> %s", before, after)
+		}
+	})
 }
 
 // TestTerminalPage: the page is self-contained (no other origin), framed

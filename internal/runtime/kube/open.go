@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -43,15 +44,12 @@ type Options struct {
 	// PushRepo is where snapshots are pushed, a repository the cluster
 	// pulls from; empty refuses snapshots.
 	PushRepo string
-	// PushHTTP speaks plain HTTP to PushRepo's registry: the chart's own,
-	// reached by its Service's name on the cluster's network.
-	PushHTTP bool
-	// PullHost is the registry host (host:port) the nodes pull PushRepo's
-	// images from, when it is not the one the server pushes to: the
-	// chart's registry is pushed to by its Service's name, which a node's
-	// container runtime cannot resolve, and pulled from on each node's
-	// loopback (its NodePort). Empty: the nodes pull as the server pushed.
-	PullHost string
+	// PushResolve resolves PushRepo's host, once at the start, to its
+	// address, which snapshots are then pushed to and pulled from: the
+	// chart's registry is a Service whose name the server resolves (the
+	// cluster's DNS) and a node's container runtime does not, while its
+	// ClusterIP both reach.
+	PushResolve bool
 	// RunnerImage is the image the pods' runner comes from (the server's
 	// own, which holds it at RunnerInImage); empty refuses snapshots.
 	RunnerImage string
@@ -91,8 +89,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&o.PushRepo, "image-push", "", "kube: a repository the cluster pulls from, where snapshots of sandboxes are pushed (default: none, snapshots refused)")
-	fs.BoolVar(&o.PushHTTP, "image-push-http", false, "kube: speak plain HTTP to --image-push's registry (the chart's own, on the cluster's network; a registry on loopback or a private address is spoken to over HTTP anyway)")
-	fs.StringVar(&o.PullHost, "image-pull-host", "", "kube: the registry host:port the nodes pull --image-push's images from, when it is not the one the server pushes to (the chart's registry: localhost:NODEPORT) (default: the same)")
+	fs.BoolVar(&o.PushResolve, "image-push-resolve", false, "kube: resolve --image-push's host to its address once at the start, and push and pull by the address (a Service's name, which nodes cannot resolve, to its ClusterIP: the chart's own registry)")
 	fs.StringVar(&o.RunnerImage, "runner-image", "", "kube: the server's own image, which holds the runner at "+RunnerInImage+": an init container of it puts the runner on a read-only volume of each pod, which reads a snapshot's changes (default: none, snapshots refused)")
 }
 
@@ -109,17 +106,12 @@ func (o Options) Validate() error {
 	if _, err := parseCIDRs(o.ClusterCIDRs); err != nil {
 		return err
 	}
-	if o.PushRepo == "" && (o.PushHTTP || o.PullHost != "") {
-		return errors.New("--image-push-http and --image-pull-host are of --image-push's registry: give --image-push too")
+	if o.PushRepo == "" && o.PushResolve {
+		return errors.New("--image-push-resolve resolves --image-push's host: give --image-push too")
 	}
 	if o.PushRepo != "" {
 		if _, err := name.NewRepository(o.PushRepo); err != nil {
 			return fmt.Errorf("--image-push %q: %v", o.PushRepo, err)
-		}
-	}
-	if o.PullHost != "" {
-		if _, err := name.NewRegistry(o.PullHost); err != nil || strings.ContainsAny(o.PullHost, "/@") {
-			return fmt.Errorf("--image-pull-host %q: a registry's host[:port]", o.PullHost)
 		}
 	}
 	_, err := NewScope(o.Namespace, o.ServerNamespace)
@@ -210,4 +202,39 @@ func Open(ctx context.Context, o Options, h Hooks, log *slog.Logger) (*Runtime, 
 		return nil, err
 	}
 	return rt, nil
+}
+
+// ResolvePush is repo with its registry's host name replaced by the first
+// IPv4 address the resolver gives it (the port and path kept), tried until
+// ctx ends: the chart's registry Service, made before the server's pod,
+// may take its DNS record a moment later. An address is left as it is.
+func ResolvePush(ctx context.Context, repo string, lookup func(context.Context, string) ([]string, error)) (string, error) {
+	r, err := name.NewRepository(repo)
+	if err != nil {
+		return "", err
+	}
+	host, port, err := net.SplitHostPort(r.RegistryStr())
+	if err != nil {
+		host, port = r.RegistryStr(), ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return repo, nil
+	}
+	for {
+		addrs, err := lookup(ctx, host)
+		for _, a := range addrs {
+			if ip, perr := netip.ParseAddr(a); perr == nil && ip.Is4() {
+				h := ip.String()
+				if port != "" {
+					h = net.JoinHostPort(h, port)
+				}
+				return h + "/" + r.RepositoryStr(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("--image-push-resolve: %s has no IPv4 address (%v)", host, err)
+		case <-time.After(time.Second):
+		}
+	}
 }

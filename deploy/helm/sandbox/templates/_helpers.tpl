@@ -132,14 +132,13 @@ owns is refused in server.flags, so there is one place to set each.
 - {{ printf "--storage-class=%v" (.) | quote }}
 {{- end }}
 {{- if .Values.registry.enabled }}
-{{- range $f := list "image-push" "image-push-http" "image-pull-host" }}
+{{- range $f := list "image-push" "image-push-resolve" }}
 {{- if hasKey $.Values.server.flags $f }}
 {{- fail (printf "server.flags.%s: registry.enabled sets it (the chart's own registry); turn the registry off to name another" $f) }}
 {{- end }}
 {{- end }}
 - {{ printf "--image-push=%s-registry.%s.svc.%s:5000/snapshots" (include "sandbox.fullname" .) .Release.Namespace .Values.clusterDomain | quote }}
-- --image-push-http
-- {{ printf "--image-pull-host=localhost:%v" (int .Values.registry.nodePort) | quote }}
+- --image-push-resolve
 {{- end }}
 {{- range $name := keys .Values.server.flags | sortAlpha }}
 {{- if has $name $named }}
