@@ -539,52 +539,53 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 }
 
 func TestStopCancelsWorkNotTheSandbox(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", nil)
-	e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=log.txt", "acme", "before\n")
-	results := make(chan execAnswer, 2)
-	for i := 0; i < 2; i++ {
-		go func() {
-			r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"command": "echo working >> log.txt; sleep 300 | cat", "timeoutSec": 600})
-			var a execAnswer
-			json.Unmarshal(r.Body, &a)
-			results <- a
-		}()
-	}
-	// Wait until both commands run inside.
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(e.sh("acme", id, "ps -eo args"), "sleep 300") || strings.Count(e.sh("acme", id, "cat log.txt"), "working") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the commands did not start")
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", nil)
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=log.txt", "acme", "before\n")
+		results := make(chan execAnswer, 2)
+		for i := 0; i < 2; i++ {
+			go func() {
+				r := e.do("POST", "/v1/sandbox/"+id+"/exec", "acme", map[string]any{"command": "echo working >> log.txt; sleep 300 | cat", "timeoutSec": 600})
+				var a execAnswer
+				json.Unmarshal(r.Body, &a)
+				results <- a
+			}()
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	e.sh("acme", id, "setsid sleep 500 </dev/null >/dev/null 2>&1 &")
-	r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/stop", "acme", nil)
-	if n := r.JSON(t)["stopped"]; n != float64(2) {
-		t.Errorf("stop answered %v commands, want 2: %s", n, r.Body)
-	}
-	for i := 0; i < 2; i++ {
-		select {
-		case a := <-results:
-			if a.ExitCode != 137 || !strings.Contains(a.Stderr, "stopped") {
-				t.Errorf("stopped command answered %+v", a)
+		// Wait until both commands run inside.
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(e.sh("acme", id, "ps -eo args"), "sleep 300") || strings.Count(e.sh("acme", id, "cat log.txt"), "working") < 2 {
+			if time.Now().After(deadline) {
+				t.Fatal("the commands did not start")
 			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("a stopped command did not return")
+			time.Sleep(100 * time.Millisecond)
 		}
-	}
-	// The processes died inside; the sandbox and its files stay.
-	if ps := e.sh("acme", id, "ps -eo args"); strings.Contains(ps, "sleep 300") || strings.Contains(ps, "sleep 500") {
-		t.Errorf("stopped processes survive:\n%s", ps)
-	}
-	if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=log.txt", "acme", nil); string(r.Body) != "before\nworking\nworking\n" {
-		t.Errorf("files after stop: %q", r.Body)
-	}
-	if n := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/stop", "acme", nil).JSON(t)["stopped"]; n != float64(0) {
-		t.Errorf("second stop: %v", n)
-	}
-	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/stop", "globex", nil)
+		e.sh("acme", id, "setsid sleep 500 </dev/null >/dev/null 2>&1 &")
+		r := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/stop", "acme", nil)
+		if n := r.JSON(t)["stopped"]; n != float64(2) {
+			t.Errorf("stop answered %v commands, want 2: %s", n, r.Body)
+		}
+		for i := 0; i < 2; i++ {
+			select {
+			case a := <-results:
+				if a.ExitCode != 137 || !strings.Contains(a.Stderr, "stopped") {
+					t.Errorf("stopped command answered %+v", a)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("a stopped command did not return")
+			}
+		}
+		// The processes died inside; the sandbox and its files stay.
+		if ps := e.sh("acme", id, "ps -eo args"); strings.Contains(ps, "sleep 300") || strings.Contains(ps, "sleep 500") {
+			t.Errorf("stopped processes survive:\n%s", ps)
+		}
+		if r := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/fs?path=log.txt", "acme", nil); string(r.Body) != "before\nworking\nworking\n" {
+			t.Errorf("files after stop: %q", r.Body)
+		}
+		if n := e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/stop", "acme", nil).JSON(t)["stopped"]; n != float64(0) {
+			t.Errorf("second stop: %v", n)
+		}
+		e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+id+"/stop", "globex", nil)
+	})
 }
 
 func TestMeterUsageAndMetrics(t *testing.T) {

@@ -866,7 +866,32 @@ func (r *Runtime) stream(ctx context.Context, name string, argv []string, tty bo
 	if tty && resize != nil {
 		opts.TerminalSizeQueue = sizeQueue{ctx: ctx, c: resize}
 	}
-	err = ex.StreamWithContext(ctx, opts)
+	// The stream runs on a context of its own, ended only after a grace
+	// once ctx ends: client-go cancelled between making its streams and
+	// starting its reader closes the connection under a reader that then
+	// never starts, and the streams' goroutines wait forever
+	// (remotecommand's StreamWithContext and readDemuxLoop, v0.37). By the
+	// grace's end the reader runs, and the cancel unwinds every goroutine.
+	// Until then a remote that ends by itself (Exec kills its command
+	// inside) ends the stream the ordinary way.
+	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- ex.StreamWithContext(sctx, opts) }()
+	select {
+	case err = <-done:
+		scancel()
+	case <-ctx.Done():
+		go func() {
+			defer scancel()
+			select {
+			case <-done:
+			case <-time.After(streamGrace):
+				scancel()
+				<-done
+			}
+		}()
+		return ctx.Err()
+	}
 	var code utilexec.CodeExitError
 	switch {
 	case err == nil:
@@ -883,6 +908,10 @@ func (r *Runtime) stream(ctx context.Context, name string, argv []string, tty bo
 	}
 	return fmt.Errorf("kube: exec in %s: %w", name, err)
 }
+
+// streamGrace is how long a cancelled exec's stream is left to end by
+// itself before its connection is closed.
+const streamGrace = 20 * time.Second
 
 // gate passes writes to w until closed, then drops them; close waits for a
 // write in progress.
