@@ -9,3 +9,11 @@ func SetRelayTimeout(d time.Duration) func() {
 	relayTimeout = d
 	return func() { relayTimeout = old }
 }
+
+// SetRelayLinger shortens how long an unused relay is kept; it returns
+// the undo.
+func SetRelayLinger(d time.Duration) func() {
+	old := relayLinger
+	relayLinger = d
+	return func() { relayLinger = old }
+}

@@ -18,12 +18,14 @@ import (
 // every request (the sandbox must still be live and the link's org's, so
 // ending it revokes every link), and dials a port through the relay.
 type Previews struct {
-	svc    Sandboxes
-	relay  Relay
-	signer *Signer
-	cfg    Config
-	orgs   PublicIndex
-	keys   KeyIndex
+	svc   Sandboxes
+	relay Relay
+	// sessions are the sandboxes' relays (relay.go).
+	sessions sessions
+	signer   *Signer
+	cfg      Config
+	orgs     PublicIndex
+	keys     KeyIndex
 	// public says the operator allows public previews (the service's
 	// --public-previews, which also bounds a lease's publicPorts).
 	public bool
@@ -38,6 +40,9 @@ type Sandboxes interface {
 	// (waking it, counted against the org's commands; Stop cancels it);
 	// done ends it.
 	Use(ctx context.Context, id string) (sb *sandbox.Sandbox, work context.Context, done func(), err error)
+	// Channel holds a channel open into sb, reached by Use: no command,
+	// ended by a sleep, a stop, the sandbox's end, or done.
+	Channel(sb *sandbox.Sandbox) (ctx context.Context, done func())
 }
 
 // KeyIndex answers whether the API key of a public id still works (not

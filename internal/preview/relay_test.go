@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/preview"
+	"github.com/sandboxd/sandbox/internal/relay"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -24,40 +27,53 @@ func org(name string) context.Context {
 	return sandbox.WithPrincipal(context.Background(), sandbox.Principal{Org: name, Subject: "test"})
 }
 
-// echoRelay plays `sandbox-runner connect PORT` over the fake's exec: on
-// port 8080 it says it connected (one NUL byte) and echoes its stdin until
-// stdin ends or the program is killed; on port 8081 it never connects;
-// on any other port nothing listens (exit 4).
-func echoRelay(ctx context.Context, name string, req runtime.ExecRequest) error {
-	if len(req.Argv) != 3 || req.Argv[0] != runtime.RunnerPath || req.Argv[1] != "connect" {
-		return &runtime.ExitError{Code: 127}
-	}
-	switch req.Argv[2] {
-	case "8080":
-	case "8081":
-		<-ctx.Done()
-		return ctx.Err()
-	default:
-		return &runtime.ExitError{Code: 4}
-	}
-	if _, err := req.Stdout.Write([]byte{0}); err != nil {
-		return err
-	}
-	copied := make(chan error, 1)
-	go func() { _, err := io.Copy(req.Stdout, req.Stdin); copied <- err }()
-	select {
-	case err := <-copied:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+// echoRelay runs the relay's real end (internal/relay.Serve, which
+// `sandbox-runner relay` runs inside) over the fake's exec: port 8080
+// echoes, port 8081 never answers (its dial hangs), any other has nothing
+// listening. It counts the relays started.
+func echoRelay(started *atomic.Int32, hang chan struct{}) func(ctx context.Context, name string, req runtime.ExecRequest) error {
+	return func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		if len(req.Argv) != 2 || req.Argv[0] != runtime.RunnerPath || req.Argv[1] != "relay" {
+			return &runtime.ExitError{Code: 127}
+		}
+		started.Add(1)
+		served := make(chan error, 1)
+		go func() {
+			served <- relay.Serve(stdio{req.Stdin, req.Stdout}, func(port int) (net.Conn, error) {
+				switch port {
+				case 8080:
+					a, b := net.Pipe()
+					go func() { io.Copy(b, b); b.Close() }()
+					return a, nil
+				case 8081:
+					<-hang
+				}
+				return nil, errors.New("connection refused")
+			})
+		}()
+		select {
+		case err := <-served:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
+
+type stdio struct {
+	io.Reader
+	io.Writer
+}
+
+func (stdio) Close() error { return nil }
 
 type env struct {
 	svc *service.Service
 	rt  *fake.Runtime
 	pv  *preview.Previews
 	sb  *sandbox.Sandbox
+	// relays counts the relay execs started.
+	relays *atomic.Int32
 }
 
 func newEnv(t *testing.T, r runtime.Runner) *env {
@@ -73,9 +89,11 @@ func newEnv(t *testing.T, r runtime.Runner) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.SetExec(echoRelay)
+	relays, hang := new(atomic.Int32), make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	rt.SetExec(echoRelay(relays, hang))
 	pv := preview.NewPreviews(svc, preview.Relay{Runtime: rt, Runner: r, Backend: "fake"}, nil, preview.Config{}, false, nil, nil)
-	return &env{svc: svc, rt: rt, pv: pv, sb: sb}
+	return &env{svc: svc, rt: rt, pv: pv, sb: sb, relays: relays}
 }
 
 // TestDialPort: a preview connection relays bytes both ways over the
@@ -98,6 +116,15 @@ func TestDialPort(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
 		t.Fatalf("echo: %q %v", buf, err)
 	}
+	// A second connection rides on the same relay.
+	c2, err := e.pv.DialPort(acme, e.sb.ID, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	if n := e.relays.Load(); n != 1 {
+		t.Errorf("two connections started %d relays, want 1", n)
+	}
 	if _, err := e.svc.Sleep(acme, e.sb.ID); sandbox.KindOf(err) != sandbox.KindConflict {
 		t.Errorf("sleep under a preview connection: %v, want 409", err)
 	}
@@ -110,10 +137,12 @@ func TestDialPort(t *testing.T) {
 	}
 	c.Close()
 
-	// A sleeping sandbox is woken by a dial; the connection ends with Close.
+	// A sleeping sandbox is woken by a dial, on a relay of its own; the
+	// connection ends with Close. (The sleep closes the relay Stop left.)
 	if _, err := e.svc.Sleep(acme, e.sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	before := e.relays.Load()
 	c, err = e.pv.DialPort(acme, e.sb.ID, 8080)
 	if err != nil {
 		t.Fatalf("dial a sleeping sandbox: %v", err)
@@ -121,7 +150,29 @@ func TestDialPort(t *testing.T) {
 	if sb, err := e.svc.Get(acme, e.sb.ID); err != nil || sb.Status != sandbox.StatusRunning {
 		t.Errorf("after the dial: %+v %v", sb, err)
 	}
+	if n := e.relays.Load(); n != before+1 {
+		t.Errorf("the woken sandbox's dial started %d relays, want 1", n-before)
+	}
 	c.Close()
+
+	// A relay with no connection for its linger ends; the next dial
+	// starts another.
+	defer preview.SetRelayLinger(20 * time.Millisecond)()
+	c, err = e.pv.DialPort(acme, e.sb.ID, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	time.Sleep(200 * time.Millisecond)
+	before = e.relays.Load()
+	c, err = e.pv.DialPort(acme, e.sb.ID, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if n := e.relays.Load(); n != before+1 {
+		t.Errorf("after the linger, a dial started %d relays, want 1", n-before)
+	}
 
 	if _, err := e.pv.DialPort(acme, e.sb.ID, 9); sandbox.KindOf(err) != sandbox.KindBadGateway || !strings.Contains(err.Error(), "nothing listens on port 9") || !errors.Is(err, preview.ErrNoListener) {
 		t.Errorf("nothing listening: %v", err)

@@ -170,6 +170,7 @@ type Server struct {
 	api          *api.Server
 	issuer       *identity.Issuer // nil without an issuer URL
 	stopSessions context.CancelFunc
+	previews     *preview.Previews
 }
 
 // Version is what the server says it is (MCP's implementation version,
@@ -249,7 +250,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}, log, cfg.API)
 	return &Server{
 		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
-		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions,
+		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions, previews: previews,
 		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: cfg.Service.Ceiling, Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
 }
@@ -373,6 +374,7 @@ func (s *Server) Drain() { s.api.Drain() }
 // Sandboxes keep running: a restart re-adopts them.
 func (s *Server) Close() error {
 	s.api.Close()
+	s.previews.Close()
 	s.stopSessions()
 	s.Sessions.Wait()
 	var rerr error

@@ -25,6 +25,9 @@ type inflight struct {
 	mu   sync.Mutex
 	next uint64
 	cmds map[string]map[uint64]*command // by sandbox id
+	// chans are the channels held open into each sandbox (a preview
+	// relay): no command, never counted, and closed before a sleep.
+	chans map[string]map[uint64]*command
 }
 
 type command struct {
@@ -69,6 +72,59 @@ func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ cont
 	}, nil
 }
 
+// hold registers a channel into sandbox id: its context ends when the
+// sandbox sleeps, is stopped or ends, or done is called.
+func (f *inflight) hold(ctx context.Context, id string) (context.Context, func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.chans == nil {
+		f.chans = map[string]map[uint64]*command{}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &command{cancel: cancel, done: make(chan struct{})}
+	if f.chans[id] == nil {
+		f.chans[id] = map[uint64]*command{}
+	}
+	f.next++
+	key := f.next
+	f.chans[id][key] = c
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			f.mu.Lock()
+			delete(f.chans[id], key)
+			if len(f.chans[id]) == 0 {
+				delete(f.chans, id)
+			}
+			f.mu.Unlock()
+			cancel(nil)
+			close(c.done)
+		})
+	}
+}
+
+// release closes the channels into sandbox id and waits (up to wait)
+// until their holders are done.
+func (f *inflight) release(id string, wait time.Duration) {
+	f.mu.Lock()
+	var chans []*command
+	for _, c := range f.chans[id] {
+		chans = append(chans, c)
+	}
+	f.mu.Unlock()
+	for _, c := range chans {
+		c.cancel(errStopped)
+	}
+	deadline := time.After(wait)
+	for _, c := range chans {
+		select {
+		case <-c.done:
+		case <-deadline:
+			return
+		}
+	}
+}
+
 // stop cancels every command of sandbox id and waits (up to wait) until
 // they have returned, which is after the runtime killed them inside.
 func (f *inflight) stop(id string, wait time.Duration) int {
@@ -103,5 +159,5 @@ func (f *inflight) count(id string) int {
 func (f *inflight) sizes() (sandboxes, orgs int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.cmds), f.orgs.Orgs()
+	return len(f.cmds) + len(f.chans), f.orgs.Orgs()
 }

@@ -268,6 +268,9 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 		}
 		return nil, sandbox.Errorf(sandbox.KindConflict, "sandbox %s has %d commands running: stop them first", sb.ID, n)
 	}
+	// A channel held open (a preview relay) would be checkpointed half
+	// way through its exec: it is closed first, and opened again on use.
+	s.cmds.release(sb.ID, 10*time.Second)
 	ref := runtime.Ref{Name: sb.Name, UID: sb.UID}
 	key := sb.ID
 	err = errors.ErrUnsupported // no Checkpointer: the memory goes
@@ -341,6 +344,7 @@ func (s *Service) Stop(ctx context.Context, id string) (*StopResult, error) {
 		return nil, err
 	}
 	n := s.cmds.stop(sb.ID, 15*time.Second)
+	s.cmds.release(sb.ID, 15*time.Second)
 	if sb.Status == sandbox.StatusRunning {
 		killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
@@ -387,6 +391,7 @@ func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*
 	ctx = context.WithoutCancel(ctx)
 	log := s.log.With("sandbox", sb.ID)
 	s.cmds.stop(sb.ID, 5*time.Second)
+	s.cmds.release(sb.ID, 5*time.Second)
 	if sb.Status != sandbox.StatusSleeping && sb.UID != "" {
 		err := s.d.Runtime.Delete(ctx, runtime.Ref{Name: sb.Name, UID: sb.UID})
 		switch {

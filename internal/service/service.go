@@ -335,4 +335,13 @@ func (s *Service) Use(ctx context.Context, id string) (*sandbox.Sandbox, context
 	return s.use(ctx, id, true)
 }
 
+// Channel holds a channel open into sb, a sandbox the caller reached by
+// Use: a long-lived exec that later work rides on (the preview relay). It
+// is no command — not counted, and it keeps nothing awake — and its
+// context ends when the sandbox sleeps, is stopped or ends, or done is
+// called; work on it still goes through Use.
+func (s *Service) Channel(sb *sandbox.Sandbox) (context.Context, func()) {
+	return s.cmds.hold(context.Background(), sb.ID)
+}
+
 func (s *Service) now() time.Time { return s.d.Now().UTC() }

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/relay"
+)
+
+// relayMain is `sandbox-runner relay`: the preview relay's end inside.
+// One session (internal/relay) runs over stdin and stdout for as long as
+// the server keeps the exec; each stream is a connection to a port on the
+// sandbox's own loopback.
+func relayMain(args []string) int {
+	if len(args) != 0 {
+		fmt.Fprintln(os.Stderr, "usage: sandbox-runner relay")
+		return 2
+	}
+	err := relay.Serve(stdio{}, func(port int) (net.Conn, error) {
+		return net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second)
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-runner relay:", err)
+		return 1
+	}
+	return 0
+}
+
+// stdio is the session's connection: stdin to read, stdout to write.
+type stdio struct{}
+
+func (stdio) Read(p []byte) (int, error)  { return os.Stdin.Read(p) }
+func (stdio) Write(p []byte) (int, error) { return os.Stdout.Write(p) }
+func (stdio) Close() error {
+	os.Stdin.Close()
+	return os.Stdout.Close()
+}

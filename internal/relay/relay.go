@@ -1,0 +1,184 @@
+// Package relay is the wire of the preview relay: one stream-multiplexer
+// session (yamux) over the stdin and stdout of one long-lived exec, from
+// the server to `sandbox-runner relay` inside a sandbox. Each stream the
+// server opens is one connection to a port on the sandbox's own loopback,
+// so a new preview connection costs a frame, not a process start on the
+// host and another inside.
+//
+// A stream begins with the server's request — the byte 'c' and the port,
+// two bytes big-endian — and the runner's answer, one byte: 0 connected,
+// 4 nothing listens. The bytes of the connection follow, both ways, with
+// half-closes passed through.
+//
+// Both ends use this package, so they cannot drift apart. The runner's end
+// runs where hostile code runs: the server reads only the one status byte
+// and the yamux frames, which the library bounds (a stream's window).
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+const (
+	opConnect        = 'c'
+	statusOK         = 0
+	statusNoListener = 4
+)
+
+// ErrNoListener says nothing listens on the port inside.
+var ErrNoListener = errors.New("nothing listens on that port")
+
+// config is both ends' session configuration.
+func config() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.LogOutput = io.Discard
+	// A stream's window bounds what either end buffers for it; 1 MiB lets
+	// a page's large asset flow without a window update per 256 KiB.
+	c.MaxStreamWindowSize = 1 << 20
+	// A half-closed stream whose other end never closes is reset after
+	// this, so neither end keeps it.
+	c.StreamCloseTimeout = 30 * time.Second
+	c.KeepAliveInterval = 15 * time.Second
+	return c
+}
+
+// Serve is the runner's end: it accepts streams on rwc until the session
+// ends, connecting each to the port it names with dial.
+func Serve(rwc io.ReadWriteCloser, dial func(port int) (net.Conn, error)) error {
+	s, err := yamux.Server(rwc, config())
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for {
+		st, err := s.AcceptStream()
+		if err != nil {
+			if errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		go serveStream(st, dial)
+	}
+}
+
+func serveStream(st *yamux.Stream, dial func(port int) (net.Conn, error)) {
+	defer st.Close()
+	var req [3]byte
+	st.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(st, req[:]); err != nil || req[0] != opConnect {
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+	port := int(req[1])<<8 | int(req[2])
+	c, err := dial(port)
+	if err != nil {
+		st.Write([]byte{statusNoListener})
+		return
+	}
+	defer c.Close()
+	if _, err := st.Write([]byte{statusOK}); err != nil {
+		return
+	}
+	splice(st, c)
+}
+
+// splice copies both ways, passing each direction's end on as a
+// half-close, until both have ended.
+func splice(st *yamux.Stream, c net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(c, st)
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			c.Close()
+		}
+	}()
+	io.Copy(st, c)
+	st.Close() // our half: the stream ends when the other's does too
+	<-done
+}
+
+// Client is the server's end of one session.
+type Client struct {
+	s *yamux.Session
+}
+
+// NewClient starts the server's end over rwc (the relay exec's stdout to
+// read, its stdin to write).
+func NewClient(rwc io.ReadWriteCloser) (*Client, error) {
+	s, err := yamux.Client(rwc, config())
+	if err != nil {
+		return nil, err
+	}
+	return &Client{s: s}, nil
+}
+
+// Connect opens a connection to port inside. It waits for the runner's
+// answer until ctx ends: nothing listening is ErrNoListener.
+func (c *Client) Connect(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("relay: port %d out of range", port)
+	}
+	st, err := c.s.OpenStream()
+	if err != nil {
+		return nil, err
+	}
+	// ctx's end unblocks the wait; ctx.Err() then says why.
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var status [1]byte
+	_, err = st.Write([]byte{opConnect, byte(port >> 8), byte(port)})
+	if err == nil {
+		_, err = io.ReadFull(st, status[:])
+	}
+	if !stop() && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	st.SetDeadline(time.Time{})
+	switch status[0] {
+	case statusOK:
+		return conn{st}, nil
+	case statusNoListener:
+		st.Close()
+		return nil, ErrNoListener
+	default:
+		st.Close()
+		return nil, fmt.Errorf("relay: the runner answered %d", status[0])
+	}
+}
+
+// conn is a stream as the server holds it: CloseWrite is yamux's Close
+// (a FIN: the app reads its end, and may still answer); Close also drops
+// what is still to come, unblocking a read in progress.
+type conn struct{ *yamux.Stream }
+
+func (c conn) CloseWrite() error { return c.Stream.Close() }
+
+func (c conn) Close() error {
+	err := c.Stream.Close()
+	c.Stream.SetReadDeadline(time.Unix(1, 0))
+	return err
+}
+
+// Streams reports how many streams are open.
+func (c *Client) Streams() int { return c.s.NumStreams() }
+
+// Done is closed when the session has ended.
+func (c *Client) Done() <-chan struct{} { return c.s.CloseChan() }
+
+// Close ends the session and every stream on it.
+func (c *Client) Close() error { return c.s.Close() }

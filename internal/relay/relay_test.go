@@ -1,0 +1,118 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/relay"
+)
+
+// pair runs Serve over one end of a pipe and returns a Client on the other.
+func pair(t *testing.T, dial func(int) (net.Conn, error)) *relay.Client {
+	t.Helper()
+	a, b := net.Pipe()
+	go relay.Serve(b, dial)
+	c, err := relay.NewClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestConnect: a stream reaches the port it names, both directions flow
+// and a half-close passes through (the app sees EOF, then answers); a port
+// with nothing listening is ErrNoListener; many streams share the session.
+func TestConnect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				got, _ := io.ReadAll(c) // until the half-close
+				c.Write(bytes.ToUpper(got))
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	c := pair(t, func(p int) (net.Conn, error) {
+		if p != port {
+			return nil, errors.New("refused")
+		}
+		return net.Dial("tcp", ln.Addr().String())
+	})
+	for range 20 {
+		conn, err := c.Connect(context.Background(), port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte("hello"))
+		conn.(interface{ CloseWrite() error }).CloseWrite()
+		got, err := io.ReadAll(conn)
+		if err != nil || string(got) != "HELLO" {
+			t.Fatalf("answer %q %v", got, err)
+		}
+		conn.Close()
+	}
+	if _, err := c.Connect(context.Background(), port+1); !errors.Is(err, relay.ErrNoListener) {
+		t.Errorf("nothing listening: %v", err)
+	}
+	if _, err := c.Connect(context.Background(), 0); err == nil {
+		t.Error("port 0 accepted")
+	}
+}
+
+// TestConnectWaitsOnlyForCtx: a runner that never answers leaves Connect
+// waiting only until ctx ends.
+func TestConnectWaitsOnlyForCtx(t *testing.T) {
+	hang := make(chan struct{})
+	defer close(hang)
+	c := pair(t, func(int) (net.Conn, error) { <-hang; return nil, errors.New("late") })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Connect(ctx, 80); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a runner that never answers: %v", err)
+	}
+}
+
+type fuzzConn struct {
+	r io.Reader
+}
+
+func (f fuzzConn) Read(p []byte) (int, error)  { return f.r.Read(p) }
+func (f fuzzConn) Write(p []byte) (int, error) { return len(p), nil }
+func (f fuzzConn) Close() error                { return nil }
+
+// FuzzClient: whatever the runner's end sends — it runs where hostile
+// code runs — Connect returns (an error, or a stream) without a panic and
+// without waiting past its context.
+func FuzzClient(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0}) // a window update and a byte
+	f.Add([]byte{0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 1, 4})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := relay.NewClient(fuzzConn{bytes.NewReader(data)})
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if conn, err := c.Connect(ctx, 8080); err == nil {
+			conn.Close()
+		}
+	})
+}
