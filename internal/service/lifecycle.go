@@ -103,6 +103,12 @@ func (s *Service) use(ctx context.Context, id string, command bool) (*sandbox.Sa
 }
 
 func (s *Service) touch(ctx context.Context, sb *sandbox.Sandbox) {
+	// At most one write a second: a page's many preview requests, or a
+	// loop of commands, would each cost a write for a stamp that the
+	// idle sleep reads in minutes and the API shows in seconds.
+	if d := s.now().Sub(sb.LastUsedAt); d >= 0 && d < time.Second {
+		return
+	}
 	if err := s.d.Store.Touch(context.WithoutCancel(ctx), sb.ID, s.now()); err != nil {
 		s.log.Warn("stamping last use", "sandbox", sb.ID, "err", err)
 	}
