@@ -790,12 +790,15 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	if stderr == nil && !req.TTY {
 		stderr = io.Discard
 	}
-	err = r.stream(ctx, name, argv, req.TTY, req.Stdin, stdout, stderr, req.Resize)
-	if ctx.Err() != nil {
-		// The stream is gone; the program may not be. Kill it inside.
+	kill := func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
 		r.stream(kctx, name, []string{"/bin/sh", "-c", killScript, "SANDBOX_EXEC=" + token}, false, nil, io.Discard, io.Discard, nil)
+	}
+	err = r.streamKilling(ctx, name, argv, req.TTY, req.Stdin, stdout, stderr, req.Resize, kill)
+	if ctx.Err() != nil {
+		// The stream is gone; the program may not be. Kill it inside.
+		kill()
 		return ctx.Err()
 	}
 	return err
@@ -846,6 +849,13 @@ func hasEnv(env []string, key string) bool {
 
 // stream runs argv over the exec subresource.
 func (r *Runtime) stream(ctx context.Context, name string, argv []string, tty bool, stdin io.Reader, stdout, stderr io.Writer, resize <-chan runtime.Size) error {
+	return r.streamKilling(ctx, name, argv, tty, stdin, stdout, stderr, resize, nil)
+}
+
+// streamKilling is stream whose command, once ctx ends, is killed by kill
+// again while its stream lives on: an exec cancelled while it was being
+// set up can start inside after the first kill.
+func (r *Runtime) streamKilling(ctx context.Context, name string, argv []string, tty bool, stdin io.Reader, stdout, stderr io.Writer, resize <-chan runtime.Size, kill func()) error {
 	u := r.cfg.Client.CoreV1().RESTClient().Post().Resource("pods").Name(name).Namespace(r.ns).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: container, Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: !tty, TTY: tty,
@@ -883,11 +893,20 @@ func (r *Runtime) stream(ctx context.Context, name string, argv []string, tty bo
 	case <-ctx.Done():
 		go func() {
 			defer scancel()
-			select {
-			case <-done:
-			case <-time.After(streamGrace):
-				scancel()
-				<-done
+			grace := time.After(streamGrace)
+			for {
+				select {
+				case <-done:
+					return
+				case <-grace:
+					scancel()
+					<-done
+					return
+				case <-time.After(2 * time.Second):
+					if kill != nil {
+						kill()
+					}
+				}
 			}
 		}()
 		return ctx.Err()
