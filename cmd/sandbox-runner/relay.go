@@ -13,14 +13,18 @@ import (
 // relayMain is `sandbox-runner relay`: the preview relay's end inside.
 // One session (internal/relay) runs over stdin and stdout for as long as
 // the server keeps the exec; each stream is a connection to a port on the
-// sandbox's own loopback.
+// sandbox's own loopback, or to the process daemon (as `sandbox-runner
+// proc` is, without its process start).
 func relayMain(args []string) int {
 	if len(args) != 0 {
 		fmt.Fprintln(os.Stderr, "usage: sandbox-runner relay")
 		return 2
 	}
-	err := relay.Serve(stdio{}, func(port int) (net.Conn, error) {
-		return net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second)
+	err := relay.Serve(stdio{}, relay.Targets{
+		Port: func(port int) (net.Conn, error) {
+			return net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second)
+		},
+		Procd: func() (net.Conn, error) { return net.Dial("unix", procdSocket) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-runner relay:", err)

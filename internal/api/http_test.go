@@ -72,7 +72,7 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 	for _, c := range caps.Names() {
 		names = append(names, string(c))
 	}
-	h := api.New(api.Deps{Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, "fake"), Volumes: vols, Files: fs.Files, Quotas: usage.New(quota.Policy{}, st, st, cmds), Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st,
+	h := api.New(api.Deps{Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, "fake"), Volumes: vols, Files: fs.Files, Quotas: usage.New(quota.Policy{}, st, st, cmds), Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, nil, "fake", nil, nil), nil, it), Auth: st,
 		Metrics: m.Handler(), Backend: "fake", Capabilities: names}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

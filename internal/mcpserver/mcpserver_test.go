@@ -50,7 +50,7 @@ func newEnv(t *testing.T) *env {
 	rt := fake.New()
 	svc := service.New(service.Config{StartTimeout: 5 * time.Second, ExecTimeout: 5 * time.Second},
 		service.Deps{Store: st, Runtime: rt, Quotas: st})
-	h := mcpserver.New(ops.New(files.Join(svc, files.New(svc, 0, 0)), processes.New(svc, st, rt, nil, "fake", nil, nil), nil, nil), st, slog.New(slog.DiscardHandler), "test")
+	h := mcpserver.New(ops.New(files.Join(svc, files.New(svc, 0, 0)), processes.New(svc, st, rt, nil, nil, "fake", nil, nil), nil, nil), st, slog.New(slog.DiscardHandler), "test")
 	srv := httptest.NewServer(h)
 	// A transport of the test's own, whose idle connections (and their
 	// goroutines) are closed with it; cleanups run last-in first-out, so

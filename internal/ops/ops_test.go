@@ -44,7 +44,7 @@ func newEnv(t *testing.T) *env {
 	rt := fake.New()
 	svc := service.New(service.Config{StartTimeout: 5 * time.Second, ExecTimeout: 5 * time.Second},
 		service.Deps{Store: st, Runtime: rt, Quotas: st})
-	return &env{ops: ops.New(files.Join(svc, files.New(svc, 0, 0)), bg.New(svc, st, rt, nil, "fake", nil, nil), nil, nil), svc: svc, rt: rt}
+	return &env{ops: ops.New(files.Join(svc, files.New(svc, 0, 0)), bg.New(svc, st, rt, nil, nil, "fake", nil, nil), nil, nil), svc: svc, rt: rt}
 }
 
 func orgCtx(org string) context.Context {

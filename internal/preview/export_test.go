@@ -10,10 +10,3 @@ func SetRelayTimeout(d time.Duration) func() {
 	return func() { relayTimeout = old }
 }
 
-// SetRelayLinger shortens how long an unused relay is kept; it returns
-// the undo.
-func SetRelayLinger(d time.Duration) func() {
-	old := relayLinger
-	relayLinger = d
-	return func() { relayLinger = old }
-}

@@ -20,8 +20,6 @@ import (
 type Previews struct {
 	svc   Sandboxes
 	relay Relay
-	// sessions are the sandboxes' relays (relay.go).
-	sessions sessions
 	signer   *Signer
 	cfg      Config
 	orgs     PublicIndex
@@ -40,9 +38,6 @@ type Sandboxes interface {
 	// (waking it, counted against the org's commands; Stop cancels it);
 	// done ends it.
 	Use(ctx context.Context, id string) (sb *sandbox.Sandbox, work context.Context, done func(), err error)
-	// Channel holds a channel open into sb, reached by Use: no command,
-	// ended by a sleep, a stop, the sandbox's end, or done.
-	Channel(sb *sandbox.Sandbox) (ctx context.Context, done func())
 }
 
 // KeyIndex answers whether the API key of a public id still works (not

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/preview"
 	"github.com/sandboxd/sandbox/internal/relay"
+	"github.com/sandboxd/sandbox/internal/relay/pool"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/fake"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -39,7 +40,7 @@ func echoRelay(started *atomic.Int32, hang chan struct{}) func(ctx context.Conte
 		started.Add(1)
 		served := make(chan error, 1)
 		go func() {
-			served <- relay.Serve(stdio{req.Stdin, req.Stdout}, func(port int) (net.Conn, error) {
+			served <- relay.Serve(stdio{req.Stdin, req.Stdout}, relay.Targets{Port: func(port int) (net.Conn, error) {
 				switch port {
 				case 8080:
 					a, b := net.Pipe()
@@ -49,7 +50,7 @@ func echoRelay(started *atomic.Int32, hang chan struct{}) func(ctx context.Conte
 					<-hang
 				}
 				return nil, errors.New("connection refused")
-			})
+			}})
 		}()
 		select {
 		case err := <-served:
@@ -74,6 +75,7 @@ type env struct {
 	sb  *sandbox.Sandbox
 	// relays counts the relay execs started.
 	relays *atomic.Int32
+	pool   *pool.Pool
 }
 
 func newEnv(t *testing.T, r runtime.Runner) *env {
@@ -92,8 +94,14 @@ func newEnv(t *testing.T, r runtime.Runner) *env {
 	relays, hang := new(atomic.Int32), make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	rt.SetExec(echoRelay(relays, hang))
-	pv := preview.NewPreviews(svc, preview.Relay{Runtime: rt, Runner: r, Backend: "fake"}, nil, preview.Config{}, false, nil, nil)
-	return &env{svc: svc, rt: rt, pv: pv, sb: sb, relays: relays}
+	var p *pool.Pool
+	if r != nil {
+		p = pool.New(rt, r, svc)
+		p.Linger = 50 * time.Millisecond
+		t.Cleanup(p.Close)
+	}
+	pv := preview.NewPreviews(svc, preview.Relay{Pool: p, Backend: "fake"}, nil, preview.Config{}, false, nil, nil)
+	return &env{svc: svc, rt: rt, pv: pv, sb: sb, relays: relays, pool: p}
 }
 
 // TestDialPort: a preview connection relays bytes both ways over the
@@ -157,7 +165,6 @@ func TestDialPort(t *testing.T) {
 
 	// A relay with no connection for its linger ends; the next dial
 	// starts another.
-	defer preview.SetRelayLinger(20 * time.Millisecond)()
 	c, err = e.pv.DialPort(acme, e.sb.ID, 8080)
 	if err != nil {
 		t.Fatal(err)

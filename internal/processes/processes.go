@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/procwire"
+	"github.com/sandboxd/sandbox/internal/relay"
+	"github.com/sandboxd/sandbox/internal/relay/pool"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
@@ -120,7 +122,7 @@ func (s *Processes) call(ctx context.Context, exec func(runtime.ExecRequest) (se
 // ask is call for a one-answer request of a caller's work.
 func (s *Processes) ask(ctx, work context.Context, sb *sandbox.Sandbox, req procRequest, data io.Reader) (*procAnswer, error) {
 	return s.askWith(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
-		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Metric: "process"})
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Metric: "process", Exec: s.viaRelay(sb)})
 	}, req, data)
 }
 
@@ -604,7 +606,7 @@ func (s *Processes) ProcessOutput(ctx context.Context, id string, pid int, from 
 		parsed <- err
 	}()
 	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
-		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r})
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Exec: s.viaRelay(sb)})
 	}, procRequest{Op: "boot"}, nil)
 	if err != nil {
 		pw.Close()
@@ -613,7 +615,7 @@ func (s *Processes) ProcessOutput(ctx context.Context, id string, pid int, from 
 	}
 	boot = a.Boot
 	err = s.call(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
-		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r})
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Exec: s.viaRelay(sb)})
 	}, procRequest{Op: "output", Pid: pid, From: from, Follow: follow}, nil, pw)
 	pw.Close()
 	perr := <-parsed
@@ -767,18 +769,59 @@ type Processes struct {
 	st      Store
 	rt      Execer
 	runner  runtime.Runner // nil: the backend has none, and every call is 501
+	relays  *pool.Pool     // nil: an exec per call
 	backend string
 	narr    narrate.Appender
 	log     *slog.Logger
 }
 
 // New are the processes of sb's sandboxes. runner nil (a backend with no
-// in-sandbox runner) answers every call 501; narr nil narrates nothing.
-func New(sb Sandboxes, st Store, rt Execer, runner runtime.Runner, backend string, narr narrate.Appender, log *slog.Logger) *Processes {
+// in-sandbox runner) answers every call 501; relays nil reaches the daemon
+// by an exec of `sandbox-runner proc` per call; narr nil narrates nothing.
+func New(sb Sandboxes, st Store, rt Execer, runner runtime.Runner, relays *pool.Pool, backend string, narr narrate.Appender, log *slog.Logger) *Processes {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Processes{sb: sb, st: st, rt: rt, runner: runner, backend: backend, narr: narr, log: log}
+	return &Processes{sb: sb, st: st, rt: rt, runner: runner, relays: relays, backend: backend, narr: narr, log: log}
+}
+
+// viaRelay is how a call of a caller's work reaches sb's daemon: a stream
+// of the sandbox's relay (internal/relay/pool), which costs no process
+// start, in place of an exec of `sandbox-runner proc`. A relay that cannot
+// start falls back to that exec.
+func (s *Processes) viaRelay(sb *sandbox.Sandbox) func(context.Context, string, runtime.ExecRequest) error {
+	if s.relays == nil {
+		return nil
+	}
+	return func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		c, err := s.relays.Procd(ctx, sb)
+		switch {
+		case errors.Is(err, relay.ErrNoDaemon):
+			return &runtime.ExitError{Code: 3}
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			s.log.Warn("the relay did not start; the daemon is reached by exec", "sandbox", sb.ID, "err", err)
+			return s.rt.Exec(ctx, name, req)
+		}
+		defer c.Close()
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		defer stop()
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			if req.Stdin != nil {
+				io.Copy(c, req.Stdin)
+			}
+			c.(interface{ CloseWrite() error }).CloseWrite()
+		}()
+		_, err = io.Copy(req.Stdout, c)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		<-sent // the daemon answers once it has read all it was sent
+		return err
+	}
 }
 
 // narration is the narration of a process's start for session, or nil.

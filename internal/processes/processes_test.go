@@ -45,7 +45,7 @@ func TestProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	none := processes.New(svc, st, rt, nil, "fake", nil, nil)
+	none := processes.New(svc, st, rt, nil, nil, "fake", nil, nil)
 	if _, err := none.StartProcess(acme, sb.ID, processes.ProcessRequest{Argv: []string{"true"}}); sandbox.KindOf(err) != sandbox.KindUnsupported ||
 		!strings.HasPrefix(err.Error(), "this server's fake backend cannot ") {
 		t.Errorf("no runner: %v", err)
@@ -66,7 +66,7 @@ func TestProcesses(t *testing.T) {
 		a := procwire.Answer{Boot: "b1", Process: rec, Processes: []*procwire.Record{rec}}
 		return json.NewEncoder(req.Stdout).Encode(a)
 	})
-	p := processes.New(svc, st, rt, runner{}, "fake", nil, nil)
+	p := processes.New(svc, st, rt, runner{}, nil, "fake", nil, nil)
 	got, err := p.StartProcess(acme, sb.ID, processes.ProcessRequest{Argv: []string{"sleep", "60"}})
 	if err != nil || got.Pid != 7 || got.Status != processes.ProcessRunning || got.OutputBytes != 3 {
 		t.Fatalf("start: %+v %v", got, err)

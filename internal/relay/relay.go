@@ -6,8 +6,10 @@
 // host and another inside.
 //
 // A stream begins with the server's request — the byte 'c' and the port,
-// two bytes big-endian — and the runner's answer, one byte: 0 connected,
-// 4 nothing listens. The bytes of the connection follow, both ways, with
+// two bytes big-endian, or the byte 'p' and two zero bytes for the
+// sandbox's process daemon (cmd/sandbox-runner's procd) — and the
+// runner's answer, one byte: 0 connected, 4 nothing listens on the port,
+// 3 no process daemon. The bytes of the connection follow, both ways, with
 // half-closes passed through.
 //
 // Both ends use this package, so they cannot drift apart. The runner's end
@@ -28,12 +30,27 @@ import (
 
 const (
 	opConnect        = 'c'
+	opProcd          = 'p'
 	statusOK         = 0
+	statusNoDaemon   = 3
 	statusNoListener = 4
 )
 
-// ErrNoListener says nothing listens on the port inside.
-var ErrNoListener = errors.New("nothing listens on that port")
+var (
+	// ErrNoListener says nothing listens on the port inside.
+	ErrNoListener = errors.New("nothing listens on that port")
+	// ErrNoDaemon says the sandbox has no process daemon (its init is
+	// not the runner's).
+	ErrNoDaemon = errors.New("no process daemon in this sandbox")
+)
+
+// Targets are what the runner's end connects a stream to.
+type Targets struct {
+	// Port dials a port on the sandbox's own loopback.
+	Port func(port int) (net.Conn, error)
+	// Procd dials the process daemon.
+	Procd func() (net.Conn, error)
+}
 
 // config is both ends' session configuration.
 func config() *yamux.Config {
@@ -50,8 +67,8 @@ func config() *yamux.Config {
 }
 
 // Serve is the runner's end: it accepts streams on rwc until the session
-// ends, connecting each to the port it names with dial.
-func Serve(rwc io.ReadWriteCloser, dial func(port int) (net.Conn, error)) error {
+// ends, connecting each to the target it names.
+func Serve(rwc io.ReadWriteCloser, to Targets) error {
 	s, err := yamux.Server(rwc, config())
 	if err != nil {
 		return err
@@ -65,22 +82,38 @@ func Serve(rwc io.ReadWriteCloser, dial func(port int) (net.Conn, error)) error 
 			}
 			return err
 		}
-		go serveStream(st, dial)
+		go serveStream(st, to)
 	}
 }
 
-func serveStream(st *yamux.Stream, dial func(port int) (net.Conn, error)) {
+func serveStream(st *yamux.Stream, to Targets) {
 	defer st.Close()
 	var req [3]byte
 	st.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.ReadFull(st, req[:]); err != nil || req[0] != opConnect {
+	if _, err := io.ReadFull(st, req[:]); err != nil {
 		return
 	}
 	st.SetReadDeadline(time.Time{})
-	port := int(req[1])<<8 | int(req[2])
-	c, err := dial(port)
+	var c net.Conn
+	var err error
+	refusal := byte(statusNoListener)
+	errNone := errors.New("no such target")
+	switch req[0] {
+	case opConnect:
+		err = errNone
+		if to.Port != nil {
+			c, err = to.Port(int(req[1])<<8 | int(req[2]))
+		}
+	case opProcd:
+		refusal, err = statusNoDaemon, errNone
+		if to.Procd != nil {
+			c, err = to.Procd()
+		}
+	default:
+		return
+	}
 	if err != nil {
-		st.Write([]byte{statusNoListener})
+		st.Write([]byte{refusal})
 		return
 	}
 	defer c.Close()
@@ -129,6 +162,16 @@ func (c *Client) Connect(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("relay: port %d out of range", port)
 	}
+	return c.open(ctx, [3]byte{opConnect, byte(port >> 8), byte(port)})
+}
+
+// Procd opens a connection to the sandbox's process daemon: no daemon is
+// ErrNoDaemon.
+func (c *Client) Procd(ctx context.Context) (net.Conn, error) {
+	return c.open(ctx, [3]byte{opProcd})
+}
+
+func (c *Client) open(ctx context.Context, req [3]byte) (net.Conn, error) {
 	st, err := c.s.OpenStream()
 	if err != nil {
 		return nil, err
@@ -137,7 +180,7 @@ func (c *Client) Connect(ctx context.Context, port int) (net.Conn, error) {
 	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var status [1]byte
-	_, err = st.Write([]byte{opConnect, byte(port >> 8), byte(port)})
+	_, err = st.Write(req[:])
 	if err == nil {
 		_, err = io.ReadFull(st, status[:])
 	}
@@ -155,6 +198,9 @@ func (c *Client) Connect(ctx context.Context, port int) (net.Conn, error) {
 	case statusNoListener:
 		st.Close()
 		return nil, ErrNoListener
+	case statusNoDaemon:
+		st.Close()
+		return nil, ErrNoDaemon
 	default:
 		st.Close()
 		return nil, fmt.Errorf("relay: the runner answered %d", status[0])

@@ -16,7 +16,7 @@ import (
 func pair(t *testing.T, dial func(int) (net.Conn, error)) *relay.Client {
 	t.Helper()
 	a, b := net.Pipe()
-	go relay.Serve(b, dial)
+	go relay.Serve(b, relay.Targets{Port: dial})
 	c, err := relay.NewClient(a)
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +72,9 @@ func TestConnect(t *testing.T) {
 	}
 	if _, err := c.Connect(context.Background(), 0); err == nil {
 		t.Error("port 0 accepted")
+	}
+	if _, err := c.Procd(context.Background()); !errors.Is(err, relay.ErrNoDaemon) {
+		t.Errorf("a runner with no daemon: %v", err)
 	}
 }
 

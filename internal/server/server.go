@@ -32,6 +32,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/processes"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/reaper"
+	"github.com/sandboxd/sandbox/internal/relay/pool"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/runtime/kube"
@@ -170,7 +171,7 @@ type Server struct {
 	api          *api.Server
 	issuer       *identity.Issuer // nil without an issuer URL
 	stopSessions context.CancelFunc
-	previews     *preview.Previews
+	relays       *pool.Pool // nil without a runner
 }
 
 // Version is what the server says it is (MCP's implementation version,
@@ -233,14 +234,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	auth := id.authenticator(st, log)
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
-	previews := preview.NewPreviews(svc, preview.Relay{Runtime: b.rt, Runner: caps.Runner, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
+	var relays *pool.Pool // the sandboxes' relays: previews and the process daemon
+	if caps.Runner != nil {
+		relays = pool.New(b.rt, caps.Runner, svc)
+	}
+	previews := preview.NewPreviews(svc, preview.Relay{Pool: relays, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
 	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.
 	it := interp.New(fs, cfg.Service.Timeouts(), caps.Runner, log)
 	report := usage.New(cfg.Service.Quota, st, st, cmds)
 	images := catalog.New(cfg.Catalog, fs, report, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log)
-	procs := processes.New(svc, st, b.rt, caps.Runner, sandbox.RuntimeGVisor, sessions, log)
+	procs := processes.New(svc, st, b.rt, caps.Runner, relays, sandbox.RuntimeGVisor, sessions, log)
 	svc.SetProcesses(procs)
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
@@ -250,7 +255,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}, log, cfg.API)
 	return &Server{
 		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
-		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions, previews: previews,
+		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions, relays: relays,
 		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: cfg.Service.Ceiling, Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
 }
@@ -374,7 +379,9 @@ func (s *Server) Drain() { s.api.Drain() }
 // Sandboxes keep running: a restart re-adopts them.
 func (s *Server) Close() error {
 	s.api.Close()
-	s.previews.Close()
+	if s.relays != nil {
+		s.relays.Close()
+	}
 	s.stopSessions()
 	s.Sessions.Wait()
 	var rerr error

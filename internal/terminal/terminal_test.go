@@ -66,7 +66,7 @@ func newEnv(t *testing.T) *env {
 	it := interp.New(fs, service.Timeouts{}, nil, log)
 	cons := terminal.New(svc, nil)
 	h := api.New(api.Deps{Leases: svc, Work: svc, Files: fs.Files, Quotas: usage.New(quota.Policy{}, st, st, &quota.Commands{}), Operator: st, Consoles: cons, Interpreter: it,
-		Ops: ops.New(fs, processes.New(svc, st, rt, nil, "fake", nil, nil), nil, it), Auth: st, Keys: st, Backend: "fake"}, log, api.Config{})
+		Ops: ops.New(fs, processes.New(svc, st, rt, nil, nil, "fake", nil, nil), nil, it), Auth: st, Keys: st, Backend: "fake"}, log, api.Config{})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)

@@ -161,6 +161,19 @@ func BenchmarkExecTrue(b *testing.B) {
 	})
 }
 
+// BenchmarkProcessStart: POST .../processes {"argv":["true"]}, a
+// background process started by the sandbox's process daemon, reached
+// over the sandbox's relay (one stream, no process start on the host);
+// its floor is BenchmarkExecTrueFloor.
+func BenchmarkProcessStart(b *testing.B) {
+	e := benchEnv(b)
+	id := e.lease("acme", nil)
+	measure(b, nil, func() func() {
+		e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/processes", "acme", map[string]any{"argv": []string{"true"}})
+		return nil
+	})
+}
+
 // BenchmarkExecTrueFloor: raw `runsc exec ID true`.
 func BenchmarkExecTrueFloor(b *testing.B) {
 	e := benchEnv(b)

@@ -1,0 +1,301 @@
+// Package pool keeps the server's end of the relays (internal/relay): one
+// long-lived exec of `sandbox-runner relay` per running sandbox, started on
+// first use and ended once nothing has used it for a while, or when the
+// sandbox sleeps, is stopped or ends (the service's Channel). Previews open
+// their connections on it and the process daemon is reached through it, so
+// neither costs a process start per call.
+package pool
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandbox/internal/relay"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// Execer is the runtime's exec channel, which a relay runs over.
+type Execer interface {
+	Exec(ctx context.Context, name string, req runtime.ExecRequest) error
+}
+
+// Channels holds channels open into sandboxes (the service's Channel): a
+// channel's context ends when its sandbox sleeps, is stopped or ends.
+type Channels interface {
+	Channel(sb *sandbox.Sandbox) (ctx context.Context, done func())
+}
+
+// DefaultLinger is how long a relay is kept with nothing open on it: a
+// page's next request, or the next call, reuses it.
+const DefaultLinger = 15 * time.Second
+
+// Pool is the relays of one server.
+type Pool struct {
+	rt     Execer
+	runner runtime.Runner
+	ch     Channels
+	// Linger overrides DefaultLinger (a test shortens it).
+	Linger time.Duration
+
+	mu     sync.Mutex
+	m      map[string]*session // by sandbox id
+	closed bool
+	wg     sync.WaitGroup // the sessions' exec goroutines
+}
+
+// New is a pool of relays run over rt with runner, held open by ch.
+func New(rt Execer, runner runtime.Runner, ch Channels) *Pool {
+	return &Pool{rt: rt, runner: runner, ch: ch}
+}
+
+// Connect opens a connection to port on sb's own loopback: nothing
+// listening is relay.ErrNoListener. sb is in use by the caller.
+func (p *Pool) Connect(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
+	return p.open(ctx, sb, func(c *relay.Client) (net.Conn, error) { return c.Connect(ctx, port) })
+}
+
+// Procd opens a connection to sb's process daemon: none is
+// relay.ErrNoDaemon. sb is in use by the caller.
+func (p *Pool) Procd(ctx context.Context, sb *sandbox.Sandbox) (net.Conn, error) {
+	return p.open(ctx, sb, func(c *relay.Client) (net.Conn, error) { return c.Procd(ctx) })
+}
+
+func (p *Pool) open(ctx context.Context, sb *sandbox.Sandbox, dial func(*relay.Client) (net.Conn, error)) (net.Conn, error) {
+	for try := 0; ; try++ {
+		s, err := p.get(sb)
+		var c net.Conn
+		if err == nil {
+			c, err = s.open(dial)
+		}
+		// A session that ended under us (its sandbox slept and woke, its
+		// relay was killed) is left for a new one, once.
+		if err == nil || try > 0 || errors.Is(err, relay.ErrNoListener) || errors.Is(err, relay.ErrNoDaemon) || ctx.Err() != nil {
+			return c, err
+		}
+	}
+}
+
+// Close ends every relay and waits for their execs to return; an open
+// after it fails.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	var all []*session
+	for _, s := range p.m {
+		all = append(all, s)
+	}
+	p.mu.Unlock()
+	for _, s := range all {
+		<-s.ready
+		if s.err == nil {
+			s.stop()
+		}
+	}
+	p.wg.Wait()
+}
+
+// session is one sandbox's relay: the exec and the multiplexer over it.
+type session struct {
+	name   string // the container it runs in
+	linger time.Duration
+	ready  chan struct{}
+	err    error // why it did not start; set before ready closes
+	client *relay.Client
+	end    func() // ends the exec
+
+	mu      sync.Mutex
+	nopen   int // connections open
+	idle    *time.Timer
+	stopped bool
+}
+
+// get is sb's session, started when it has none (or its old one ran in a
+// container since replaced, or ended).
+func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errors.New("the server is shutting down")
+	}
+	s := p.m[sb.ID]
+	if s != nil && (s.name != sb.Name || s.ended()) {
+		s = nil
+	}
+	if s == nil {
+		if p.m == nil {
+			p.m = map[string]*session{}
+		}
+		linger := p.Linger
+		if linger <= 0 {
+			linger = DefaultLinger
+		}
+		s = &session{name: sb.Name, linger: linger, ready: make(chan struct{})}
+		p.m[sb.ID] = s
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.run(sb, s)
+		}()
+	}
+	p.mu.Unlock()
+	<-s.ready
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s, nil
+}
+
+// run runs sb's relay exec for as long as its channel is held.
+func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
+	chctx, release := p.ch.Channel(sb)
+	fail := func(err error) {
+		release()
+		s.err = err
+		p.forget(sb.ID, s)
+		close(s.ready)
+	}
+	// stdin is an OS pipe, not an io.Pipe: the runtime hands its read end
+	// to the relay instead of copying into it.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		fail(err)
+		return
+	}
+	outR, outW := io.Pipe()
+	client, err := relay.NewClient(pipeConn{r: outR, w: inW})
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		fail(err)
+		return
+	}
+	s.client, s.end = client, release
+	s.idle = time.AfterFunc(s.linger, s.lingered)
+	close(s.ready)
+	err = p.rt.Exec(chctx, sb.Name, runtime.ExecRequest{Argv: []string{p.runner.RunnerPath(), "relay"}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: io.Discard})
+	if err == nil {
+		err = io.EOF
+	}
+	outW.CloseWithError(err)
+	inR.Close()
+	client.Close()
+	release()
+	p.forget(sb.ID, s)
+}
+
+// forget drops s from the map, if it is still sb's.
+func (p *Pool) forget(id string, s *session) {
+	p.mu.Lock()
+	if p.m[id] == s {
+		delete(p.m, id)
+	}
+	p.mu.Unlock()
+}
+
+func (s *session) ended() bool {
+	select {
+	case <-s.ready:
+	default:
+		return false
+	}
+	if s.err != nil {
+		return true
+	}
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	select {
+	case <-s.client.Done():
+		return true
+	default:
+		return stopped
+	}
+}
+
+// open opens a connection on the session, which keeps it from its idle
+// end until the connection closes.
+func (s *session) open(dial func(*relay.Client) (net.Conn, error)) (net.Conn, error) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return nil, errors.New("the relay ended")
+	}
+	s.nopen++
+	s.idle.Stop()
+	s.mu.Unlock()
+	c, err := dial(s.client)
+	if err != nil {
+		s.closed()
+		return nil, err
+	}
+	return &sessionConn{Conn: c, s: s}, nil
+}
+
+// closed counts a connection's end; the last starts the linger.
+func (s *session) closed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nopen--
+	if s.nopen == 0 && !s.stopped {
+		s.idle.Reset(s.linger)
+	}
+}
+
+// lingered ends the session when nothing opened in the meantime.
+func (s *session) lingered() {
+	s.mu.Lock()
+	if s.nopen > 0 || s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.stop()
+}
+
+func (s *session) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.end()
+}
+
+// sessionConn is a connection of a session, counted until closed.
+type sessionConn struct {
+	net.Conn
+	s    *session
+	once sync.Once
+}
+
+func (c *sessionConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.s.closed)
+	return err
+}
+
+// CloseWrite passes a half-close on.
+func (c *sessionConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
+// pipeConn is a session's connection: the exec's stdout to read, its
+// stdin to write.
+type pipeConn struct {
+	r *io.PipeReader
+	w *os.File
+}
+
+func (c pipeConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c pipeConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c pipeConn) Close() error {
+	c.w.Close()
+	return c.r.Close()
+}
