@@ -9,4 +9,3 @@ func SetRelayTimeout(d time.Duration) func() {
 	relayTimeout = d
 	return func() { relayTimeout = old }
 }
-

@@ -18,12 +18,12 @@ import (
 // every request (the sandbox must still be live and the link's org's, so
 // ending it revokes every link), and dials a port through the relay.
 type Previews struct {
-	svc   Sandboxes
-	relay Relay
-	signer   *Signer
-	cfg      Config
-	orgs     PublicIndex
-	keys     KeyIndex
+	svc    Sandboxes
+	relay  Relay
+	signer *Signer
+	cfg    Config
+	orgs   PublicIndex
+	keys   KeyIndex
 	// public says the operator allows public previews (the service's
 	// --public-previews, which also bounds a lease's publicPorts).
 	public bool
