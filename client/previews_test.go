@@ -8,41 +8,43 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // TestPreviewLink: the client mints a link whose URLs name the preview in
 // both forms (the token in the host form's only), bounded by the lease;
 // a browser on the path form is sent to the host form.
 func TestPreviewLink(t *testing.T) {
-	c, s := newClient(t)
-	ctx := context.Background()
-	sb, err := c.Lease(ctx, client.LeaseRequest{TTLSec: 120})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.End(ctx, sb.ID, false)
-	l, err := c.PreviewLink(ctx, sb.ID, 8000, 3600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := s.URL[strings.LastIndex(s.URL, ":")+1:]
-	if l.ID != sb.ID || l.Port != 8000 || !strings.HasPrefix(l.URL, "http://8000-"+sb.ID+".localhost:"+port+"/?preview_token=spv2.") ||
-		l.PathURL != s.URL+"/v1/sandbox/"+sb.ID+"/ports/8000/" {
-		t.Errorf("link: %+v", l)
-	}
-	if l.ExpiresAt > time.Now().Add(121*time.Second).Unix() {
-		t.Errorf("the link outlives the lease: %d", l.ExpiresAt)
-	}
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	res, err := noRedirect.Get(l.PathURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://8000-"+sb.ID+".localhost:"+port+"/" || len(res.Cookies()) != 0 {
-		t.Errorf("the path form without a key: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
-	}
-	if _, err := c.PreviewLink(ctx, "sb_aaaaaaaaaaaaaaaaaaaaaaaaaa", 8000, 0); !client.IsNotFound(err) {
-		t.Errorf("a link to an unknown sandbox: %v", err)
-	}
+	backends(t, func(t *testing.T, c *client.Client, s *testenv.Server, backend string) {
+		ctx := context.Background()
+		sb, err := c.Lease(ctx, client.LeaseRequest{TTLSec: 120})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.End(ctx, sb.ID, false)
+		l, err := c.PreviewLink(ctx, sb.ID, 8000, 3600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := s.URL[strings.LastIndex(s.URL, ":")+1:]
+		if l.ID != sb.ID || l.Port != 8000 || !strings.HasPrefix(l.URL, "http://8000-"+sb.ID+".localhost:"+port+"/?preview_token=spv2.") ||
+			l.PathURL != s.URL+"/v1/sandbox/"+sb.ID+"/ports/8000/" {
+			t.Errorf("link: %+v", l)
+		}
+		if l.ExpiresAt > time.Now().Add(121*time.Second).Unix() {
+			t.Errorf("the link outlives the lease: %d", l.ExpiresAt)
+		}
+		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		res, err := noRedirect.Get(l.PathURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://8000-"+sb.ID+".localhost:"+port+"/" || len(res.Cookies()) != 0 {
+			t.Errorf("the path form without a key: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
+		}
+		if _, err := c.PreviewLink(ctx, "sb_aaaaaaaaaaaaaaaaaaaaaaaaaa", 8000, 0); !client.IsNotFound(err) {
+			t.Errorf("a link to an unknown sandbox: %v", err)
+		}
+	})
 }

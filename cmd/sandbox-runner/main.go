@@ -3,7 +3,9 @@
 // (below); `sandbox-runner init` is the sandbox's PID 1 and its process
 // daemon (procd.go); `sandbox-runner proc` is the exec channel's way to that
 // daemon; `sandbox-runner changes` tars what a pod changed (changes.go);
-// `sandbox-runner relay` relays port previews (relay.go);
+// `sandbox-runner relay` relays port previews and process calls (relay.go),
+// `sandbox-runner connect` one preview connection (connect.go: the way of
+// servers before the relay);
 // `sandbox-runner credential` writes the lease credential (credential.go);
 // `sandbox-runner stats` reads the sandbox's use from inside (stats.go).
 //
@@ -61,6 +63,8 @@ func main() {
 			os.Exit(changesMain(os.Args[2:]))
 		case "relay":
 			os.Exit(relayMain(os.Args[2:]))
+		case "connect":
+			os.Exit(connectMain(os.Args[2:]))
 		case "credential":
 			os.Exit(credentialMain())
 		case "install":

@@ -50,112 +50,135 @@ func (c cli) must(args ...string) string {
 	return out
 }
 
+// backends runs f against a real server of each backend with keys for
+// orgs: gVisor on this machine, and pods on the test cluster (skipped, or
+// failed in CI, without one).
+func backends(t *testing.T, orgs []string, f func(t *testing.T, srv *testenv.Server, backend string)) {
+	for _, b := range []string{"gvisor", "kube"} {
+		t.Run(b, func(t *testing.T) {
+			var srv *testenv.Server
+			if b == "kube" {
+				srv = testenv.ServeKube(t, orgs)
+			} else {
+				srv = testenv.Serve(t, gvisor.DefaultRunsc(), orgs)
+			}
+			f(t, srv, b)
+		})
+	}
+}
+
 // TestCLI: the client verbs of the binary on a real server and runtime —
 // login, lease, ls, get, exec (exit code, stdin), cp of a tree both ways,
 // logs, run-code, renew, sleep/wake (and pause/resume), stop, end — each output format once.
 func TestCLI(t *testing.T) {
-	srv := testenv.Serve(t, gvisor.DefaultRunsc(), []string{"acme"})
-	home := t.TempDir()
-	c := cli{t: t, bin: srv.Bin, home: home, env: []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}}
+	backends(t, []string{"acme"}, func(t *testing.T, srv *testenv.Server, backend string) {
+		home := t.TempDir()
+		c := cli{t: t, bin: srv.Bin, home: home, env: []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}}
 
-	// No server known yet: a clear refusal.
-	if _, errs, code := c.run("", "ls"); code != 2 || !strings.Contains(errs, "sandbox login") {
-		t.Errorf("ls with no server: %d %q", code, errs)
-	}
-	c.must("login", "--server", srv.URL, "--key", srv.Keys["acme"])
-	if st, err := os.Stat(filepath.Join(home, ".config", "sandbox", "config.json")); err != nil || st.Mode().Perm() != 0o600 {
-		t.Errorf("the login file: %v %v", st, err)
-	}
+		// No server known yet: a clear refusal.
+		if _, errs, code := c.run("", "ls"); code != 2 || !strings.Contains(errs, "sandbox login") {
+			t.Errorf("ls with no server: %d %q", code, errs)
+		}
+		c.must("login", "--server", srv.URL, "--key", srv.Keys["acme"])
+		if st, err := os.Stat(filepath.Join(home, ".config", "sandbox", "config.json")); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("the login file: %v %v", st, err)
+		}
 
-	var sb struct{ ID, Kind, Status string }
-	json.Unmarshal([]byte(c.must("lease", "--ttl", "10m", "-o", "json")), &sb)
-	if sb.Kind != "sandbox" || sb.Status != "running" {
-		t.Fatalf("lease: %+v", sb)
-	}
-	if out := c.must("ls"); !strings.Contains(out, sb.ID) || !strings.HasPrefix(out, "ID ") {
-		t.Errorf("ls: %s", out)
-	}
-	if out := c.must("get", sb.ID, "-o", "yaml"); !strings.Contains(out, "id: "+sb.ID) {
-		t.Errorf("get -o yaml: %s", out)
-	}
+		var sb struct{ ID, Kind, Status string }
+		json.Unmarshal([]byte(c.must("lease", "--ttl", "10m", "-o", "json")), &sb)
+		if sb.Kind != "sandbox" || sb.Status != "running" {
+			t.Fatalf("lease: %+v", sb)
+		}
+		if out := c.must("ls"); !strings.Contains(out, sb.ID) || !strings.HasPrefix(out, "ID ") {
+			t.Errorf("ls: %s", out)
+		}
+		if out := c.must("get", sb.ID, "-o", "yaml"); !strings.Contains(out, "id: "+sb.ID) {
+			t.Errorf("get -o yaml: %s", out)
+		}
 
-	// exec: the program's exit code is the CLI's; stdin goes through.
-	if out, _, code := c.run("piped\n", "exec", sb.ID, "--", "sh", "-c", "cat; exit 7"); code != 7 || out != "piped\n" {
-		t.Errorf("exec: %q exit %d", out, code)
-	}
-	if _, errs, code := c.run("", "exec", "sb_"+strings.Repeat("z", 26), "--", "true"); code != 2 || !strings.Contains(errs, "404") {
-		t.Errorf("exec on an unknown id: %d %q", code, errs)
-	}
+		// exec: the program's exit code is the CLI's; stdin goes through.
+		if out, _, code := c.run("piped\n", "exec", sb.ID, "--", "sh", "-c", "cat; exit 7"); code != 7 || out != "piped\n" {
+			t.Errorf("exec: %q exit %d", out, code)
+		}
+		if _, errs, code := c.run("", "exec", "sb_"+strings.Repeat("z", 26), "--", "true"); code != 2 || !strings.Contains(errs, "404") {
+			t.Errorf("exec on an unknown id: %d %q", code, errs)
+		}
 
-	// cp: a tree with a binary file and an empty directory, up and back.
-	src := t.TempDir()
-	os.MkdirAll(filepath.Join(src, "tree", "sub", "empty"), 0o755)
-	bin := []byte{0, 255, 1, '\n', 0xc3}
-	os.WriteFile(filepath.Join(src, "tree", "sub", "b.dat"), bin, 0o644)
-	os.WriteFile(filepath.Join(src, "tree", "top.txt"), []byte("top"), 0o644)
-	os.WriteFile(filepath.Join(src, "tree", "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755)
-	os.Symlink("run.sh", filepath.Join(src, "tree", "link"))
-	os.Symlink("/etc/passwd", filepath.Join(src, "tree", "out")) // left out: it points off the tree
-	c.must("cp", filepath.Join(src, "tree"), sb.ID+":up")
-	if out := c.must("exec", sb.ID, "--", "sh", "-c", "cd up && find . -printf '%p %m %y\\n' | sort && ./link"); out != ". 755 d\n./link 777 l\n./run.sh 755 f\n./sub 755 d\n./sub/b.dat 644 f\n./sub/empty 755 d\n./top.txt 644 f\nran\n" {
-		t.Errorf("the tree in the sandbox:\n%s", out)
-	}
-	back := t.TempDir()
-	c.must("cp", sb.ID+":up", back)
-	if got, _ := os.ReadFile(filepath.Join(back, "up", "sub", "b.dat")); !bytes.Equal(got, bin) {
-		t.Errorf("the binary file came back as %q", got)
-	}
-	if st, err := os.Stat(filepath.Join(back, "up", "sub", "empty")); err != nil || !st.IsDir() {
-		t.Errorf("the empty directory: %v", err)
-	}
-	if l, err := os.Readlink(filepath.Join(back, "up", "link")); err != nil || l != "run.sh" {
-		t.Errorf("the link came back as %q %v", l, err)
-	}
-	if st, err := os.Stat(filepath.Join(back, "up", "run.sh")); err != nil || st.Mode().Perm() != 0o755 {
-		t.Errorf("the script's mode came back as %v %v", st.Mode(), err)
-	}
+		// cp: a tree with a binary file and an empty directory, up and back.
+		src := t.TempDir()
+		os.MkdirAll(filepath.Join(src, "tree", "sub", "empty"), 0o755)
+		bin := []byte{0, 255, 1, '\n', 0xc3}
+		os.WriteFile(filepath.Join(src, "tree", "sub", "b.dat"), bin, 0o644)
+		os.WriteFile(filepath.Join(src, "tree", "top.txt"), []byte("top"), 0o644)
+		os.WriteFile(filepath.Join(src, "tree", "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755)
+		os.Symlink("run.sh", filepath.Join(src, "tree", "link"))
+		os.Symlink("/etc/passwd", filepath.Join(src, "tree", "out")) // left out: it points off the tree
+		c.must("cp", filepath.Join(src, "tree"), sb.ID+":up")
+		// A pod's workdir marks new directories setgid (its fsGroup's doing).
+		d := "755"
+		if backend == "kube" {
+			d = "2755"
+		}
+		if out := c.must("exec", sb.ID, "--", "sh", "-c", "cd up && find . -printf '%p %m %y\\n' | sort && ./link"); out != ". "+d+" d\n./link 777 l\n./run.sh 755 f\n./sub "+d+" d\n./sub/b.dat 644 f\n./sub/empty "+d+" d\n./top.txt 644 f\nran\n" {
+			t.Errorf("the tree in the sandbox:\n%s", out)
+		}
+		back := t.TempDir()
+		c.must("cp", sb.ID+":up", back)
+		if got, _ := os.ReadFile(filepath.Join(back, "up", "sub", "b.dat")); !bytes.Equal(got, bin) {
+			t.Errorf("the binary file came back as %q", got)
+		}
+		if st, err := os.Stat(filepath.Join(back, "up", "sub", "empty")); err != nil || !st.IsDir() {
+			t.Errorf("the empty directory: %v", err)
+		}
+		if l, err := os.Readlink(filepath.Join(back, "up", "link")); err != nil || l != "run.sh" {
+			t.Errorf("the link came back as %q %v", l, err)
+		}
+		if st, err := os.Stat(filepath.Join(back, "up", "run.sh")); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("the script's mode came back as %v %v", st.Mode(), err)
+		}
 
-	// logs, run-code.
-	c.must("exec", "--session", "build", sb.ID, "--", "echo", "narrated")
-	if out := c.must("logs", "build"); out != "narrated\n" {
-		t.Errorf("logs: %q", out)
-	}
-	prog := filepath.Join(src, "p.py")
-	os.WriteFile(prog, []byte("import sys\nprint(sys.argv[1:])\nsys.exit(4)"), 0o644)
-	if out, _, code := c.run("", "run-code", prog, "--", "a", "b"); code != 4 || out != "['a', 'b']\n" {
-		t.Errorf("run-code: %q exit %d", out, code)
-	}
+		// logs, run-code.
+		c.must("exec", "--session", "build", sb.ID, "--", "echo", "narrated")
+		if out := c.must("logs", "build"); out != "narrated\n" {
+			t.Errorf("logs: %q", out)
+		}
+		prog := filepath.Join(src, "p.py")
+		os.WriteFile(prog, []byte("import sys\nprint(sys.argv[1:])\nsys.exit(4)"), 0o644)
+		if out, _, code := c.run("", "run-code", prog, "--", "a", "b"); code != 4 || out != "['a', 'b']\n" {
+			t.Errorf("run-code: %q exit %d", out, code)
+		}
 
-	// Completion: bash loads the script and completes a verb and an id.
-	script := c.must("completion", "bash")
-	cmd := exec.Command("bash", "-c", script+`
-COMP_WORDS=(sandbox ren); COMP_CWORD=1; _sandbox; echo "${COMPREPLY[@]}"
-COMP_WORDS=(sandbox get sb_); COMP_CWORD=2; _sandbox; echo "${COMPREPLY[@]}"`)
-	cmd.Env = append(c.env, "PATH="+filepath.Dir(c.bin)+":"+os.Getenv("PATH"))
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "renew\n") || !strings.Contains(string(out), sb.ID) {
-		t.Errorf("bash completion: %v %q", err, out)
-	}
+		// Completion: bash loads the script and completes a verb and an id.
+		script := c.must("completion", "bash")
+		cmd := exec.Command("bash", "-c", script+`
+	COMP_WORDS=(sandbox ren); COMP_CWORD=1; _sandbox; echo "${COMPREPLY[@]}"
+	COMP_WORDS=(sandbox get sb_); COMP_CWORD=2; _sandbox; echo "${COMPREPLY[@]}"`)
+		cmd.Env = append(c.env, "PATH="+filepath.Dir(c.bin)+":"+os.Getenv("PATH"))
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "renew\n") || !strings.Contains(string(out), sb.ID) {
+			t.Errorf("bash completion: %v %q", err, out)
+		}
 
-	// Lifecycle.
-	c.must("renew", sb.ID, "--ttl", "20m")
-	if out := c.must("sleep", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {
-		t.Errorf("sleep: %s", out)
-	}
-	if out := c.must("wake", sb.ID, "-o", "json"); !strings.Contains(out, `"running"`) {
-		t.Errorf("wake: %s", out)
-	}
-	// The old names stay, for scripts written before.
-	if out := c.must("pause", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {
-		t.Errorf("pause: %s", out)
-	}
-	c.must("resume", sb.ID)
-	c.must("stop", sb.ID)
-	if out := c.must("end", sb.ID, "--purge"); !strings.Contains(out, "true") {
-		t.Errorf("end: %s", out)
-	}
-	if _, errs, code := c.run("", "get", sb.ID); code != 2 || !strings.Contains(errs, "not found") {
-		t.Errorf("get after end: %d %q", code, errs)
-	}
+		// Lifecycle.
+		c.must("renew", sb.ID, "--ttl", "20m")
+		if out := c.must("sleep", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {
+			t.Errorf("sleep: %s", out)
+		}
+		if out := c.must("wake", sb.ID, "-o", "json"); !strings.Contains(out, `"running"`) {
+			t.Errorf("wake: %s", out)
+		}
+		// The old names stay, for scripts written before.
+		if out := c.must("pause", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {
+			t.Errorf("pause: %s", out)
+		}
+		c.must("resume", sb.ID)
+		c.must("stop", sb.ID)
+		if out := c.must("end", sb.ID, "--purge"); !strings.Contains(out, "true") {
+			t.Errorf("end: %s", out)
+		}
+		if _, errs, code := c.run("", "get", sb.ID); code != 2 || !strings.Contains(errs, "not found") {
+			t.Errorf("get after end: %d %q", code, errs)
+		}
+	})
 }
 
 // TestShell: `sandbox shell` in a real pseudo-terminal (tmux): a command

@@ -100,7 +100,7 @@ func newEnv(t *testing.T, r runtime.Runner) *env {
 		p.Linger = 50 * time.Millisecond
 		t.Cleanup(p.Close)
 	}
-	pv := preview.NewPreviews(svc, preview.Relay{Pool: p, Backend: "fake"}, nil, preview.Config{}, false, nil, nil)
+	pv := preview.NewPreviews(svc, preview.Relay{Pool: p, Runtime: rt, Runner: r, Backend: "fake"}, nil, preview.Config{}, false, nil, nil)
 	return &env{svc: svc, rt: rt, pv: pv, sb: sb, relays: relays, pool: p}
 }
 
@@ -203,5 +203,54 @@ func TestDialPortWithoutRunner(t *testing.T) {
 	_, err := e.pv.DialPort(org("acme"), e.sb.ID, 8080)
 	if sandbox.KindOf(err) != sandbox.KindUnsupported || !strings.HasPrefix(err.Error(), "this server's fake backend cannot ") {
 		t.Errorf("no runner: %v", err)
+	}
+}
+
+// TestDialPortOldRunner: a sandbox whose runner predates the relay (it
+// reads the hello as a bad program spec and exits) is reached by an exec
+// of `sandbox-runner connect` per connection; the relay is not tried again
+// for that container.
+func TestDialPortOldRunner(t *testing.T) {
+	e := newEnv(t, runner{})
+	var relays, connects atomic.Int32
+	e.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error {
+		switch {
+		case len(req.Argv) == 2 && req.Argv[1] == "relay":
+			relays.Add(1)
+			io.CopyN(io.Discard, req.Stdin, 16) // the hello, a bad spec
+			return &runtime.ExitError{Code: 2}
+		case len(req.Argv) == 3 && req.Argv[1] == "connect" && req.Argv[2] == "8080":
+			connects.Add(1)
+			req.Stdout.Write([]byte{0})
+			copied := make(chan error, 1)
+			go func() { _, err := io.Copy(req.Stdout, req.Stdin); copied <- err }()
+			select {
+			case err := <-copied:
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case len(req.Argv) == 3 && req.Argv[1] == "connect":
+			return &runtime.ExitError{Code: 4}
+		}
+		return &runtime.ExitError{Code: 127}
+	})
+	for range 2 {
+		c, err := e.pv.DialPort(org("acme"), e.sb.ID, 8080)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("ping"))
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("echo over connect: %q %v", buf, err)
+		}
+		c.Close()
+	}
+	if relays.Load() != 1 || connects.Load() != 2 {
+		t.Errorf("relays tried %d (want 1), connects %d (want 2)", relays.Load(), connects.Load())
+	}
+	if _, err := e.pv.DialPort(org("acme"), e.sb.ID, 9); !errors.Is(err, preview.ErrNoListener) || sandbox.KindOf(err) != sandbox.KindBadGateway {
+		t.Errorf("nothing listening, over connect: %v", err)
 	}
 }

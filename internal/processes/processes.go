@@ -800,6 +800,8 @@ func (s *Processes) viaRelay(sb *sandbox.Sandbox) func(context.Context, string, 
 			return &runtime.ExitError{Code: 3}
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, relay.ErrNoRelay): // a runner from before the relay
+			return s.rt.Exec(ctx, name, req)
 		case err != nil:
 			s.log.Warn("the relay did not start; the daemon is reached by exec", "sandbox", sb.ID, "err", err)
 			return s.rt.Exec(ctx, name, req)

@@ -5,6 +5,11 @@
 // so a new preview connection costs a frame, not a process start on the
 // host and another inside.
 //
+// The session begins with a hello each way (the line "sandbox-relay 1"):
+// a runner that predates the relay reads the server's as a bad program
+// spec and exits at once, so the server can tell it apart (ErrNoRelay)
+// and fall back to an exec per call.
+//
 // A stream begins with the server's request — the byte 'c' and the port,
 // two bytes big-endian, or the byte 'p' and two zero bytes for the
 // sandbox's process daemon (cmd/sandbox-runner's procd) — and the
@@ -36,7 +41,13 @@ const (
 	statusNoListener = 4
 )
 
+// hello opens a session, both ways.
+const hello = "sandbox-relay 1\n"
+
 var (
+	// ErrNoRelay says the runner at the other end has no relay (it
+	// predates it, or is no runner).
+	ErrNoRelay = errors.New("the sandbox's runner has no relay")
 	// ErrNoListener says nothing listens on the port inside.
 	ErrNoListener = errors.New("nothing listens on that port")
 	// ErrNoDaemon says the sandbox has no process daemon (its init is
@@ -69,6 +80,16 @@ func config() *yamux.Config {
 // Serve is the runner's end: it accepts streams on rwc until the session
 // ends, connecting each to the target it names.
 func Serve(rwc io.ReadWriteCloser, to Targets) error {
+	got := make([]byte, len(hello))
+	if _, err := io.ReadFull(rwc, got); err != nil {
+		return err
+	}
+	if string(got) != hello {
+		return fmt.Errorf("relay: the server said %q, not hello", got)
+	}
+	if _, err := io.WriteString(rwc, hello); err != nil {
+		return err
+	}
 	s, err := yamux.Server(rwc, config())
 	if err != nil {
 		return err
@@ -147,8 +168,17 @@ type Client struct {
 }
 
 // NewClient starts the server's end over rwc (the relay exec's stdout to
-// read, its stdin to write).
+// read, its stdin to write) once the runner has answered the hello: an
+// answer that is not one is ErrNoRelay. It waits for the answer until
+// rwc's reads fail (the caller bounds it by closing rwc).
 func NewClient(rwc io.ReadWriteCloser) (*Client, error) {
+	if _, err := io.WriteString(rwc, hello); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoRelay, err)
+	}
+	got := make([]byte, len(hello))
+	if _, err := io.ReadFull(rwc, got); err != nil || string(got) != hello {
+		return nil, fmt.Errorf("%w (it answered %q: %v)", ErrNoRelay, got, err)
+	}
 	s, err := yamux.Client(rwc, config())
 	if err != nil {
 		return nil, err

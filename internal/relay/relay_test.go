@@ -78,6 +78,20 @@ func TestConnect(t *testing.T) {
 	}
 }
 
+// TestNoRelay: a runner that predates the relay reads the hello as a bad
+// program spec and exits: the client says ErrNoRelay at once.
+func TestNoRelay(t *testing.T) {
+	a, b := net.Pipe()
+	go func() {
+		line := make([]byte, 64)
+		b.Read(line) // the hello, taken for a spec
+		b.Close()    // "bad run spec", exit 2
+	}()
+	if _, err := relay.NewClient(a); !errors.Is(err, relay.ErrNoRelay) {
+		t.Errorf("an old runner: %v", err)
+	}
+}
+
 // TestConnectWaitsOnlyForCtx: a runner that never answers leaves Connect
 // waiting only until ctx ends.
 func TestConnectWaitsOnlyForCtx(t *testing.T) {
@@ -103,12 +117,18 @@ func (f fuzzConn) Close() error                { return nil }
 // code runs — Connect returns (an error, or a stream) without a panic and
 // without waiting past its context.
 func FuzzClient(f *testing.F) {
-	f.Add([]byte{0, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0}) // a window update and a byte
-	f.Add([]byte{0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 1, 4})
+	hello := "sandbox-relay 1\n"
+	f.Add(append([]byte(hello), 0, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0)) // a window update and a byte
+	f.Add(append([]byte(hello), 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 1, 4))
+	f.Add([]byte(hello))
+	f.Add([]byte("sandbox-runner: bad run spec\n")) // a runner before the relay
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := relay.NewClient(fuzzConn{bytes.NewReader(data)})
 		if err != nil {
+			if !errors.Is(err, relay.ErrNoRelay) {
+				t.Errorf("a failed hello: %v, want ErrNoRelay", err)
+			}
 			return
 		}
 		defer c.Close()

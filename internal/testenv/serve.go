@@ -158,7 +158,11 @@ func serve(t testing.TB, runsc, bin string, orgs []string, images string, args [
 		}
 		s.Keys[org] = strings.TrimSpace(string(out))
 	}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--images", images, "--runsc", runsc, "--reap-every", "1h"}, args...)...)
+	base := []string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--images", images, "--reap-every", "1h"}
+	if runsc != "" { // "": the kube backend (ServeKube)
+		base = append(base, "--runsc", runsc)
+	}
+	s.cmd = exec.Command(bin, append(base, args...)...)
 	out, _ := s.cmd.StdoutPipe()
 	s.cmd.Stderr = os.Stderr
 	if !testing.Verbose() {
@@ -206,6 +210,10 @@ func (s *Server) stop() {
 	case <-time.After(30 * time.Second):
 		s.cmd.Process.Kill()
 		<-done
+	}
+	if s.runsc == "" {
+		os.RemoveAll(s.Data)
+		return
 	}
 	root := filepath.Join(s.Data, "runtime", "runsc")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -2,14 +2,10 @@ package integration_test
 
 import (
 	"archive/tar"
-	"errors"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -21,36 +17,9 @@ import (
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
-var (
-	runnerImageOnce sync.Once
-	runnerImageRef  string
-	runnerImageErr  error
-)
-
-// runnerImage builds the server image from this checkout
-// (scripts/server-image.sh, which holds the runner) and imports it into
-// the test cluster, once per test binary: the pods' runner comes from it.
-func runnerImage(t testing.TB) string {
-	t.Helper()
-	kc := testenv.NeedKube(t)
-	runnerImageOnce.Do(func() {
-		root := os.Getenv("SANDBOX_TEST_KUBE_ROOT")
-		if root == "" { // kube-up.sh's layout: ROOT/etc/admin.kubeconfig
-			root = filepath.Dir(filepath.Dir(kc))
-		}
-		ref := "sandbox/server:runner-test"
-		out, err := exec.Command("bash", "../../scripts/server-image.sh", root, ref).CombinedOutput()
-		if err != nil {
-			runnerImageErr = errors.New("server-image.sh: " + err.Error() + "\n" + string(out))
-			return
-		}
-		runnerImageRef = ref
-	})
-	if runnerImageErr != nil {
-		t.Fatal(runnerImageErr)
-	}
-	return runnerImageRef
-}
+// runnerImage is the server image of this checkout, in the test
+// cluster (testenv.RunnerImage): the pods' runner comes from it.
+func runnerImage(t testing.TB) string { return testenv.RunnerImage(t) }
 
 // TestKubeSnapshotRunnerAndLayer (issue 27 item 10): on Kubernetes the
 // runner that reads a snapshot's changes runs from a volume the sandbox

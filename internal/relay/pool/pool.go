@@ -9,10 +9,12 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/relay"
@@ -45,6 +47,7 @@ type Pool struct {
 
 	mu     sync.Mutex
 	m      map[string]*session // by sandbox id
+	none   map[string]bool     // containers whose runner has no relay, by name/uid
 	closed bool
 	wg     sync.WaitGroup // the sessions' exec goroutines
 }
@@ -55,7 +58,8 @@ func New(rt Execer, runner runtime.Runner, ch Channels) *Pool {
 }
 
 // Connect opens a connection to port on sb's own loopback: nothing
-// listening is relay.ErrNoListener. sb is in use by the caller.
+// listening is relay.ErrNoListener, a runner without a relay (one that
+// predates it) relay.ErrNoRelay. sb is in use by the caller.
 func (p *Pool) Connect(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
 	return p.open(ctx, sb, func(c *relay.Client) (net.Conn, error) { return c.Connect(ctx, port) })
 }
@@ -75,7 +79,7 @@ func (p *Pool) open(ctx context.Context, sb *sandbox.Sandbox, dial func(*relay.C
 		}
 		// A session that ended under us (its sandbox slept and woke, its
 		// relay was killed) is left for a new one, once.
-		if err == nil || try > 0 || errors.Is(err, relay.ErrNoListener) || errors.Is(err, relay.ErrNoDaemon) || ctx.Err() != nil {
+		if err == nil || try > 0 || errors.Is(err, relay.ErrNoListener) || errors.Is(err, relay.ErrNoDaemon) || errors.Is(err, relay.ErrNoRelay) || ctx.Err() != nil {
 			return c, err
 		}
 	}
@@ -123,6 +127,10 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
 		p.mu.Unlock()
 		return nil, errors.New("the server is shutting down")
 	}
+	if p.none[sb.Name+"/"+sb.UID] {
+		p.mu.Unlock()
+		return nil, relay.ErrNoRelay
+	}
 	s := p.m[sb.ID]
 	if s != nil && (s.name != sb.Name || s.ended()) {
 		s = nil
@@ -151,6 +159,9 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
 	return s, nil
 }
 
+// startTimeout bounds a relay's start: the exec and the runner's hello.
+const startTimeout = 30 * time.Second
+
 // run runs sb's relay exec for as long as its channel is held.
 func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 	chctx, release := p.ch.Channel(sb)
@@ -168,23 +179,45 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 		return
 	}
 	outR, outW := io.Pipe()
-	client, err := relay.NewClient(pipeConn{r: outR, w: inW})
-	if err != nil {
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		err := p.rt.Exec(chctx, sb.Name, runtime.ExecRequest{Argv: []string{p.runner.RunnerPath(), "relay"}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: io.Discard})
+		if err == nil {
+			err = io.EOF
+		}
+		outW.CloseWithError(err)
 		inR.Close()
-		inW.Close()
+	}()
+	conn := pipeConn{r: outR, w: inW}
+	var late atomic.Bool
+	slow := time.AfterFunc(startTimeout, func() { late.Store(true); conn.Close() })
+	client, err := relay.NewClient(conn)
+	slow.Stop()
+	if late.Load() {
+		err = fmt.Errorf("the relay did not start within %s", startTimeout)
+	}
+	if err != nil {
+		conn.Close()
+		release()
+		<-ended
+		if errors.Is(err, relay.ErrNoRelay) {
+			p.mu.Lock()
+			if p.none == nil || len(p.none) > 10000 {
+				p.none = map[string]bool{} // bounded: a cache
+			}
+			p.none[sb.Name+"/"+sb.UID] = true
+			p.mu.Unlock()
+		}
 		fail(err)
 		return
 	}
 	s.client, s.end = client, release
 	s.idle = time.AfterFunc(s.linger, s.lingered)
 	close(s.ready)
-	err = p.rt.Exec(chctx, sb.Name, runtime.ExecRequest{Argv: []string{p.runner.RunnerPath(), "relay"}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: io.Discard})
-	if err == nil {
-		err = io.EOF
-	}
-	outW.CloseWithError(err)
-	inR.Close()
+	<-ended
 	client.Close()
+	conn.Close()
 	release()
 	p.forget(sb.ID, s)
 }
