@@ -54,6 +54,9 @@ or the file 'sandbox login' writes):
                                             pull REF into the org's images (from a registry the server allows); prints the image
   sandbox snapshot ID NAME [--workdir]      save a sandbox's files (its root's changes; --workdir: its workdir too) as image NAME
   sandbox rmi NAME                          delete one of the org's images (refused while a sandbox runs it)
+  sandbox bench [--sequential 100] [--burst M] [--command 'node -v']
+                                            time to interactive: a lease and its first command, timed from the request to the answer
+                                            (p50, p95, wall), in a row and M at once, as the public TTI benchmark defines it
   sandbox completion bash|zsh               a completion script
 Every verb takes -o table|json|yaml (default table) and -h.`
 

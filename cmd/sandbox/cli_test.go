@@ -158,6 +158,25 @@ func TestCLI(t *testing.T) {
 			t.Errorf("bash completion: %v %q", err, out)
 		}
 
+		// bench: the TTI definition (a lease, then node -v), in a row and at
+		// once; every sample's sandbox ended after.
+		var bench []struct {
+			Mode            string
+			Samples, Failed int
+			P50Ms, WallMs   float64
+		}
+		if err := json.Unmarshal([]byte(c.must("bench", "--sequential", "3", "--burst", "3", "-o", "json")), &bench); err != nil ||
+			len(bench) != 2 || bench[0].Mode != "sequential" || bench[1].Mode != "burst" || bench[0].Samples != 3 || bench[1].Failed != 0 ||
+			bench[0].P50Ms <= 0 || bench[1].WallMs <= 0 {
+			t.Errorf("bench: %+v %v", bench, err)
+		}
+		if out := c.must("ls", "-o", "json"); strings.Count(out, `"id"`) != 1 {
+			t.Errorf("bench left sandboxes behind:\n%s", out)
+		}
+		if _, errs, code := c.run("", "bench", "--sequential", "0"); code != 2 || !strings.Contains(errs, "one must be above 0") {
+			t.Errorf("bench with no samples: %d %q", code, errs)
+		}
+
 		// Lifecycle.
 		c.must("renew", sb.ID, "--ttl", "20m")
 		if out := c.must("sleep", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {

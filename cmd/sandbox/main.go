@@ -137,6 +137,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return snapshotCmd(ctx, args[1:], stdout, stderr)
 	case "rmi":
 		return rmiCmd(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "completion":
 		return completionCmd(args[1:], stdout)
 	case "help", "-h", "--help":

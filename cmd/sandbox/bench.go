@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandbox/client"
+)
+
+// benchCmd is `sandbox bench`: the public time-to-interactive benchmark's
+// definition, against any server, so a user can compare on their own
+// hardware. One sample is a lease and the first command in it (`node -v`
+// by default), timed from the lease's request to the command's answer;
+// the sandbox is ended after, untimed. Sequential: N samples one after
+// the other. Burst: M samples started at once; its wall time is from the
+// first request to the last answer, and every sample must succeed.
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var seq, burst int
+	var class, command string
+	cf, _, err := verb("bench", "[--sequential N] [--burst M] [--class C] [--command CMD]", args, stderr, func(fs *flag.FlagSet) {
+		fs.IntVar(&seq, "sequential", 100, "samples one after the other (0: none)")
+		fs.IntVar(&burst, "burst", 0, "samples started at once (0: none); the server's quotas must allow that many live sandboxes")
+		fs.StringVar(&class, "class", "exec", "the class leased")
+		fs.StringVar(&command, "command", "node -v", "the first command, run by sh")
+	}, 0, 0)
+	if err != nil {
+		return err
+	}
+	if seq < 0 || burst < 0 || seq+burst == 0 {
+		return fmt.Errorf("sandbox bench: --sequential and --burst are counts, and one must be above 0")
+	}
+	c := cf.c
+	var results []benchResult
+	if seq > 0 {
+		r := benchResult{Mode: "sequential", Samples: seq}
+		start := time.Now()
+		for i := range seq {
+			d, err := benchSample(ctx, c, class, command)
+			if err != nil {
+				return fmt.Errorf("sequential sample %d: %w", i+1, err)
+			}
+			r.add(d)
+			progress(stderr, "sequential", i+1, seq)
+		}
+		r.finish(time.Since(start))
+		results = append(results, r)
+	}
+	if burst > 0 {
+		r := benchResult{Mode: "burst", Samples: burst}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var failures []string
+		start := time.Now()
+		for range burst {
+			wg.Go(func() {
+				d, err := benchSample(ctx, c, class, command)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failures = append(failures, err.Error())
+					return
+				}
+				r.add(d)
+				progress(stderr, "burst", len(r.lat), burst)
+			})
+		}
+		wg.Wait()
+		r.finish(time.Since(start))
+		r.Failed = len(failures)
+		results = append(results, r)
+		if len(failures) > 0 {
+			defer fmt.Fprintf(stderr, "sandbox bench: %d of the burst's samples failed; the first: %s\n", len(failures), failures[0])
+		}
+	}
+	rows := make([][]string, 0, len(results))
+	for _, r := range results {
+		rows = append(rows, []string{r.Mode, fmt.Sprint(r.Samples), fmt.Sprint(r.Failed), ms(r.P50), ms(r.P95), ms(r.Min), ms(r.Max), ms(r.Wall)})
+	}
+	if err := show(stdout, cf.output, results, []string{"MODE", "SAMPLES", "FAILED", "P50_MS", "P95_MS", "MIN_MS", "MAX_MS", "WALL_MS"}, rows); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if r.Failed > 0 {
+			return exitError{code: 1}
+		}
+	}
+	return nil
+}
+
+// benchSample leases one sandbox and runs command in it: the time to its
+// answer. The sandbox is ended after, untimed.
+func benchSample(ctx context.Context, c *client.Client, class, command string) (time.Duration, error) {
+	start := time.Now()
+	sb, err := c.Lease(ctx, client.LeaseRequest{Class: class, TTLSec: 300})
+	if err != nil {
+		return 0, err
+	}
+	defer c.End(context.WithoutCancel(ctx), sb.ID, false)
+	r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: command})
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if r.ExitCode != 0 {
+		return 0, fmt.Errorf("%q exited %d: %s", command, r.ExitCode, strings.TrimSpace(r.Stderr))
+	}
+	return d, nil
+}
+
+// progress keeps one line of stderr up to date.
+func progress(w io.Writer, mode string, done, of int) {
+	fmt.Fprintf(w, "\r%s: %d/%d", mode, done, of)
+	if done == of {
+		fmt.Fprintln(w)
+	}
+}
+
+// benchResult is one mode's numbers, in milliseconds.
+type benchResult struct {
+	Mode    string  `json:"mode"`
+	Samples int     `json:"samples"`
+	Failed  int     `json:"failed"`
+	P50     float64 `json:"p50Ms"`
+	P95     float64 `json:"p95Ms"`
+	Min     float64 `json:"minMs"`
+	Max     float64 `json:"maxMs"`
+	Wall    float64 `json:"wallMs"`
+	lat     []time.Duration
+}
+
+func (r *benchResult) add(d time.Duration) { r.lat = append(r.lat, d) }
+
+func (r *benchResult) finish(wall time.Duration) {
+	r.Wall = msOf(wall)
+	if len(r.lat) == 0 {
+		return
+	}
+	slices.Sort(r.lat)
+	at := func(q float64) float64 { return msOf(r.lat[int(q*float64(len(r.lat)-1)+0.5)]) }
+	r.P50, r.P95, r.Min, r.Max = at(0.5), at(0.95), msOf(r.lat[0]), msOf(r.lat[len(r.lat)-1])
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func ms(v float64) string { return fmt.Sprintf("%.1f", v) }
