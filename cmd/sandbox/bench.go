@@ -95,13 +95,17 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // benchSample leases one sandbox and runs command in it: the time to its
 // answer. The sandbox is ended after, untimed.
-func benchSample(ctx context.Context, c *client.Client, class, command string) (time.Duration, error) {
+func benchSample(ctx context.Context, c *client.Client, class, command string) (_ time.Duration, err error) {
 	start := time.Now()
 	sb, err := c.Lease(ctx, client.LeaseRequest{Class: class, TTLSec: 300})
 	if err != nil {
 		return 0, err
 	}
-	defer c.End(context.WithoutCancel(ctx), sb.ID, false)
+	defer func() {
+		if _, eerr := c.End(context.WithoutCancel(ctx), sb.ID, false); eerr != nil && err == nil {
+			err = fmt.Errorf("ending %s: %w", sb.ID, eerr)
+		}
+	}()
 	r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: command})
 	d := time.Since(start)
 	if err != nil {

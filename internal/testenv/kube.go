@@ -12,7 +12,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -65,7 +67,11 @@ func KubeNamespace(t testing.TB) (kubernetes.Interface, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := kubernetes.NewForConfig(rc)
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfigAndClient(rc, hc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +80,10 @@ func KubeNamespace(t testing.TB) (kubernetes.Interface, string) {
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		utilnet.CloseIdleConnectionsFor(hc.Transport) // no connection outlives the test (goleak)
+	})
 	no := false
 	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
 		ObjectMeta: metav1.ObjectMeta{Name: "sandbox-pod"}, AutomountServiceAccountToken: &no,
