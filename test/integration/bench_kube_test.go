@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +27,7 @@ import (
 //	  go test -run '^$' -bench 'Kube' -benchtime 20x ./test/integration/
 //
 // Lease: POST /v1/sandbox until running, against creating a bare pod of the
-// same image and RuntimeClass and polling it to Running. Exec: POST .../exec
+// same image and RuntimeClass and watching it to Running. Exec: POST .../exec
 // {"argv":["true"]} against a raw exec-subresource round trip of `true`.
 
 func BenchmarkKubeLease(b *testing.B) {
@@ -52,19 +51,21 @@ func BenchmarkKubeLeaseFloor(b *testing.B) {
 					Command: []string{"sleep", "3600"}}},
 			},
 		}
+		// Watched, not polled: the floor sees Running the moment the
+		// apiserver does.
+		w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			b.Fatal(err)
+		}
 		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		for {
-			p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if p.Status.Phase == corev1.PodRunning {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Status.Phase == corev1.PodRunning {
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
+		w.Stop()
 		return func() {
 			grace := int64(0)
 			c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
@@ -178,4 +179,18 @@ func previewTarget(b testing.TB, e *env) string {
 	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
 	e.waitListening("acme", id, 8000)
 	return id
+}
+
+// BenchmarkKubeFork: POST .../fork of an exec sandbox with a 1 MB file in
+// its workdir, to the fork's answer: a new pod (the floor:
+// BenchmarkKubeLeaseFloor, a bare pod to Running) and the workdir copied
+// tar to tar between the two pods over two execs.
+func BenchmarkKubeFork(b *testing.B) {
+	e, _, _ := newKubeRunnerEnv(b)
+	id := e.lease("acme", map[string]any{"ttlSec": 3600})
+	e.sh("acme", id, "head -c 1000000 /dev/urandom > blob")
+	measure(b, nil, func() func() {
+		fork := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/fork", "acme", map[string]any{"ttlSec": 600}).JSON(b)["id"].(string)
+		return func() { e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+fork, "acme", nil) }
+	})
 }
