@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/sandboxd/sandbox/client"
 )
@@ -117,8 +120,12 @@ func benchSample(ctx context.Context, c *client.Client, class, command string) (
 	return d, nil
 }
 
-// progress keeps one line of stderr up to date.
+// progress keeps one line of a terminal's stderr up to date (elsewhere:
+// nothing, so a log gets no carriage returns).
 func progress(w io.Writer, mode string, done, of int) {
+	if f, ok := w.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
+		return
+	}
 	fmt.Fprintf(w, "\r%s: %d/%d", mode, done, of)
 	if done == of {
 		fmt.Fprintln(w)
