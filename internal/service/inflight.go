@@ -24,16 +24,19 @@ type inflight struct {
 
 	mu   sync.Mutex
 	next uint64
-	cmds map[string]map[uint64]*command // by sandbox id
+	cmds byID // by sandbox id
 	// chans are the channels held open into each sandbox (a preview
 	// relay): no command, never counted, and closed before a sleep.
-	chans map[string]map[uint64]*command
+	chans byID
 }
 
 type command struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 }
+
+// byID is work registered per sandbox id: the commands, or the channels.
+type byID map[string]map[uint64]*command
 
 // start registers work on sandbox id of org and returns its context and
 // the function to call when it has finished. With limit >= 0 the work is a
@@ -46,106 +49,81 @@ func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ cont
 			return nil, nil, err
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.cmds == nil {
-		f.cmds = map[string]map[uint64]*command{}
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	c := &command{cancel: cancel, done: make(chan struct{})}
-	if f.cmds[id] == nil {
-		f.cmds[id] = map[uint64]*command{}
-	}
-	f.next++
-	key := f.next
-	f.cmds[id][key] = c
-	return ctx, func() {
-		f.mu.Lock()
-		delete(f.cmds[id], key)
-		if len(f.cmds[id]) == 0 {
-			delete(f.cmds, id)
-		}
-		f.mu.Unlock()
-		release()
-		cancel(nil)
-		close(c.done)
-	}, nil
+	ctx, done = f.register(&f.cmds, ctx, id, release)
+	return ctx, done, nil
 }
 
 // hold registers a channel into sandbox id: its context ends when the
 // sandbox sleeps, is stopped or ends, or done is called.
 func (f *inflight) hold(ctx context.Context, id string) (context.Context, func()) {
+	return f.register(&f.chans, ctx, id, func() {})
+}
+
+// register adds work on sandbox id to m; done (once, then a no-op)
+// removes it, calls release and ends its context.
+func (f *inflight) register(m *byID, ctx context.Context, id string, release func()) (context.Context, func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.chans == nil {
-		f.chans = map[string]map[uint64]*command{}
+	if *m == nil {
+		*m = byID{}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &command{cancel: cancel, done: make(chan struct{})}
-	if f.chans[id] == nil {
-		f.chans[id] = map[uint64]*command{}
+	if (*m)[id] == nil {
+		(*m)[id] = map[uint64]*command{}
 	}
 	f.next++
 	key := f.next
-	f.chans[id][key] = c
+	(*m)[id][key] = c
 	var once sync.Once
 	return ctx, func() {
 		once.Do(func() {
 			f.mu.Lock()
-			delete(f.chans[id], key)
-			if len(f.chans[id]) == 0 {
-				delete(f.chans, id)
+			delete((*m)[id], key)
+			if len((*m)[id]) == 0 {
+				delete(*m, id)
 			}
 			f.mu.Unlock()
+			release()
 			cancel(nil)
 			close(c.done)
 		})
 	}
 }
 
-// release closes the channels into sandbox id and waits (up to wait)
-// until their holders are done.
-func (f *inflight) release(id string, wait time.Duration) {
-	f.mu.Lock()
-	var chans []*command
-	for _, c := range f.chans[id] {
-		chans = append(chans, c)
-	}
-	f.mu.Unlock()
-	for _, c := range chans {
-		c.cancel(errStopped)
-	}
-	deadline := time.After(wait)
-	for _, c := range chans {
-		select {
-		case <-c.done:
-		case <-deadline:
-			return
-		}
-	}
-}
-
 // stop cancels every command of sandbox id and waits (up to wait) until
 // they have returned, which is after the runtime killed them inside.
 func (f *inflight) stop(id string, wait time.Duration) int {
+	return f.cancelAll(&f.cmds, id, wait)
+}
+
+// release closes the channels into sandbox id and waits (up to wait)
+// until their holders are done.
+func (f *inflight) release(id string, wait time.Duration) {
+	f.cancelAll(&f.chans, id, wait)
+}
+
+// cancelAll cancels the work of sandbox id in m and waits (up to wait)
+// until it is done; it answers how much there was.
+func (f *inflight) cancelAll(m *byID, id string, wait time.Duration) int {
 	f.mu.Lock()
-	var cmds []*command
-	for _, c := range f.cmds[id] {
-		cmds = append(cmds, c)
+	var all []*command
+	for _, c := range (*m)[id] {
+		all = append(all, c)
 	}
 	f.mu.Unlock()
-	for _, c := range cmds {
+	for _, c := range all {
 		c.cancel(errStopped)
 	}
 	deadline := time.After(wait)
-	for _, c := range cmds {
+	for _, c := range all {
 		select {
 		case <-c.done:
 		case <-deadline:
-			return len(cmds)
+			return len(all)
 		}
 	}
-	return len(cmds)
+	return len(all)
 }
 
 // count reports how many commands of sandbox id run.
