@@ -3,9 +3,7 @@ package preview
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -25,21 +23,12 @@ import (
 // and Stop ends it.
 
 // Relay is what a preview reaches a port through: the relays of the
-// server's sandboxes, and the exec channel for a sandbox whose runner
-// predates them (`sandbox-runner connect`, an exec per connection). A nil
-// Pool (a backend with no runner) answers every dial with
-// runtime.Unsupported of Backend (501).
+// server's sandboxes. A nil Pool (a backend with no runner) answers every
+// dial with runtime.Unsupported of Backend (501).
 type Relay struct {
-	Pool    *pool.Pool
-	Runtime Execer
-	Runner  runtime.Runner
+	Pool *pool.Pool
 	// Backend names the backend, for the 501.
 	Backend string
-}
-
-// Execer is the runtime's exec channel.
-type Execer interface {
-	Exec(ctx context.Context, name string, req runtime.ExecRequest) error
 }
 
 // ErrNoListener says nothing listens on the port inside.
@@ -68,9 +57,6 @@ func (p *Previews) DialPort(ctx context.Context, id string, port int) (net.Conn,
 	dctx, cancel := context.WithTimeout(ctx, relayTimeout)
 	defer cancel()
 	c, err := r.Pool.Connect(dctx, sb, port)
-	if errors.Is(err, relay.ErrNoRelay) && r.Runtime != nil && r.Runner != nil {
-		c, err = r.dialExec(dctx, sb, port)
-	}
 	if err != nil {
 		done()
 		switch {
@@ -106,83 +92,3 @@ func (c *portConn) Close() error {
 	})
 	return nil
 }
-
-// dialExec is a connection over an exec of its own (`sandbox-runner
-// connect PORT`): the way to a sandbox whose runner has no relay (started
-// before the server's upgrade). It lives until closed, or until ctx ends
-// before it connected.
-func (r Relay) dialExec(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
-	// stdin is an OS pipe, not an io.Pipe: the runtime hands its read end
-	// to the relay instead of copying into it.
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	outR, outW := io.Pipe()
-	go func() {
-		err := r.Runtime.Exec(work, sb.Name, runtime.ExecRequest{Argv: []string{r.Runner.RunnerPath(), "connect", strconv.Itoa(port)}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: io.Discard})
-		var exit *runtime.ExitError
-		if errors.As(err, &exit) && exit.Code == 4 {
-			err = ErrNoListener
-		}
-		if err == nil {
-			err = io.EOF
-		}
-		outW.CloseWithError(err)
-		inR.Close()
-	}()
-	c := &execConn{r: outR, w: inW, cancel: cancel}
-	// The runner says it connected with one NUL byte; nothing else can
-	// come first.
-	got := make(chan error, 1)
-	go func() {
-		first := make([]byte, 1)
-		_, err := io.ReadFull(outR, first)
-		got <- err
-	}()
-	select {
-	case err := <-got:
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		return c, nil
-	case <-ctx.Done():
-		c.Close()
-		return nil, ctx.Err()
-	}
-}
-
-// execConn is a connection over an exec: reads are its stdout, writes its
-// stdin. Deadlines are not kept (the HTTP proxy over it sets none).
-type execConn struct {
-	r      *io.PipeReader
-	w      *os.File
-	cancel context.CancelFunc
-	once   sync.Once
-}
-
-func (c *execConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
-func (c *execConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-
-// Close ends the exec inside.
-func (c *execConn) Close() error {
-	c.once.Do(func() {
-		c.w.Close()
-		c.cancel()
-		c.r.Close()
-	})
-	return nil
-}
-
-func (c *execConn) LocalAddr() net.Addr              { return previewAddr{} }
-func (c *execConn) RemoteAddr() net.Addr             { return previewAddr{} }
-func (c *execConn) SetDeadline(time.Time) error      { return nil }
-func (c *execConn) SetReadDeadline(time.Time) error  { return nil }
-func (c *execConn) SetWriteDeadline(time.Time) error { return nil }
-
-type previewAddr struct{}
-
-func (previewAddr) Network() string { return "sandbox" }
-func (previewAddr) String() string  { return "sandbox-preview" }

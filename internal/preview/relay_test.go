@@ -100,7 +100,7 @@ func newEnv(t *testing.T, r runtime.Runner) *env {
 		p.Linger = 50 * time.Millisecond
 		t.Cleanup(p.Close)
 	}
-	pv := preview.NewPreviews(svc, preview.Relay{Pool: p, Runtime: rt, Runner: r, Backend: "fake"}, nil, preview.Config{}, false, nil, nil)
+	pv := preview.NewPreviews(svc, preview.Relay{Pool: p, Backend: "fake"}, nil, preview.Config{}, false, nil, nil)
 	return &env{svc: svc, rt: rt, pv: pv, sb: sb, relays: relays, pool: p}
 }
 

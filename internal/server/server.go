@@ -238,7 +238,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if caps.Runner != nil {
 		relays = pool.New(b.rt, caps.Runner, svc)
 	}
-	previews := preview.NewPreviews(svc, preview.Relay{Pool: relays, Runtime: b.rt, Runner: caps.Runner, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
+	previews := preview.NewPreviews(svc, preview.Relay{Pool: relays, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
 	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,10 +59,16 @@ func New(rt Execer, runner runtime.Runner, ch Channels) *Pool {
 }
 
 // Connect opens a connection to port on sb's own loopback: nothing
-// listening is relay.ErrNoListener, a runner without a relay (one that
-// predates it) relay.ErrNoRelay. sb is in use by the caller.
+// listening is relay.ErrNoListener. A sandbox whose runner predates the
+// relay (started before an upgrade) is reached by an exec of
+// `sandbox-runner connect` per connection instead. sb is in use by the
+// caller.
 func (p *Pool) Connect(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
-	return p.open(ctx, sb, func(c *relay.Client) (net.Conn, error) { return c.Connect(ctx, port) })
+	c, err := p.open(ctx, sb, func(c *relay.Client) (net.Conn, error) { return c.Connect(ctx, port) })
+	if errors.Is(err, relay.ErrNoRelay) {
+		return p.dialExec(ctx, sb, port)
+	}
+	return c, err
 }
 
 // Procd opens a connection to sb's process daemon: none is
@@ -332,3 +339,83 @@ func (c pipeConn) Close() error {
 	c.w.Close()
 	return c.r.Close()
 }
+
+// dialExec is a connection over an exec of its own (`sandbox-runner
+// connect PORT`): the way to a sandbox whose runner has no relay (started
+// before the server's upgrade). It lives until closed, or until ctx ends
+// before it connected.
+func (p *Pool) dialExec(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
+	// stdin is an OS pipe, not an io.Pipe: the runtime hands its read end
+	// to the relay instead of copying into it.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	outR, outW := io.Pipe()
+	go func() {
+		err := p.rt.Exec(work, sb.Name, runtime.ExecRequest{Argv: []string{p.runner.RunnerPath(), "connect", strconv.Itoa(port)}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: io.Discard})
+		var exit *runtime.ExitError
+		if errors.As(err, &exit) && exit.Code == 4 {
+			err = relay.ErrNoListener
+		}
+		if err == nil {
+			err = io.EOF
+		}
+		outW.CloseWithError(err)
+		inR.Close()
+	}()
+	c := &execConn{r: outR, w: inW, cancel: cancel}
+	// The runner says it connected with one NUL byte; nothing else can
+	// come first.
+	got := make(chan error, 1)
+	go func() {
+		first := make([]byte, 1)
+		_, err := io.ReadFull(outR, first)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	case <-ctx.Done():
+		c.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// execConn is a connection over an exec: reads are its stdout, writes its
+// stdin. Deadlines are not kept (the HTTP proxy over it sets none).
+type execConn struct {
+	r      *io.PipeReader
+	w      *os.File
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (c *execConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *execConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// Close ends the exec inside.
+func (c *execConn) Close() error {
+	c.once.Do(func() {
+		c.w.Close()
+		c.cancel()
+		c.r.Close()
+	})
+	return nil
+}
+
+func (c *execConn) LocalAddr() net.Addr              { return execAddr{} }
+func (c *execConn) RemoteAddr() net.Addr             { return execAddr{} }
+func (c *execConn) SetDeadline(time.Time) error      { return nil }
+func (c *execConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *execConn) SetWriteDeadline(time.Time) error { return nil }
+
+type execAddr struct{}
+
+func (execAddr) Network() string { return "sandbox" }
+func (execAddr) String() string  { return "sandbox-exec-relay" }
