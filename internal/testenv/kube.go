@@ -38,12 +38,11 @@ func RunnerImage(t testing.TB) string {
 		if root == "" { // kube-up.sh's layout: ROOT/etc/admin.kubeconfig
 			root = filepath.Dir(filepath.Dir(kc))
 		}
-		mod, err := exec.Command("go", "env", "GOMOD").Output()
+		repo, err := repoRoot()
 		if err != nil {
 			runnerImageErr = err
 			return
 		}
-		repo := filepath.Dir(strings.TrimSpace(string(mod)))
 		ref := "sandbox/server:runner-test"
 		out, err := exec.Command("bash", filepath.Join(repo, "scripts", "server-image.sh"), root, ref).CombinedOutput()
 		if err != nil {

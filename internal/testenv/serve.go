@@ -64,17 +64,26 @@ func (s *Server) wait() error {
 // keeps).
 const OperatorOrg = "system"
 
+// repoRoot is the checkout's root: the directory of the go.mod the tests
+// build from.
+func repoRoot() (string, error) {
+	mod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(strings.TrimSpace(string(mod))), nil
+}
+
 // Binaries builds cmd/sandbox and cmd/sandbox-runner into one directory
 // of the test's (the server finds its runner beside it; the directory goes
 // with the test, so no binaries pile up in /tmp) and returns the sandbox
 // binary. Go's build cache makes every build after the first a link, ~3 s.
 func Binaries(t testing.TB) string {
 	t.Helper()
-	mod, err := exec.Command("go", "env", "GOMOD").Output()
+	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Dir(strings.TrimSpace(string(mod)))
 	dir := t.TempDir()
 	for _, c := range []string{"sandbox", "sandbox-runner"} {
 		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, c), "./cmd/"+c)

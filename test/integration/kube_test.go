@@ -58,25 +58,10 @@ func newKubeEnv(t testing.TB) (*env, kubernetes.Interface, string) {
 // newKubeEnvConfig is newKubeEnv with parts of the configuration set.
 func newKubeEnvConfig(t testing.TB, cfg server.Config) (*env, kubernetes.Interface, string) {
 	t.Helper()
-	c := kubeClient(t)
-	ctx := context.Background()
-	ns := "sbt-" + strings.ToLower(sandbox.NewID()[3:15])
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	no := false
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
-		ObjectMeta: metav1.ObjectMeta{Name: "sandbox-pod"}, AutomountServiceAccountToken: &no,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c, ns := testenv.KubeNamespace(t) // deleted after e.close (cleanups run last-in first-out)
 	cfg.Backend = server.BackendKube
 	cfg.Kube.Kubeconfig, cfg.Kube.Namespace, cfg.Kube.RuntimeClass = os.Getenv("SANDBOX_TEST_KUBECONFIG"), ns, "gvisor"
-	e := newEnvConfig(t, cfg)
-	t.Cleanup(func() { // after e.close (cleanups run last-in first-out)
-		c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	})
-	return e, c, ns
+	return newEnvConfig(t, cfg), c, ns
 }
 
 // TestKubeAPI: the API over pods — lease, exec, files, the interpreter, a

@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/reaper"
@@ -54,26 +53,8 @@ type kubeNet struct {
 func newKubeNet(t *testing.T) *kubeNet {
 	t.Helper()
 	path := testenv.NeedKube(t)
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ns := testenv.KubeNamespace(t)
 	ctx := context.Background()
-	ns := "sbt-net-" + strings.ToLower(sandbox.NewID()[3:11])
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	no := false
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
-		ObjectMeta: metav1.ObjectMeta{Name: "sandbox-pod"}, AutomountServiceAccountToken: &no,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt, err := kube.Open(ctx, kube.Options{Kubeconfig: path, Namespace: ns, RuntimeClass: "gvisor", ClusterCIDRs: []string{"10.244.0.0/16", "10.96.0.0/16"}}, kube.Hooks{}, log)
 	if err != nil {
