@@ -554,15 +554,22 @@ func (d *daemon) output(c net.Conn, req request) {
 // procMain is `sandbox-runner proc`: a pipe between the exec channel and
 // the daemon's socket. Everything on stdin goes to the daemon (the request
 // line, then any stdin data) and everything it answers to stdout.
-func procMain() int {
+// dialProcd connects to the daemon, waiting up to a second for it: a
+// sandbox's first call can come before its init has started listening.
+func dialProcd() (net.Conn, error) {
 	var c net.Conn
 	var err error
 	for i := 0; i < 20; i++ {
 		if c, err = net.Dial("unix", procdSocket); err == nil {
-			break
+			return c, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return nil, err
+}
+
+func procMain() int {
+	c, err := dialProcd()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-runner proc: no process daemon in this sandbox (it was started before background processes existed): ", err)
 		return 3

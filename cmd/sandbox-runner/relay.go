@@ -24,7 +24,7 @@ func relayMain(args []string) int {
 		Port: func(port int) (net.Conn, error) {
 			return net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second)
 		},
-		Procd: func() (net.Conn, error) { return net.Dial("unix", procdSocket) },
+		Procd: dialProcd,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-runner relay:", err)
