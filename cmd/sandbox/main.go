@@ -43,6 +43,8 @@ Usage:
         prepay an org's leases (only matters when sandbox serve --fee sets a fee)
   sandbox quota get|set|clear --data DIR --org ORG [--projects N] [--live dev=2] ...
         read or override one org's quotas (see 'sandbox quota')
+  sandbox egress-gateway --namespace NS [--dns IP]
+        the Kubernetes backend's egress gateway (the pod it makes runs it)
 
 Lease fees default to 0. sandbox serve --fee N sets a fee (in cents) for
 every class and --fee CLASS=N one class's; a lease the org's balance cannot
@@ -139,6 +141,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return rmiCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "egress-gateway":
+		return gatewayCmd(ctx, args[1:], stderr)
 	case "completion":
 		return completionCmd(args[1:], stdout)
 	case "help", "-h", "--help":

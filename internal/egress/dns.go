@@ -233,19 +233,29 @@ func filterAnswer(qname string, resp *dns.Msg, allow func(netip.Addr) bool, limi
 // exchange asks the upstream resolver from the uplink namespace, over UDP
 // and again over TCP when the answer was truncated.
 func (m *Manager) exchange(q *dns.Msg) (*dns.Msg, error) {
-	var resp *dns.Msg
-	for _, network := range []string{"udp4", "tcp4"} {
+	return exchange(q, func(network string) (net.Conn, error) {
 		var c net.Conn
-		if err := m.inUplink(func() error {
+		err := m.inUplink(func() error {
 			var err error
 			c, err = net.DialTimeout(network, m.up, 3*time.Second)
 			return err
-		}); err != nil {
+		})
+		return c, err
+	})
+}
+
+// exchange asks q of the resolver dial reaches, over UDP and again over
+// TCP when the answer was truncated.
+func exchange(q *dns.Msg, dial func(network string) (net.Conn, error)) (*dns.Msg, error) {
+	var resp *dns.Msg
+	for _, network := range []string{"udp4", "tcp4"} {
+		c, err := dial(network)
+		if err != nil {
 			return nil, err
 		}
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		co := &dns.Conn{Conn: c}
-		err := co.WriteMsg(q)
+		err = co.WriteMsg(q)
 		if err == nil {
 			resp, err = co.ReadMsg()
 		}

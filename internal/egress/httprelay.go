@@ -230,13 +230,13 @@ func copyBody(w io.Writer, br *bufio.Reader, h requestHead) error {
 	}
 }
 
-// relayHTTP sends the requests of a plain-HTTP connection of e from br to
-// up, each judged by its own name first. upgraded answers, once, whether
+// relayHTTP sends the requests of a plain-HTTP connection from br to up,
+// each judged by allow, with its own name, first. upgraded answers, once, whether
 // the upstream switched protocols after a connection's first request (the
 // response side reads it). It returns true when it stopped at a refused
 // request (the caller answers 403 after the upstream's answers to what
 // went before), false at the connection's end.
-func (m *Manager) relayHTTP(e *entry, f *flow, br *bufio.Reader, up io.Writer, firstUpgrade chan<- bool, upgraded <-chan bool) (refused bool) {
+func relayHTTP(br *bufio.Reader, up io.Writer, firstUpgrade chan<- bool, upgraded <-chan bool, allow func(name string) bool) (refused bool) {
 	for i := 0; ; i++ {
 		h, err := readRequestHead(br)
 		if i == 0 {
@@ -248,12 +248,9 @@ func (m *Manager) relayHTTP(e *entry, f *flow, br *bufio.Reader, up io.Writer, f
 		if err != nil {
 			return true
 		}
-		ok, byName := m.allowConn(e, h.name, f.dst)
-		if !ok || h.upgrade && i > 0 {
-			m.log.Debug("egress: request refused by policy", "key", e.key, "name", h.name, "dst", f.dst)
+		if h.upgrade && i > 0 || !allow(h.name) {
 			return true
 		}
-		m.setFlowName(f, h.name, byName)
 		if _, err := up.Write(h.raw); err != nil {
 			return false
 		}

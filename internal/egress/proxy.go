@@ -100,6 +100,23 @@ func (m *Manager) serveConn(c *net.TCPConn) {
 		return
 	}
 
+	splice(c, up.(*net.TCPConn), head, isHTTP, func(name string) bool {
+		ok, byName := m.allowConn(e, name, dst)
+		if !ok {
+			m.log.Debug("egress: request refused by policy", "key", e.key, "name", name, "dst", dst)
+			return false
+		}
+		m.setFlowName(f, name, byName)
+		return true
+	})
+}
+
+// splice relays the connection c (whose first bytes, head, were read to
+// learn its name) to up until both ends are done. A plain-HTTP
+// connection's requests are each judged by allow first (relayHTTP): at a
+// refused one the answers to the requests before it are passed on, then a
+// 403, and nothing more goes up.
+func splice(c, up *net.TCPConn, head []byte, isHTTP bool, allow func(name string) bool) {
 	done := make(chan struct{})
 	var refused bool
 	firstUpgrade, upgraded := make(chan bool, 1), make(chan bool, 1)
@@ -107,11 +124,11 @@ func (m *Manager) serveConn(c *net.TCPConn) {
 		defer close(done)
 		if isHTTP {
 			br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(head), c), lineLimit)
-			refused = m.relayHTTP(e, f, br, up, firstUpgrade, upgraded)
+			refused = relayHTTP(br, up, firstUpgrade, upgraded, allow)
 		} else if _, err := up.Write(head); err == nil {
 			io.Copy(up, c)
 		}
-		up.(*net.TCPConn).CloseWrite()
+		up.CloseWrite()
 		if refused {
 			// The answers to the requests before the refused one, then
 			// the 403; an upstream that keeps its side open is not

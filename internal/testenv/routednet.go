@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -9,10 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox/internal/egress"
@@ -29,7 +33,58 @@ import (
 // scripts/kube-up.sh forwards pod traffic only to interfaces named sbxt*
 // (this one's), so nothing leaves the machine whatever a policy says.
 // 192.0.2.0/24 is not used: on this project's VMs it is the real uplink.
-type RoutedInternet struct{ NS, HostIf string }
+//
+// RoutedDNS (RoutedA:53) is its DNS server, which answers RoutedZone and
+// records each name it was asked (Queries); its web hosts answer on 80 and
+// 8080, and over TLS (a self-signed certificate) on 443, with "internet",
+// the address they were reached at, and the request's Host.
+type RoutedInternet struct {
+	NS, HostIf string
+
+	mu      sync.Mutex
+	queries []string
+}
+
+// RoutedDNS is the routed internet's DNS server.
+const RoutedDNS = RoutedA + ":53"
+
+// RoutedZone is what RoutedDNS answers (an A record each, for 30 s; every
+// other name does not exist).
+var RoutedZone = map[string]string{
+	"allowed.example.":     RoutedB,
+	"www.allowed.example.": RoutedB,
+	"other.example.":       RoutedB, // behind the allowed name's address
+	"raw.example.":         RoutedC,
+	"rebind.example.":      MetadataIP, // a public name pointing inside
+	"private.example.":     PrivateIP,
+}
+
+// Queries are the names RoutedDNS was asked, in order.
+func (n *RoutedInternet) Queries() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.queries)
+}
+
+func (n *RoutedInternet) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(req)
+	if len(req.Question) == 1 {
+		q := req.Question[0]
+		name := strings.ToLower(q.Name)
+		n.mu.Lock()
+		n.queries = append(n.queries, name)
+		n.mu.Unlock()
+		ip, ok := RoutedZone[name]
+		switch {
+		case !ok:
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP(ip)}}
+		}
+	}
+	w.WriteMsg(m)
+}
 
 // Addresses of the routed internet.
 const (
@@ -93,20 +148,27 @@ func NewRoutedInternet(t testing.TB) *RoutedInternet {
 	run("-n", n.NS, "link", "set", peer, "up")
 	run("-n", n.NS, "route", "add", "default", "via", RoutedHost)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "internet %s", r.Context().Value(http.LocalAddrContextKey))
-	}), ReadHeaderTimeout: 5 * time.Second}
+		fmt.Fprintf(w, "internet %s %s", r.Context().Value(http.LocalAddrContextKey), r.Host)
+	}), ReadHeaderTimeout: 5 * time.Second, TLSConfig: &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}}
 	t.Cleanup(func() { srv.Close() })
+	ns := "/run/netns/" + n.NS
 	for _, port := range []string{"80", "8080"} {
-		var ln net.Listener
-		if err := egress.InNetNS("/run/netns/"+n.NS, func() error {
-			var err error
-			ln, err = net.Listen("tcp4", ":"+port)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(ln)
+		go srv.Serve(listen(t, ns, "tcp4", ":"+port))
 	}
+	go srv.ServeTLS(listen(t, ns, "tcp4", ":443"), "", "")
+	var pc net.PacketConn
+	if err := egress.InNetNS(ns, func() error {
+		var err error
+		pc, err = net.ListenPacket("udp4", RoutedDNS)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	udp := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(n.serveDNS)}
+	tcp := &dns.Server{Listener: listen(t, ns, "tcp4", RoutedDNS), Handler: dns.HandlerFunc(n.serveDNS)}
+	go udp.ActivateAndServe()
+	go tcp.ActivateAndServe()
+	t.Cleanup(func() { udp.Shutdown(); tcp.Shutdown() })
 	// The host reaches it: a refusal in a test is the policy's, not a
 	// broken test network.
 	for _, a := range []string{RoutedA, RoutedB, RoutedC} {

@@ -26,6 +26,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -84,6 +85,12 @@ type Config struct {
 	// reaches (its pod and service ranges, nodes, apiserver; see
 	// ClusterNever); nil means only netpolicy.Never's fixed ranges.
 	ClusterNever []netip.Prefix
+	// Gateway runs the egress gateway (gateway.go) from RunnerImage, which
+	// lets policies have name rules; false refuses them.
+	Gateway bool
+	// GatewayDNS is the upstream resolver the gateway asks (ip[:port]);
+	// empty means its pod's own (the cluster's DNS).
+	GatewayDNS string
 }
 
 // Runtime is the Kubernetes backend.
@@ -93,6 +100,11 @@ type Runtime struct {
 
 	mu  sync.Mutex
 	env map[string][]string // each pod's environment, as its spec says
+
+	// gatewayIP is the egress gateway's Service address, every pod's
+	// resolver (invalid: no gateway); gatewayUp says it was seen ready.
+	gatewayIP netip.Addr
+	gatewayUp atomic.Bool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -114,6 +126,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 2 * time.Minute
+	}
+	if cfg.Gateway && cfg.RunnerImage == "" {
+		return nil, errors.New("kube: the egress gateway runs the server's image: give its runner image")
 	}
 	return &Runtime{cfg: cfg, ns: ns}, nil
 }
@@ -322,6 +337,17 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 		c := &p.Spec.Containers[0]
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "runner", MountPath: runnerDir, ReadOnly: true})
 	}
+	if r.gatewayIP.IsValid() {
+		// Every pod asks the gateway (which answers a pod of no policy
+		// "refused" at once), never the cluster's DNS: the cluster's
+		// names are not a sandbox's, and a resolver is a way out.
+		p.Spec.DNSPolicy = corev1.DNSNone
+		ndots := "1"
+		p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{r.gatewayIP.String()}, Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: &ndots}}}
+	}
+	if spec.Network != nil {
+		p.Annotations = map[string]string{AnnotationEgress: policyAnnotation(spec.Network)}
+	}
 	if rc := r.cfg.RuntimeClasses[spec.Runtime]; rc != "" {
 		p.Spec.RuntimeClassName = &rc
 	}
@@ -373,7 +399,8 @@ func pullPolicy(image string) corev1.PullPolicy {
 // cluster's own reason: a *runtime.StartError as soon as the cluster
 // refuses it (no room, an unbound claim, an image it cannot pull; see
 // judge), else the last status at the start timeout. A policy with domain
-// rules is refused before anything is made (CheckNetwork).
+// rules the backend cannot hold is refused before anything is made
+// (CheckNetwork).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object, error) {
 	if spec.Restore != "" { // no Checkpointer: the service never asks
 		return runtime.Object{}, errors.New("kube: this backend keeps no checkpoints to restore")
@@ -398,6 +425,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 		claim = spec.Volume.Name
 	}
 	p, err := r.waitRunning(wctx, created.Name, claim)
+	if err == nil && spec.Network != nil && r.gatewayIP.IsValid() {
+		err = r.gatewayReady(wctx)
+	}
 	if err == nil && spec.Network != nil {
 		if nerr := r.applyNetwork(wctx, p, spec.Network); nerr != nil {
 			err = nerr

@@ -3,12 +3,14 @@ package kube_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -338,4 +340,142 @@ type noRows struct{}
 func (noRows) Orgs(context.Context) ([]string, error) { return nil, nil }
 func (noRows) List(context.Context, store.Filter) ([]*sandbox.Sandbox, error) {
 	return nil, nil
+}
+
+// probe runs testenv.NetProbe's checks in the sandbox pod name: a line
+// each, "ok ..." or "fail ...".
+func (k *kubeNet) probe(t *testing.T, name string, checks ...[]any) []string {
+	t.Helper()
+	raw, _ := json.Marshal(checks)
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := k.rt.Exec(ctx, name, runtime.ExecRequest{Argv: []string{"python3", "-c", testenv.NetProbe, string(raw)}, Stdout: &out, Stderr: &errb})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err != nil || len(lines) != len(checks) {
+		t.Fatalf("probe: %v: %s%s", err, out.String(), errb.String())
+	}
+	return lines
+}
+
+// expect checks each line against want's prefix ("ok", "ok DETAIL",
+// "fail").
+func expect(t *testing.T, what string, checks [][]any, got, want []string) {
+	t.Helper()
+	for i := range checks {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("%s: %v = %q, want %q", what, checks[i], got[i], want[i])
+		}
+	}
+}
+
+func chk(args ...any) []any { return args }
+
+// TestKubeEgressNames is the gVisor backend's domain matrix on the real
+// test cluster: the egress gateway (a Deployment of the server's image) is
+// every pod's resolver and the name-checking proxy of a policy with names,
+// kube-network-policies enforces the rest. Allowed names work (HTTP, TLS,
+// the policy's port); a raw address, another name behind an allowed one's
+// address (by Host, by SNI), metadata, private hosts, the host, another
+// resolver and made-up names do not; a live change holds; "internet"
+// resolves and reaches addresses; a policy the cluster cannot hold is
+// refused.
+func TestKubeEgressNames(t *testing.T) {
+	path := testenv.NeedKube(t)
+	image := testenv.RunnerImage(t)
+	c, ns := testenv.KubeNamespace(t)
+	in := testenv.NewRoutedInternet(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rt, err := kube.Open(context.Background(), kube.Options{Kubeconfig: path, Namespace: ns, RuntimeClass: "gvisor",
+		ClusterCIDRs: []string{"10.244.0.0/16", "10.96.0.0/16"}, RunnerImage: image, EgressGateway: true, GatewayDNS: testenv.RoutedDNS}, kube.Hooks{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubeNet{rt: rt, client: c, ns: ns}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if l, err := c.CoreV1().Pods(ns).GetLogs(podOf(t, c, ns), &corev1.PodLogOptions{}).Do(context.Background()).Raw(); err == nil {
+				t.Logf("the gateway's log:\n%s", l)
+			}
+		}
+	})
+
+	named := k.create(t, &netpolicy.Policy{Allow: []string{"allowed.example", "rebind.example"}})
+	checks := [][]any{
+		chk("http", "http://allowed.example/"),
+		chk("https", "allowed.example", "allowed.example"),
+		chk("resolve", "other.example"),
+		chk("http", "http://"+netB+"/"),                         // the allowed name's address, raw
+		chk("https", netB, "allowed.example"),                   // the same, with the allowed SNI
+		chk("http", "http://allowed.example/", "other.example"), // the allowed name's way, another Host
+		chk("https", "allowed.example", "other.example"),        // the allowed name's way, another SNI
+		chk("http", "http://"+netC+"/"),                         // an address of no allowed name
+		chk("http", "http://allowed.example:8080/"),             // a port the policy does not name
+		chk("resolve", "rebind.example"),                        // a public name pointing at metadata
+		chk("tcp", testenv.MetadataIP, 80),
+		chk("tcp", testenv.PrivateIP, 80),
+		chk("tcp", netHost, 80),                   // the host's end of the test net
+		chk("udpdns", netA, "allowed.example"),    // a resolver other than its own
+		chk("resolve", "c2VjcmV0.tunnel.example"), // data out through its own resolver
+	}
+	want := []string{
+		"ok internet " + netB + ":80 allowed.example", "ok internet " + netB + ":443 allowed.example", "fail",
+		"fail", "fail", "fail", "fail", "fail", "fail",
+		"fail", "fail", "fail", "fail", "fail", "fail",
+	}
+	expect(t, "allow allowed.example", checks, k.probe(t, named.Name, checks...), want)
+	if q := in.Queries(); slices.ContainsFunc(q, func(s string) bool { return strings.Contains(s, "tunnel") || strings.Contains(s, "other.example") }) {
+		t.Errorf("a name the policy does not allow reached the upstream resolver: %v", q)
+	}
+
+	// The policy's ports: a name is reached on them (and only them).
+	ported := k.create(t, &netpolicy.Policy{Allow: []string{"www.allowed.example"}, Ports: []int{8080}})
+	checks = [][]any{chk("http", "http://www.allowed.example:8080/"), chk("http", "http://www.allowed.example/")}
+	expect(t, "allow www.allowed.example port 8080", checks, k.probe(t, ported.Name, checks...), []string{"ok internet " + netB + ":8080 www.allowed.example", "fail"})
+
+	// "internet" without names: the resolver answers the addresses
+	// themselves, which the NetworkPolicy reaches; still no other resolver.
+	inet := k.create(t, &netpolicy.Policy{Allow: []string{"internet"}})
+	checks = [][]any{
+		chk("resolve", "raw.example"),
+		chk("http", "http://raw.example/"),
+		chk("resolve", "private.example"),
+		chk("udpdns", netA, "raw.example"),
+	}
+	expect(t, "internet", checks, k.probe(t, inet.Name, checks...), []string{"ok " + netC, "ok internet " + netC + ":80 raw.example", "fail", "fail"})
+
+	// No policy: the resolver refuses at once.
+	none := k.create(t, nil)
+	checks = [][]any{chk("resolve", "allowed.example"), chk("http", "http://"+netB+"/")}
+	expect(t, "none", checks, k.probe(t, none.Name, checks...), []string{"fail", "fail"})
+
+	// A live change: the other name now, the first one no more.
+	if err := rt.SetNetwork(context.Background(), named.Name, mustRules(t, netpolicy.Policy{Allow: []string{"other.example"}})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "other.example reached after the change", func() bool {
+		return strings.HasPrefix(k.probe(t, named.Name, chk("http", "http://other.example/"))[0], "ok internet")
+	})
+	checks = [][]any{chk("http", "http://allowed.example/"), chk("resolve", "allowed.example")}
+	expect(t, "changed to other.example", checks, k.probe(t, named.Name, checks...), []string{"fail", "fail"})
+
+	// What a NetworkPolicy cannot hold is refused, and nothing is made.
+	for _, p := range []netpolicy.Policy{
+		{Allow: []string{"internet"}, Deny: []string{"raw.example"}},
+		{Allow: []string{"203.0.113.0/24"}, Deny: []string{"raw.example"}},
+	} {
+		err := rt.SetNetwork(context.Background(), inet.Name, mustRules(t, p))
+		if sandbox.KindOf(err) != sandbox.KindUnsupported || !strings.Contains(err.Error(), "raw.example") {
+			t.Errorf("%+v: %v, want refused as unsupported, naming the rule", p, err)
+		}
+	}
+}
+
+// podOf is the name of the egress gateway's pod in ns.
+func podOf(t *testing.T, c kubernetes.Interface, ns string) string {
+	l, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + kube.GatewayName})
+	if err != nil || len(l.Items) == 0 {
+		return kube.GatewayName
+	}
+	return l.Items[0].Name
 }

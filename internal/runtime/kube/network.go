@@ -39,11 +39,12 @@ import (
 // policyName is the NetworkPolicy of the pod name.
 func policyName(pod string) string { return pod + "-egress" }
 
-// CheckNetwork refuses a policy this backend cannot enforce: a
-// NetworkPolicy matches addresses and ports, not names, so a domain rule
-// would be either a silent no-op or a one-time lookup that goes stale. The
-// error is a *sandbox.Error of KindUnsupported, its message for the
-// caller.
+// CheckNetwork refuses a policy this backend cannot enforce. A
+// NetworkPolicy matches addresses and ports, not names: name rules need the
+// egress gateway (gateway.go), and even with it a name denied inside
+// "internet" or an allowed CIDR cannot be held (a connection to the name's
+// address, made without the name, passes the NetworkPolicy). The error is
+// a *sandbox.Error of KindUnsupported, its message for the caller.
 func (r *Runtime) CheckNetwork(rules *netpolicy.Rules) error {
 	if rules == nil || !rules.HasNames() {
 		return nil
@@ -52,9 +53,21 @@ func (r *Runtime) CheckNetwork(rules *netpolicy.Rules) error {
 	for _, n := range slices.Concat(rules.AllowNames, rules.DenyNames) {
 		names = append(names, n.String())
 	}
-	return sandbox.Errorf(sandbox.KindUnsupported,
-		"domain rules (%s) cannot be enforced on this server's Kubernetes backend: its NetworkPolicies match addresses and ports only; allow CIDRs (or \"internet\") instead",
-		strings.Join(names, ", "))
+	if !r.gatewayIP.IsValid() {
+		return sandbox.Errorf(sandbox.KindUnsupported,
+			"domain rules (%s) cannot be enforced on this server's Kubernetes backend: it runs no egress gateway (it needs --runner-image; --egress-gateway); allow CIDRs (or \"internet\") instead",
+			strings.Join(names, ", "))
+	}
+	if len(rules.DenyNames) > 0 && (rules.Internet || len(rules.AllowPrefix) > 0) {
+		denied := make([]string, 0, len(rules.DenyNames))
+		for _, n := range rules.DenyNames {
+			denied = append(denied, n.String())
+		}
+		return sandbox.Errorf(sandbox.KindUnsupported,
+			"denied names (%s) inside \"internet\" or an allowed CIDR cannot be enforced on this server's Kubernetes backend: its NetworkPolicies would let a connection to such a name's address through; deny the addresses, or allow names only",
+			strings.Join(denied, ", "))
+	}
+	return nil
 }
 
 // never is the set no policy of this backend reaches: netpolicy.Never with
@@ -67,8 +80,18 @@ func (r *Runtime) never() *netipx.IPSet {
 // egressPolicy is the NetworkPolicy that lets pod reach what rules allow;
 // nil when they allow nothing (the deny-all is all there is).
 func (r *Runtime) egressPolicy(pod *corev1.Pod, rules *netpolicy.Rules) *networkingv1.NetworkPolicy {
-	peers := egressPeers(rules, r.never())
-	if len(peers) == 0 {
+	var egress []networkingv1.NetworkPolicyEgressRule
+	if peers := egressPeers(rules, r.never()); len(peers) > 0 {
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{To: peers, Ports: egressPorts(rules.Ports)})
+	}
+	if rules != nil && len(rules.AllowNames) > 0 && r.gatewayIP.IsValid() {
+		// Names: through the gateway, on any of its ports; it connects on
+		// only as the policy says.
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: gatewayLabels}}},
+		})
+	}
+	if len(egress) == 0 {
 		return nil
 	}
 	labels := map[string]string{}
@@ -89,7 +112,7 @@ func (r *Runtime) egressPolicy(pod *corev1.Pod, rules *netpolicy.Rules) *network
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{runtime.LabelSandbox: pod.Labels[runtime.LabelSandbox]}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
-			Egress:      []networkingv1.NetworkPolicyEgressRule{{To: peers, Ports: egressPorts(rules.Ports)}},
+			Egress:      egress,
 		},
 	}
 }
@@ -203,10 +226,12 @@ func ownedBy(np *networkingv1.NetworkPolicy, uid types.UID) bool {
 	return slices.ContainsFunc(np.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Pod" && o.UID == uid })
 }
 
-// SetNetwork replaces the egress policy of a running sandbox: its
-// NetworkPolicy is created, replaced or deleted (rules that allow nothing
-// leave the deny-all alone). The network plugin applies it to new
-// connections. Domain rules are refused (CheckNetwork).
+// SetNetwork replaces the egress policy of a running sandbox: the policy
+// the pod carries (the gateway's) is rewritten, and its NetworkPolicy is
+// created, replaced or deleted (rules that allow nothing leave the
+// deny-all alone). The network plugin applies it to new connections; the
+// gateway cuts its connections the new policy refuses. What the backend
+// cannot hold is refused (CheckNetwork).
 func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.Rules) error {
 	if err := r.CheckNetwork(rules); err != nil {
 		return err
@@ -217,6 +242,9 @@ func (r *Runtime) SetNetwork(ctx context.Context, name string, rules *netpolicy.
 	}
 	if err != nil {
 		return fmt.Errorf("kube: reading pod %s: %w", name, err)
+	}
+	if err := r.annotate(ctx, p.Name, p.UID, rules); err != nil {
+		return err
 	}
 	return r.applyNetwork(ctx, p, rules)
 }

@@ -203,3 +203,98 @@ func TestSetNetworkObjects(t *testing.T) {
 		t.Errorf("delete left %d policies", len(l.Items))
 	}
 }
+
+// TestGatewayObjects: with the egress gateway, a pod asks it (and only it)
+// for names and carries its policy; a policy with names may reach the
+// gateway; a name denied inside what addresses allow is refused; the
+// gateway's objects are made once and kept as they should be.
+func TestGatewayObjects(t *testing.T) {
+	ctx := context.Background()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sbx-a", Namespace: "sandboxes", UID: "uid-a",
+		Labels: map[string]string{runtime.LabelSandbox: "sb_a"}}}
+	cs := fake.NewClientset(pod)
+	r := &Runtime{cfg: Config{Client: cs, Gateway: true, RunnerImage: "sandbox/server:local", GatewayDNS: "192.0.2.53", Image: func(n string) string { return n },
+		ClusterNever: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}, ns: "sandboxes"}
+	// The fake gives a Service no ClusterIP: one is set as the cluster would.
+	if err := r.ensureGateway(ctx); err == nil || !strings.Contains(err.Error(), "ClusterIP") {
+		t.Fatalf("a Service with no address: %v", err)
+	}
+	svc, _ := cs.CoreV1().Services("sandboxes").Get(ctx, GatewayName, metav1.GetOptions{})
+	svc.Spec.ClusterIP = "10.96.0.53"
+	cs.CoreV1().Services("sandboxes").Update(ctx, svc, metav1.UpdateOptions{})
+	if err := r.ensureGateway(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ensureGateway(ctx); err != nil { // again: kept, not made twice
+		t.Fatal(err)
+	}
+	if r.gatewayIP.String() != "10.96.0.53" {
+		t.Errorf("gateway address %v", r.gatewayIP)
+	}
+	dep, err := cs.AppsV1().Deployments("sandboxes").Get(ctx, GatewayName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := dep.Spec.Template.Spec
+	args := strings.Join(ps.Containers[0].Command, " ")
+	switch {
+	case !strings.Contains(args, "egress-gateway --namespace sandboxes --dns 192.0.2.53 --never 10.96.0.0/16"):
+		t.Errorf("command %q", args)
+	case ps.ServiceAccountName != GatewayName || ps.RuntimeClassName != nil:
+		t.Errorf("account %q, runtime class %v", ps.ServiceAccountName, ps.RuntimeClassName)
+	case ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot || len(ps.Containers[0].SecurityContext.Capabilities.Add) != 0:
+		t.Errorf("the gateway runs as root or with a capability: %+v", ps.SecurityContext)
+	}
+	role, err := cs.RbacV1().Roles("sandboxes").Get(ctx, GatewayName, metav1.GetOptions{})
+	if err != nil || len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"pods"}) || slices.ContainsFunc(role.Rules[0].Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) {
+		t.Errorf("the gateway's role reads more than pods: %+v %v", role, err)
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(ctx, GatewayDNSPolicy, metav1.GetOptions{}); err != nil {
+		t.Errorf("the pods' way to their resolver: %v", err)
+	}
+
+	named := rules(t, netpolicy.Policy{Allow: []string{"pypi.org", "203.0.113.0/24"}, Ports: []int{443}})
+	p := r.pod(runtime.Spec{Name: "sbx-b", Network: named, Workdir: "/work", Volume: runtime.Volume{Scratch: true}})
+	if p.Spec.DNSPolicy != corev1.DNSNone || !slices.Equal(p.Spec.DNSConfig.Nameservers, []string{"10.96.0.53"}) {
+		t.Errorf("dns %v %+v", p.Spec.DNSPolicy, p.Spec.DNSConfig)
+	}
+	p.Status.PodIP, p.Status.Phase = "10.244.0.9", corev1.PodRunning
+	got, err := podRules(p)
+	if err != nil || got.Policy().Allow[0] != "pypi.org" || !slices.Equal(got.Ports, []uint16{443}) {
+		t.Errorf("the policy the pod carries: %+v %v", got, err)
+	}
+	np := r.egressPolicy(pod, named)
+	if len(np.Spec.Egress) != 2 || np.Spec.Egress[1].To[0].PodSelector.MatchLabels["app.kubernetes.io/name"] != GatewayName || len(np.Spec.Egress[1].Ports) != 0 {
+		t.Errorf("a policy with names does not reach the gateway: %+v", np.Spec.Egress)
+	}
+	if np := r.egressPolicy(pod, rules(t, netpolicy.Policy{Allow: []string{"internet"}})); len(np.Spec.Egress) != 1 {
+		t.Errorf("a policy without names reaches the gateway beyond its resolver: %+v", np.Spec.Egress)
+	}
+	if err := r.CheckNetwork(named); err != nil {
+		t.Errorf("names with the gateway: %v", err)
+	}
+	for _, p := range []netpolicy.Policy{{Allow: []string{"internet"}, Deny: []string{"evil.example"}}, {Allow: []string{"10.0.0.0/8"}, Deny: []string{"evil.example"}}} {
+		if err := r.CheckNetwork(rules(t, p)); sandbox.KindOf(err) != sandbox.KindUnsupported || !strings.Contains(err.Error(), "evil.example") {
+			t.Errorf("%+v: %v", p, err)
+		}
+	}
+	if err := r.CheckNetwork(rules(t, netpolicy.Policy{Allow: []string{"*.example.org"}, Deny: []string{"evil.example.org"}})); err != nil {
+		t.Errorf("a name denied inside an allowed wildcard: %v", err)
+	}
+
+	// SetNetwork rewrites the policy the pod carries; none removes it.
+	if err := r.SetNetwork(ctx, "sbx-a", named); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := cs.CoreV1().Pods("sandboxes").Get(ctx, "sbx-a", metav1.GetOptions{})
+	if cur.Annotations[AnnotationEgress] != policyAnnotation(named) {
+		t.Errorf("annotation %q", cur.Annotations[AnnotationEgress])
+	}
+	if err := r.SetNetwork(ctx, "sbx-a", nil); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ = cs.CoreV1().Pods("sandboxes").Get(ctx, "sbx-a", metav1.GetOptions{})
+	if _, ok := cur.Annotations[AnnotationEgress]; ok {
+		t.Errorf("no policy left the annotation %q", cur.Annotations[AnnotationEgress])
+	}
+}

@@ -53,6 +53,12 @@ type Options struct {
 	// RunnerImage is the image the pods' runner comes from (the server's
 	// own, which holds it at RunnerInImage); empty refuses snapshots.
 	RunnerImage string
+	// EgressGateway runs the egress gateway (gateway.go) from RunnerImage,
+	// which policies' name rules need.
+	EgressGateway bool
+	// GatewayDNS is the upstream resolver the gateway asks; empty means
+	// its pod's own (the cluster's DNS).
+	GatewayDNS string
 	// ClusterCIDRs are ranges of the cluster no sandbox policy reaches, on
 	// top of what the server reads from the cluster (ClusterNever): its pod
 	// and service ranges at least, which a namespaced server cannot read,
@@ -90,6 +96,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&o.PushRepo, "image-push", "", "kube: a repository the cluster pulls from, where snapshots of sandboxes are pushed (default: none, snapshots refused)")
 	fs.BoolVar(&o.PushResolve, "image-push-resolve", false, "kube: resolve --image-push's host to its address once at the start, and push and pull by the address (a Service's name, which nodes cannot resolve, to its ClusterIP: the chart's own registry)")
+	fs.BoolVar(&o.EgressGateway, "egress-gateway", true, "kube: run the egress gateway (a Deployment of --runner-image in the sandbox namespace: every pod's resolver, and the proxy that holds policies' domain rules); without it domain rules are refused")
+	fs.StringVar(&o.GatewayDNS, "egress-gateway-dns", "", "kube: the upstream resolver (ip[:port]) the egress gateway asks; default: its pod's own (the cluster's DNS)")
 	fs.StringVar(&o.RunnerImage, "runner-image", "", "kube: the server's own image, which holds the runner at "+RunnerInImage+": an init container of it puts the runner on a read-only volume of each pod, which reads a snapshot's changes (default: none, snapshots refused)")
 }
 
@@ -105,6 +113,13 @@ func (o Options) Validate() error {
 	}
 	if _, err := parseCIDRs(o.ClusterCIDRs); err != nil {
 		return err
+	}
+	if o.GatewayDNS != "" {
+		if _, err := netip.ParseAddrPort(o.GatewayDNS); err != nil {
+			if _, err := netip.ParseAddr(o.GatewayDNS); err != nil {
+				return fmt.Errorf("--egress-gateway-dns %q: an IP address, with a port or not", o.GatewayDNS)
+			}
+		}
 	}
 	if o.PushRepo == "" && o.PushResolve {
 		return errors.New("--image-push-resolve resolves --image-push's host: give --image-push too")
@@ -194,12 +209,18 @@ func Open(ctx context.Context, o Options, h Hooks, log *slog.Logger) (*Runtime, 
 		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
 		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: h.Image, ImageEnv: h.ImageEnv, PullSecret: h.PullSecret, RunnerImage: o.RunnerImage,
 		OpenPrivate: h.NetworkPrivate, ClusterNever: ClusterNever(ictx, client, rc, cidrs, log),
+		Gateway: o.EgressGateway && o.RunnerImage != "", GatewayDNS: o.GatewayDNS,
 	})
 	if err != nil {
 		return nil, err
 	}
 	if err := rt.Isolate(ictx); err != nil {
 		return nil, err
+	}
+	if rt.cfg.Gateway {
+		if err := rt.ensureGateway(ictx); err != nil {
+			return nil, err
+		}
 	}
 	return rt, nil
 }
