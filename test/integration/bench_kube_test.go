@@ -194,3 +194,32 @@ func BenchmarkKubeFork(b *testing.B) {
 		return func() { e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+fork, "acme", nil) }
 	})
 }
+
+// BenchmarkKubeLeasePolicy: a lease with an egress policy on the cluster,
+// the egress gateway running: with a domain policy (its pod carries the
+// policy for the gateway; its NetworkPolicy names the gateway) against one
+// of addresses only and one with none, in one run. The target is a domain
+// policy at most 1.2× the lease without one.
+func BenchmarkKubeLeasePolicy(b *testing.B) {
+	cfg := server.Config{}
+	cfg.Kube.RunnerImage = runnerImage(b)
+	cfg.Service.NetworkAllow = []string{"*", "internet"}
+	e, _, _ := newKubeEnvConfig(b, cfg)
+	e.leaseTimed(map[string]any{"network": map[string]any{"allow": []string{"pypi.org"}}})() // the gateway ready
+	for _, c := range []struct {
+		name string
+		net  map[string]any
+	}{
+		{"none", nil},
+		{"cidr", map[string]any{"allow": []string{"203.0.113.0/24"}}},
+		{"domains", map[string]any{"allow": []string{"pypi.org", "*.pythonhosted.org"}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var body map[string]any
+			if c.net != nil {
+				body = map[string]any{"network": c.net}
+			}
+			measure(b, nil, func() func() { return e.leaseTimed(body) })
+		})
+	}
+}

@@ -158,3 +158,46 @@ for l in open('/proc/net/if_inet6'):
 		t.Errorf("%d NetworkPolicies left after end", len(nps.Items))
 	}
 }
+
+// TestKubeAPINetworkNames: domain rules through the API on the kube
+// backend with its egress gateway (the runner image given): leased and
+// changed live, answered like the gVisor backend's. (The runtime's full
+// matrix is internal/runtime/kube's TestKubeEgressNames.)
+func TestKubeAPINetworkNames(t *testing.T) {
+	cfg := server.Config{}
+	cfg.Service.NetworkAllow = []string{"*", "internet"}
+	cfg.Kube.RunnerImage = testenv.RunnerImage(t)
+	cfg.Kube.GatewayDNS = testenv.RoutedDNS
+	e, _, _ := newKubeEnvConfig(t, cfg)
+	testenv.NewRoutedInternet(t)
+	get := func(id, url string) string {
+		t.Helper()
+		a := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c",
+			"import sys,urllib.request\ntry: print(urllib.request.urlopen(sys.argv[1], timeout=3).read().decode(), end='')\nexcept Exception as e: sys.exit(1)", url}})
+		return a.Stdout
+	}
+	id := e.lease("acme", map[string]any{"ttlSec": 300, "network": map[string]any{"allow": []string{"allowed.example"}}})
+	if got := get(id, "http://allowed.example/"); got != "internet "+testenv.RoutedB+":80 allowed.example" {
+		t.Errorf("an allowed name: %q", got)
+	}
+	for _, u := range []string{"http://other.example/", "http://" + testenv.RoutedB + "/"} {
+		if got := get(id, u); got != "" {
+			t.Errorf("%s answered %q", u, got)
+		}
+	}
+	e.must(http.StatusOK, "PUT", "/v1/sandbox/"+id+"/network", "acme", map[string]any{"allow": []string{"other.example"}})
+	deadline := time.Now().Add(15 * time.Second)
+	for get(id, "http://other.example/") == "" && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got := get(id, "http://other.example/"); got != "internet "+testenv.RoutedB+":80 other.example" {
+		t.Errorf("after PUT network: %q", got)
+	}
+	if got := get(id, "http://allowed.example/"); got != "" {
+		t.Errorf("after PUT network the old name still answers %q", got)
+	}
+	r := e.do("PUT", "/v1/sandbox/"+id+"/network", "acme", map[string]any{"allow": []string{"internet"}, "deny": []string{"raw.example"}})
+	if r.Status != http.StatusNotImplemented || !strings.Contains(string(r.Body), "raw.example") {
+		t.Errorf("a name denied inside internet on kube: %d %s", r.Status, r.Body)
+	}
+}

@@ -387,7 +387,7 @@ func TestKubeEgressNames(t *testing.T) {
 	in := testenv.NewRoutedInternet(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt, err := kube.Open(context.Background(), kube.Options{Kubeconfig: path, Namespace: ns, RuntimeClass: "gvisor",
-		ClusterCIDRs: []string{"10.244.0.0/16", "10.96.0.0/16"}, RunnerImage: image, EgressGateway: true, GatewayDNS: testenv.RoutedDNS}, kube.Hooks{}, log)
+		ClusterCIDRs: []string{"10.244.0.0/16", "10.96.0.0/16"}, RunnerImage: image, GatewayDNS: testenv.RoutedDNS}, kube.Hooks{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func (r *Runtime) CheckNetwork(rules *netpolicy.Rules) error {
 	}
 	if !r.gatewayIP.IsValid() {
 		return sandbox.Errorf(sandbox.KindUnsupported,
-			"domain rules (%s) cannot be enforced on this server's Kubernetes backend: it runs no egress gateway (it needs --runner-image; --egress-gateway); allow CIDRs (or \"internet\") instead",
+			"domain rules (%s) cannot be enforced on this server's Kubernetes backend: it runs no egress gateway (it needs --runner-image, and no --no-egress-gateway); allow CIDRs (or \"internet\") instead",
 			strings.Join(names, ", "))
 	}
 	if len(rules.DenyNames) > 0 && (rules.Internet || len(rules.AllowPrefix) > 0) {

@@ -53,9 +53,10 @@ type Options struct {
 	// RunnerImage is the image the pods' runner comes from (the server's
 	// own, which holds it at RunnerInImage); empty refuses snapshots.
 	RunnerImage string
-	// EgressGateway runs the egress gateway (gateway.go) from RunnerImage,
-	// which policies' name rules need.
-	EgressGateway bool
+	// NoEgressGateway runs no egress gateway (gateway.go), which policies'
+	// name rules need; by default it runs where RunnerImage is given (it
+	// runs the server's image).
+	NoEgressGateway bool
 	// GatewayDNS is the upstream resolver the gateway asks; empty means
 	// its pod's own (the cluster's DNS).
 	GatewayDNS string
@@ -96,7 +97,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&o.PushRepo, "image-push", "", "kube: a repository the cluster pulls from, where snapshots of sandboxes are pushed (default: none, snapshots refused)")
 	fs.BoolVar(&o.PushResolve, "image-push-resolve", false, "kube: resolve --image-push's host to its address once at the start, and push and pull by the address (a Service's name, which nodes cannot resolve, to its ClusterIP: the chart's own registry)")
-	fs.BoolVar(&o.EgressGateway, "egress-gateway", true, "kube: run the egress gateway (a Deployment of --runner-image in the sandbox namespace: every pod's resolver, and the proxy that holds policies' domain rules); without it domain rules are refused")
+	fs.BoolVar(&o.NoEgressGateway, "no-egress-gateway", false, "kube: run no egress gateway (by default, with --runner-image, a Deployment of that image in the sandbox namespace: every pod's resolver, and the proxy that holds policies' domain rules); domain rules are then refused")
 	fs.StringVar(&o.GatewayDNS, "egress-gateway-dns", "", "kube: the upstream resolver (ip[:port]) the egress gateway asks; default: its pod's own (the cluster's DNS)")
 	fs.StringVar(&o.RunnerImage, "runner-image", "", "kube: the server's own image, which holds the runner at "+RunnerInImage+": an init container of it puts the runner on a read-only volume of each pod, which reads a snapshot's changes (default: none, snapshots refused)")
 }
@@ -209,7 +210,7 @@ func Open(ctx context.Context, o Options, h Hooks, log *slog.Logger) (*Runtime, 
 		Client: client, Rest: rc, Scope: scope, RuntimeClasses: classes,
 		ServiceAccount: o.ServiceAccount, StorageClass: o.StorageClass, Image: h.Image, ImageEnv: h.ImageEnv, PullSecret: h.PullSecret, RunnerImage: o.RunnerImage,
 		OpenPrivate: h.NetworkPrivate, ClusterNever: ClusterNever(ictx, client, rc, cidrs, log),
-		Gateway: o.EgressGateway && o.RunnerImage != "", GatewayDNS: o.GatewayDNS,
+		Gateway: !o.NoEgressGateway && o.RunnerImage != "", GatewayDNS: o.GatewayDNS,
 	})
 	if err != nil {
 		return nil, err
