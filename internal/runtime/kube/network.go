@@ -80,9 +80,12 @@ func (r *Runtime) never() *netipx.IPSet {
 // egressPolicy is the NetworkPolicy that lets pod reach what rules allow;
 // nil when they allow nothing (the deny-all is all there is).
 func (r *Runtime) egressPolicy(pod *corev1.Pod, rules *netpolicy.Rules) *networkingv1.NetworkPolicy {
+	if rules == nil {
+		return nil
+	}
 	var egress []networkingv1.NetworkPolicyEgressRule
-	if peers := egressPeers(rules, r.never()); len(peers) > 0 {
-		egress = append(egress, networkingv1.NetworkPolicyEgressRule{To: peers, Ports: egressPorts(rules.Ports)})
+	if peers, ports := egressPeers(rules, r.never()), egressPorts(rules.Ports); len(peers) > 0 && len(ports) > 0 {
+		egress = append(egress, networkingv1.NetworkPolicyEgressRule{To: peers, Ports: ports})
 	}
 	if rules != nil && len(rules.AllowNames) > 0 && r.gatewayIP.IsValid() {
 		// Names: through the gateway, on any of its ports; it connects on
@@ -153,18 +156,45 @@ func egressPeers(rules *netpolicy.Rules, never *netipx.IPSet) []networkingv1.Net
 	return peers
 }
 
-// egressPorts are the policy's ports over TCP and UDP; with no port, every
-// port of TCP and UDP (and nothing else: no ICMP, no SCTP).
+// dnsPorts are the ports of DNS (53) and DNS over TLS (853): a sandbox
+// resolves through its own resolver (the egress gateway) only, as under
+// gVisor, whatever else its policy allows — another resolver is a way out
+// around the policy's names.
+var dnsPorts = []uint16{53, 853}
+
+// egressPorts are the policy's ports over TCP and UDP, less dnsPorts;
+// with no port, every other port of TCP and UDP (and nothing else: no
+// ICMP, no SCTP), as ranges around them. Nil when nothing is left (a
+// policy of DNS ports only): the caller drops the rule, which with no
+// ports would allow every port.
 func egressPorts(ports []uint16) []networkingv1.NetworkPolicyPort {
 	protos := []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP}
 	var out []networkingv1.NetworkPolicyPort
 	if len(ports) == 0 {
-		for _, pr := range protos {
-			out = append(out, networkingv1.NetworkPolicyPort{Protocol: &pr})
+		lo := int32(1)
+		ends := make([]int32, 0, len(dnsPorts)+1)
+		for _, d := range dnsPorts {
+			ends = append(ends, int32(d))
+		}
+		for _, d := range append(ends, 65536) { // 65536: past the last
+			if hi := d - 1; hi >= lo {
+				for _, pr := range protos {
+					from := intstr.FromInt32(lo)
+					p := networkingv1.NetworkPolicyPort{Protocol: &pr, Port: &from}
+					if hi > lo {
+						p.EndPort = &hi
+					}
+					out = append(out, p)
+				}
+			}
+			lo = d + 1
 		}
 		return out
 	}
 	for _, port := range ports {
+		if slices.Contains(dnsPorts, port) {
+			continue
+		}
 		for _, pr := range protos {
 			v := intstr.FromInt32(int32(port))
 			out = append(out, networkingv1.NetworkPolicyPort{Protocol: &pr, Port: &v})

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -97,17 +98,32 @@ func TestEgressPeers(t *testing.T) {
 }
 
 func TestEgressPorts(t *testing.T) {
-	all := egressPorts(nil)
-	if len(all) != 2 || *all[0].Protocol != corev1.ProtocolTCP || *all[1].Protocol != corev1.ProtocolUDP || all[0].Port != nil || all[1].Port != nil {
-		t.Errorf("no ports: %+v, want every port of TCP and UDP (and no other protocol)", all)
+	str := func(ps []networkingv1.NetworkPolicyPort) []string {
+		var out []string
+		for _, p := range ps {
+			s := string(*p.Protocol) + "/" + p.Port.String()
+			if p.EndPort != nil {
+				s += fmt.Sprintf("-%d", *p.EndPort)
+			}
+			out = append(out, s)
+		}
+		return out
 	}
-	two := egressPorts([]uint16{80, 443})
-	var got []string
-	for _, p := range two {
-		got = append(got, string(*p.Protocol)+"/"+p.Port.String())
+	// Every port of TCP and UDP but DNS's (53, and 853 over TLS): a
+	// sandbox asks its own resolver only. No other protocol.
+	if got, want := str(egressPorts(nil)), []string{"TCP/1-52", "UDP/1-52", "TCP/54-852", "UDP/54-852", "TCP/854-65535", "UDP/854-65535"}; !slices.Equal(got, want) {
+		t.Errorf("no ports: %v, want %v", got, want)
 	}
-	if want := []string{"TCP/80", "UDP/80", "TCP/443", "UDP/443"}; !slices.Equal(got, want) {
+	if got, want := str(egressPorts([]uint16{53, 80, 443, 853})), []string{"TCP/80", "UDP/80", "TCP/443", "UDP/443"}; !slices.Equal(got, want) {
 		t.Errorf("ports = %v, want %v", got, want)
+	}
+	if got := egressPorts([]uint16{53}); got != nil {
+		t.Errorf("DNS's port only: %v, want nothing", got)
+	}
+	r := &Runtime{}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sbx-a", Labels: map[string]string{runtime.LabelSandbox: "sb_a"}}}
+	if np := r.egressPolicy(pod, rules(t, netpolicy.Policy{Allow: []string{"internet"}, Ports: []int{53}})); np != nil {
+		t.Errorf("a policy of DNS's port only: %+v, want no NetworkPolicy (nothing it may reach)", np.Spec.Egress)
 	}
 }
 
