@@ -150,12 +150,16 @@ func render(t *testing.T, helm, release, ns string, args ...string) rendered {
 // roleRules are deploy/kube/rbac.yaml's rules as they were before the
 // chart: the least the server needs in the sandbox namespace.
 var roleRules = []any{
-	map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list", "watch", "create", "delete"}},
+	map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list", "watch", "create", "delete", "patch"}},
 	map[string]any{"apiGroups": []any{""}, "resources": []any{"pods/exec"}, "verbs": []any{"create", "get"}},
 	map[string]any{"apiGroups": []any{""}, "resources": []any{"persistentvolumeclaims"}, "verbs": []any{"get", "list", "create", "delete"}},
 	map[string]any{"apiGroups": []any{""}, "resources": []any{"events"}, "verbs": []any{"list"}},
 	map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"create", "update"}},
 	map[string]any{"apiGroups": []any{"networking.k8s.io"}, "resources": []any{"networkpolicies"}, "verbs": []any{"get", "create", "update", "delete"}},
+	// The egress gateway, which the server makes and keeps.
+	map[string]any{"apiGroups": []any{""}, "resources": []any{"serviceaccounts", "services"}, "verbs": []any{"get", "create", "update"}},
+	map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}, "verbs": []any{"get", "create", "update"}},
+	map[string]any{"apiGroups": []any{"rbac.authorization.k8s.io"}, "resources": []any{"roles", "rolebindings"}, "verbs": []any{"get", "create", "update"}},
 }
 
 // num is a number of a parsed object (sigs.k8s.io/yaml makes every number
