@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/kube"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
@@ -457,7 +458,7 @@ func (r *release) intact(t *testing.T, e *env, w world, what string) {
 		t.Errorf("%s: the long command stopped (%d ticks, then %d)", what, a, b)
 	}
 	ctx := context.Background()
-	pods, err := r.c.CoreV1().Pods(r.sbns).List(ctx, metav1.ListOptions{})
+	pods, err := r.c.CoreV1().Pods(r.sbns).List(ctx, metav1.ListOptions{LabelSelector: runtime.LabelSandbox})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,6 +517,13 @@ func TestHelmInCluster(t *testing.T) {
 	r.image("helm-a", "0.2.0+helm-a")
 	took := r.install("helm-a")
 	t.Logf("helm install → ready in %v", took.Round(time.Millisecond))
+	// The server made its egress gateway beside the sandboxes, with no
+	// more than the chart's Role lets it.
+	if d, err := r.c.AppsV1().Deployments(r.sbns).Get(context.Background(), kube.GatewayName, metav1.GetOptions{}); err != nil {
+		t.Errorf("the egress gateway: %v", err)
+	} else if img := d.Spec.Template.Spec.Containers[0].Image; !strings.HasPrefix(img, "sandbox/server:") {
+		t.Errorf("the egress gateway runs %q, not the server's image", img)
+	}
 	url := r.url()
 	e := r.env()
 	if v := version(t, url); v != "0.2.0+helm-a" {
