@@ -20,8 +20,10 @@ func serve(t *testing.T) []string {
 	if reg != nil {
 		o.ImageAllow = []string{reg.Host}
 	}
+	testenv.NeedGVisor(t, gvisor.DefaultRunsc(), "exec")
+	o.Internet = testenv.NewInternet(t) // the network cases' (allowed.example)
 	srv := testenv.ServeWith(t, gvisor.DefaultRunsc(), []string{"acme"}, o)
-	env := append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"])
+	env := append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"], "SANDBOX_TEST_NETWORK=allowed.example")
 	if reg != nil {
 		env = append(env, "SANDBOX_TEST_IMAGE_REF="+reg.PushBusybox(t, "sdk/tool:1", map[string]string{"etc/greeting": "hi from the image\n"}))
 	}

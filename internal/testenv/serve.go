@@ -112,6 +112,10 @@ type Options struct {
 	// ImageAllow are the registries (or repository prefixes) its tenants
 	// may pull images from (serve --image-allow); none by default.
 	ImageAllow []string
+	// Internet, if set, is where its sandboxes' egress goes (NewInternet:
+	// serve --egress-uplink and --egress-dns), every policy allowed
+	// (--network-allow '*,internet'); nil: no network.
+	Internet *Internet
 }
 
 // ServeWith is Serve with options, on an images directory of its own
@@ -136,6 +140,9 @@ func ServeWith(t testing.TB, runsc string, orgs []string, o Options) *Server {
 	var args []string
 	for _, a := range o.ImageAllow {
 		args = append(args, "--image-allow", a)
+	}
+	if in := o.Internet; in != nil {
+		args = append(args, "--egress-uplink", in.Uplink, "--egress-dns", in.DNS, "--network-allow", "*,internet")
 	}
 	return serve(t, runsc, Binaries(t), orgs, images, args)
 }

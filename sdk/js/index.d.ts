@@ -28,6 +28,19 @@ export interface SandboxInfo {
   woken?: boolean;
   memoryKept?: boolean;
   metadata?: Record<string, string>;
+  /** The egress policy it got; absent: no network. */
+  network?: NetworkPolicy;
+}
+
+/**
+ * An egress policy: what a sandbox may reach. allow: "internet" (every public address), a domain
+ * ("pypi.org"), its subdomains ("*.github.com"), an IPv4 address or CIDR; deny: the same forms but
+ * "internet", refused even where allow covers them; ports: the destination ports (none: any).
+ */
+export interface NetworkPolicy {
+  allow?: string[];
+  deny?: string[];
+  ports?: number[];
 }
 
 export interface CommandResult {
@@ -160,6 +173,8 @@ export interface LeaseOptions extends ClientOptions {
   image?: string;
   /** The lease in seconds; default the class's. */
   timeoutSec?: number;
+  /** Its egress policy (default: no network; the operator's --network-allow bounds it). */
+  network?: NetworkPolicy;
 }
 
 export class Sandbox {
@@ -202,6 +217,10 @@ export class Sandbox {
   resume(): Promise<void>;
   stop(): Promise<number>;
   setMetadata(metadata: Record<string, string>): Promise<void>;
+  /** Replace the egress policy ({} closes it); a sandbox leased with no network cannot be opened (409). */
+  setNetwork(policy: NetworkPolicy): Promise<void>;
+  /** The host-form URL of port's preview with a link token a browser can open. */
+  getHost(port: number, opts?: { timeoutSec?: number }): Promise<string>;
   stats(): Promise<{ id: string; cpuSeconds?: number; memoryBytes?: number; processes?: number; unavailable?: string; disk: { path: string; usedBytes: number; sizeBytes: number }[] }>;
   /** Append a note (an event of kind "note") to a session's live log in the org. */
   narrate(session: string, text: string): Promise<void>;

@@ -3,6 +3,14 @@
 // and WebSocket, with no dependency.
 
 /** A refusal of the server: its status and message, unchanged. */
+/** An egress policy as the API takes it: allow, deny (lists) and ports; anything else is a mistake. */
+function networkBody(policy) {
+  const p = policy ?? {};
+  const unknown = Object.keys(p).filter((k) => !["allow", "deny", "ports"].includes(k));
+  if (unknown.length) throw new TypeError(`network policy: unknown keys ${unknown.join(", ")} (allow, deny, ports)`);
+  return Object.fromEntries(Object.entries(p).filter(([, v]) => v && v.length));
+}
+
 export class SandboxError extends Error {
   constructor(status, message, retryAfter) {
     super(`${status}: ${message}`);
@@ -291,11 +299,12 @@ export class Sandbox {
     return this.info.id;
   }
 
-  /** Lease a sandbox; ``timeoutSec`` is the lease (default: the class's). */
-  static async create({ class: klass, project, image, timeoutSec, metadata, ...opts } = {}) {
+  /** Lease a sandbox; ``timeoutSec`` is the lease (default: the class's); ``network`` its egress policy. */
+  static async create({ class: klass, project, image, timeoutSec, metadata, network, ...opts } = {}) {
     const http = new HTTP(opts);
     const body = {};
     if (metadata) body.metadata = metadata;
+    if (network) body.network = networkBody(network);
     if (klass) body.class = klass;
     if (project) body.project = project;
     if (image) body.image = image;
@@ -350,6 +359,23 @@ export class Sandbox {
   /** @deprecated wake()'s old name. */
   async resume() {
     return this.wake();
+  }
+
+  /**
+   * Replace the egress policy ({} closes it): new connections follow it at once, open ones it refuses are
+   * cut. A sandbox leased with no network cannot be opened (409).
+   */
+  async setNetwork(policy) {
+    this.info = await this.http.json("PUT", `/v1/sandbox/${this.id}/network`, { json: networkBody(policy) });
+  }
+
+  /**
+   * The host-form URL of ``port``'s preview (http://{port}-{id}.{domain}/, the app at /) with a link token a
+   * browser can open, good for ``timeoutSec`` (default an hour, never past the lease).
+   */
+  async getHost(port, { timeoutSec } = {}) {
+    const body = timeoutSec ? { ttlSec: timeoutSec } : {};
+    return (await this.http.json("POST", `/v1/sandbox/${this.id}/ports/${Number(port)}/link`, { json: body })).url;
   }
 
   /** Replace the sandbox's metadata ({} clears it). */

@@ -196,3 +196,44 @@ test("background processes and fork", async () => {
     await sbx.kill();
   }
 });
+
+// The name the test server's sandboxes may reach in its own test internet
+// (sdk/sdk_test.go); unset: the server was started without a network.
+const NETWORK = process.env.SANDBOX_TEST_NETWORK;
+const FETCH =
+  "import sys, urllib.request\n" +
+  "try: print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().strip())\n" +
+  "except Exception as e: print('refused', type(e).__name__)";
+
+test("the network: leased, changed, refused", { skip: !NETWORK && "the test server was started with no network" }, async () => {
+  const sbx = await Sandbox.create({ network: { allow: [NETWORK] } });
+  try {
+    assert.deepEqual(sbx.info.network, { allow: [NETWORK] });
+    let r = await sbx.commands.run(["python3", "-c", FETCH, `http://${NETWORK}/`]);
+    assert.ok(r.stdout.includes(NETWORK) && !r.stdout.includes("refused"), r.stdout);
+    await sbx.setNetwork({});
+    assert.ok(!sbx.info.network?.allow?.length);
+    r = await sbx.commands.run(["python3", "-c", FETCH, `http://${NETWORK}/`]);
+    assert.match(r.stdout, /refused/);
+    await assert.rejects(sbx.setNetwork({ alow: ["internet"] }), TypeError);
+  } finally {
+    await sbx.kill();
+  }
+  const closed = await Sandbox.create();
+  try {
+    await assert.rejects(closed.setNetwork({ allow: [NETWORK] }), (e) => e instanceof SandboxError && e.status === 409);
+  } finally {
+    await closed.kill();
+  }
+});
+
+test("a preview's host", async () => {
+  const sbx = await Sandbox.create();
+  try {
+    const url = new URL(await sbx.getHost(8000, { timeoutSec: 600 }));
+    assert.ok(url.hostname.startsWith(`8000-${sbx.id}.`), url.href);
+    assert.ok(url.searchParams.size > 0, url.href);
+  } finally {
+    await sbx.kill();
+  }
+});

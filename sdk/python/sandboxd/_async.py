@@ -13,7 +13,7 @@ import websockets
 from ._transport import async_transport
 from ._errors import SandboxError, refusal, should_retry
 from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
-                      exec_body, fork_body, lease_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
+                      exec_body, fork_body, lease_body, network_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 from ._sync import STREAM_TRIES, _config
 
 
@@ -97,9 +97,11 @@ class AsyncSandbox:
 
     @classmethod
     async def create(cls, class_: Optional[str] = None, *, project: Optional[str] = None, image: Optional[str] = None,
-                     timeout: Optional[float] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "AsyncSandbox":
+                     timeout: Optional[float] = None, network: Optional[Dict[str, Any]] = None,
+                     api_url: Optional[str] = None, api_key: Optional[str] = None) -> "AsyncSandbox":
+        """Lease a sandbox (``Sandbox.create``; ``network`` is its egress policy)."""
         http = _AsyncHTTP(api_url, api_key)
-        return cls(SandboxInfo.of(await http.json("POST", "/v1/sandbox", json=lease_body(class_, project, image, timeout))), http)
+        return cls(SandboxInfo.of(await http.json("POST", "/v1/sandbox", json=lease_body(class_, project, image, timeout, network))), http)
 
     @classmethod
     async def connect(cls, sandbox_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> "AsyncSandbox":
@@ -205,6 +207,15 @@ class AsyncSandbox:
         its own (``async with`` it to end it)."""
         d = await self._http.json("POST", f"/v1/sandbox/{self.id}/fork", json=fork_body(project, timeout, metadata))
         return AsyncSandbox(SandboxInfo.of(d), _AsyncHTTP(self._http.url, self._http.key))
+
+    async def set_network(self, policy: Optional[Dict[str, Any]]) -> None:
+        """Replace the egress policy (``Sandbox.set_network``)."""
+        self.info = SandboxInfo.of(await self._http.json("PUT", f"/v1/sandbox/{self.id}/network", json=network_body(policy)))
+
+    async def get_host(self, port: int, *, timeout: Optional[float] = None) -> str:
+        """The preview's host-form URL with a link token (``Sandbox.get_host``)."""
+        body = {"ttlSec": int(timeout)} if timeout else {}
+        return (await self._http.json("POST", f"/v1/sandbox/{self.id}/ports/{int(port)}/link", json=body))["url"]
 
     async def set_timeout(self, timeout: float) -> None:
         self.info = SandboxInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/renew", json={"ttlSec": int(timeout)}))

@@ -29,6 +29,8 @@ class SandboxInfo:
     #: was kept (False where the backend keeps files only, as on Kubernetes);
     #: None otherwise.
     memory_kept: Optional[bool] = None
+    #: The egress policy it got ({"allow": [...], "deny": [...], "ports": [...]}); None: no network.
+    network: Optional[Dict[str, Any]] = None
 
     @classmethod
     def of(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -36,7 +38,7 @@ class SandboxInfo:
             id=d["id"], kind=d["kind"], org=d["org"], class_=d["class"], status=d["status"], image=d["image"],
             runtime=d["runtime"], workdir=d["workdir"], created_at=d["createdAt"], last_used_at=d["lastUsedAt"],
             expires_at=d["expiresAt"], project=d.get("project"), volume=d.get("volume"), error=d.get("error"),
-            metadata=d.get("metadata") or {}, memory_kept=d.get("memoryKept"),
+            metadata=d.get("metadata") or {}, memory_kept=d.get("memoryKept"), network=d.get("network"),
         )
 
 
@@ -274,7 +276,18 @@ def exec_body(cmd: Any, stdin: Optional[str], cwd: Optional[str], timeout: Optio
     return body
 
 
-def lease_body(class_: Optional[str], project: Optional[str], image: Optional[str], timeout: Optional[float]) -> Dict[str, Any]:
+def network_body(policy: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """An egress policy as the API takes it: ``allow``, ``deny`` (lists of "internet", domains,
+    ``*.domain``, IPv4 addresses or CIDRs) and ``ports``; ``None`` or ``{}`` is no network."""
+    policy = dict(policy or {})
+    unknown = set(policy) - {"allow", "deny", "ports"}
+    if unknown:
+        raise ValueError(f"network policy: unknown keys {sorted(unknown)} (allow, deny, ports)")
+    return {k: list(v) for k, v in policy.items() if v}
+
+
+def lease_body(class_: Optional[str], project: Optional[str], image: Optional[str], timeout: Optional[float],
+               network: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if class_:
         body["class"] = class_
@@ -284,6 +297,8 @@ def lease_body(class_: Optional[str], project: Optional[str], image: Optional[st
         body["image"] = image
     if timeout:
         body["ttlSec"] = int(timeout)
+    if network is not None:
+        body["network"] = network_body(network)
     return body
 
 

@@ -14,7 +14,7 @@ import httpx
 from ._transport import sync_transport
 from ._errors import SandboxError, refusal, should_retry
 from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
-                      exec_body, fork_body, lease_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
+                      exec_body, fork_body, lease_body, network_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 
 #: How often in a row a process's output stream may break with nothing new
 #: before process_output gives up.
@@ -239,11 +239,14 @@ class Sandbox:
     @classmethod
     def create(cls, class_: Optional[str] = None, *, project: Optional[str] = None, image: Optional[str] = None,
                timeout: Optional[float] = None, metadata: Optional[Dict[str, str]] = None,
+               network: Optional[Dict[str, Any]] = None,
                api_url: Optional[str] = None, api_key: Optional[str] = None) -> "Sandbox":
         """Lease a sandbox; ``timeout`` is the lease in seconds (default: the class's); ``metadata``
-        labels it (``Sandbox.list(metadata=...)`` filters by them)."""
+        labels it (``Sandbox.list(metadata=...)`` filters by them); ``network`` is its egress policy,
+        ``{"allow": ["pypi.org", "*.github.com", "203.0.113.0/24" or "internet"], "deny": [...],
+        "ports": [443]}`` (default: no network; the operator's ``--network-allow`` bounds it)."""
         http = _shared(api_url, api_key)
-        body = lease_body(class_, project, image, timeout)
+        body = lease_body(class_, project, image, timeout, network)
         if metadata:
             body["metadata"] = metadata
         # A lease is retried after a 429 (refused before anything was made), never after a 503.
@@ -278,6 +281,19 @@ class Sandbox:
     def set_timeout(self, timeout: float) -> None:
         """Extend the lease to ``timeout`` seconds from now (never past the ceiling)."""
         self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/renew", json={"ttlSec": int(timeout)}))
+
+    def set_network(self, policy: Optional[Dict[str, Any]]) -> None:
+        """Replace the egress policy (``Sandbox.create``'s ``network``; ``{}`` closes it): new
+        connections follow it at once, open ones it refuses are cut. A sandbox leased with no network
+        cannot be opened (409)."""
+        self.info = SandboxInfo.of(self._http.json("PUT", f"/v1/sandbox/{self.id}/network", json=network_body(policy)))
+
+    def get_host(self, port: int, *, timeout: Optional[float] = None) -> str:
+        """The address of ``port``'s preview: the host-form URL (``http://{port}-{id}.{domain}/``, the app
+        at /) with a link token a browser can open; the token is good for ``timeout`` seconds (default an
+        hour, never past the lease), and whoever holds the URL opens that port."""
+        body = {"ttlSec": int(timeout)} if timeout else {}
+        return self._http.json("POST", f"/v1/sandbox/{self.id}/ports/{int(port)}/link", json=body)["url"]
 
     def sleep(self) -> None:
         """Sleep now: the memory is kept where the backend can checkpoint."""

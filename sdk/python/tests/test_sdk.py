@@ -341,3 +341,76 @@ def test_async_images():
 
     asyncio.run(main())
 
+
+
+# The name the test server's sandboxes may reach in its own test internet
+# (sdk/sdk_test.go); unset: the server was started without a network.
+NETWORK = os.environ.get("SANDBOX_TEST_NETWORK")
+_FETCH = ("import sys, urllib.request\n"
+          "try: print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().strip())\n"
+          "except Exception as e: print('refused', type(e).__name__)")
+
+
+@pytest.mark.skipif(not NETWORK, reason="the test server was started with no network (SANDBOX_TEST_NETWORK is unset)")
+def test_network():
+    with Sandbox.create(network={"allow": [NETWORK]}) as sbx:
+        assert sbx.info.network == {"allow": [NETWORK]}
+        r = sbx.commands.run(["python3", "-c", _FETCH, f"http://{NETWORK}/"])
+        assert NETWORK in r.stdout and "refused" not in r.stdout, r
+        sbx.set_network({})
+        assert not (sbx.info.network or {}).get("allow")
+        assert "refused" in sbx.commands.run(["python3", "-c", _FETCH, f"http://{NETWORK}/"]).stdout
+        with pytest.raises(ValueError):
+            sbx.set_network({"alow": ["internet"]})
+    with Sandbox.create() as closed:
+        with pytest.raises(SandboxError) as err:
+            closed.set_network({"allow": [NETWORK]})
+        assert err.value.status == 409
+
+
+def test_async_network():
+    if not NETWORK:
+        pytest.skip("the test server was started with no network (SANDBOX_TEST_NETWORK is unset)")
+
+    async def go():
+        async with await AsyncSandbox.create(network={"allow": [NETWORK]}) as sbx:
+            assert sbx.info.network == {"allow": [NETWORK]}
+            await sbx.set_network({})
+            assert not (sbx.info.network or {}).get("allow")
+    asyncio.run(go())
+
+
+@needs_runner
+def test_get_host():
+    with Sandbox.create() as sbx:
+        sbx.files.write("hello.txt", "hi from the preview")
+        sbx.start_process(["python3", "-m", "http.server", "8000"])
+        url = sbx.get_host(8000)
+        u = httpx.URL(url)
+        assert u.host.startswith(f"8000-{sbx.id}.") and "token" in str(u.query), url
+        # The preview's host is this test's to resolve: ask the server's
+        # address with the preview's Host, as a browser resolving it would.
+        api = httpx.URL(os.environ["SANDBOX_URL"])
+        deadline = time.time() + 20
+        while True:
+            res = httpx.get(str(u.copy_with(host=api.host, port=api.port, path="/hello.txt")),
+                            headers={"Host": u.netloc.decode()}, follow_redirects=False)
+            if res.status_code == 200 or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        if res.status_code in (302, 303):  # the link's cookie, then the file
+            res = httpx.get(str(u.copy_with(host=api.host, port=api.port, path="/hello.txt", query=None)),
+                            headers={"Host": u.netloc.decode()}, cookies=res.cookies)
+        assert res.status_code == 200 and res.text == "hi from the preview", (res.status_code, res.text[:200])
+
+
+async def _get_host_async(sbx):
+    return await sbx.get_host(8000)
+
+
+def test_async_get_host():
+    async def go():
+        async with await AsyncSandbox.create() as sbx:
+            url = await _get_host_async(sbx)
+            assert f"8000-{sbx.id}." in url and "token" in url
+    asyncio.run(go())
