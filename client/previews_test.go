@@ -48,3 +48,33 @@ func TestPreviewLink(t *testing.T) {
 		}
 	})
 }
+
+// TestSetNetwork: the client asks for a network and changes it. These
+// servers allow none (--network-allow), and a sandbox leased without one
+// cannot be opened: the server's answers, in its words, are what the
+// client sent. (The policies' enforcement: test/integration, and the SDK
+// suites, whose server has a network.)
+func TestSetNetwork(t *testing.T) {
+	backends(t, func(t *testing.T, c *client.Client, s *testenv.Server, backend string) {
+		ctx := context.Background()
+		_, err := c.Lease(ctx, client.LeaseRequest{Network: &client.NetworkPolicy{Allow: []string{"pypi.org"}}})
+		if client.StatusOf(err) != http.StatusForbidden || !strings.Contains(err.Error(), "pypi.org") {
+			t.Errorf("a lease with a network the server does not allow: %v", err)
+		}
+		sb, err := c.Lease(ctx, client.LeaseRequest{TTLSec: 120})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.End(ctx, sb.ID, false)
+		// Closing it: the gVisor backend gave it no interface (409: it
+		// cannot be opened), the kube backend can (its NetworkPolicy is
+		// the deny-all's, then its own).
+		got, err := c.SetNetwork(ctx, sb.ID, client.NetworkPolicy{})
+		if err == nil && !got.Network.None() || err != nil && client.StatusOf(err) != http.StatusConflict {
+			t.Errorf("closing a sandbox leased with no network: %+v %v", got, err)
+		}
+		if _, err := c.SetNetwork(ctx, "sb_aaaaaaaaaaaaaaaaaaaaaaaaaa", client.NetworkPolicy{}); !client.IsNotFound(err) {
+			t.Errorf("an unknown sandbox: %v", err)
+		}
+	})
+}

@@ -307,3 +307,15 @@ func (c *Client) Extract(ctx context.Context, id, path string, r io.Reader) (*Ex
 	return &x, c.do(ctx, request{method: "POST", path: "/v1/sandbox/" + esc(id) + "/fs/archive", query: url.Values{"path": {path}},
 		body: r, contentType: "application/x-tar", out: &x})
 }
+
+// NetworkPolicy is an egress policy: what a sandbox may reach.
+type NetworkPolicy = wire.NetworkPolicy
+
+// SetNetwork replaces the egress policy of sandbox id (an empty one closes
+// it): new connections follow it at once, and the open ones it refuses are
+// cut. A sandbox leased with no network has no way out to open (409); a
+// policy the backend cannot hold is 501.
+func (c *Client) SetNetwork(ctx context.Context, id string, p NetworkPolicy) (*Sandbox, error) {
+	var sb Sandbox
+	return &sb, c.do(ctx, request{method: "PUT", path: "/v1/sandbox/" + esc(id) + "/network", in: p, out: &sb})
+}

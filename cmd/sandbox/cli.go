@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,7 +27,11 @@ import (
 const clientUsage = `Client verbs (a server's URL and key from --server/--key, $SANDBOX_URL/$SANDBOX_KEY,
 or the file 'sandbox login' writes):
   sandbox login --server URL --key KEY      remember a server and key (~/.config/sandbox/config.json, mode 0600)
-  sandbox lease [--class exec|dev|desktop] [--project P] [--ttl DUR]   lease a sandbox, print it
+  sandbox lease [--class exec|dev|desktop] [--project P] [--ttl DUR] [--allow DEST]... [--deny DEST]... [--port N]...
+                                            lease a sandbox, print it (--allow: what it may reach, e.g. pypi.org, internet)
+  sandbox network ID [--allow DEST]... [--deny DEST]... [--port N]...
+                                            replace a sandbox's egress policy (no --allow closes it)
+  sandbox preview ID PORT [--ttl DUR]       a link to a port's preview: a browser opens URL (whoever holds it opens the port)
   sandbox ls [--project P] [--status S]     the org's sandboxes
   sandbox get ID                            one sandbox
   sandbox exec ID [--dir D] [--timeout DUR] -- CMD [ARG...]
@@ -243,22 +248,89 @@ func login(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var req client.LeaseRequest
 	var ttl time.Duration
-	cf, _, err := verb("lease", "[--class C] [--project P] [--image I] [--ttl DUR]", args, stderr, func(fs *flag.FlagSet) {
+	var net client.NetworkPolicy
+	cf, _, err := verb("lease", "[--class C] [--project P] [--image I] [--ttl DUR] [--allow DEST]... [--deny DEST]... [--port N]...", args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&req.Class, "class", "", "exec (default), dev, desktop or android")
 		fs.StringVar(&req.Project, "project", "", "the project whose volume is mounted (required but for exec)")
 		fs.StringVar(&req.Image, "image", "", "an image other than the class's")
 		fs.DurationVar(&ttl, "ttl", 0, "the lease (default: the class's)")
+		networkFlags(fs, &net)
 	}, 0, 0)
 	if err != nil {
 		return err
 	}
 	c := cf.c
 	req.TTLSec = int64(ttl / time.Second)
+	if !net.None() || len(net.Deny) > 0 || len(net.Ports) > 0 {
+		req.Network = &net
+	}
 	sb, err := c.Lease(ctx, req)
 	if err != nil {
 		return err
 	}
 	return showSandbox(stdout, cf.output, sb)
+}
+
+// networkFlags are the flags of an egress policy (lease, network).
+func networkFlags(fs *flag.FlagSet, p *client.NetworkPolicy) {
+	list := func(into *[]string) func(string) error {
+		return func(v string) error {
+			for _, e := range strings.Split(v, ",") {
+				if e = strings.TrimSpace(e); e != "" {
+					*into = append(*into, e)
+				}
+			}
+			return nil
+		}
+	}
+	fs.Func("allow", "a destination the sandbox may reach: internet (every public address), a domain (pypi.org), *.domain, an IPv4 address or CIDR; repeatable or comma-separated (none: no network)", list(&p.Allow))
+	fs.Func("deny", "a destination refused even where --allow covers it (the same forms but internet); repeatable", list(&p.Deny))
+	fs.Func("port", "a destination port the policy allows (default: any); repeatable", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q is not a port (1-65535)", v)
+		}
+		p.Ports = append(p.Ports, n)
+		return nil
+	})
+}
+
+// networkCmd is `sandbox network ID [--allow DEST]...`: replace the policy
+// (no --allow closes it).
+func networkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var p client.NetworkPolicy
+	cf, rest, err := verb("network", "ID [--allow DEST]... [--deny DEST]... [--port N]... (no --allow: closed)", args, stderr, func(fs *flag.FlagSet) {
+		networkFlags(fs, &p)
+	}, 1, 1)
+	if err != nil {
+		return err
+	}
+	sb, err := cf.c.SetNetwork(ctx, rest[0], p)
+	if err != nil {
+		return err
+	}
+	return showSandbox(stdout, cf.output, sb)
+}
+
+// previewCmd is `sandbox preview ID PORT`: a link to the port's preview.
+func previewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var ttl time.Duration
+	cf, rest, err := verb("preview", "ID PORT [--ttl DUR]", args, stderr, func(fs *flag.FlagSet) {
+		fs.DurationVar(&ttl, "ttl", time.Hour, "how long the link works (never past the lease)")
+	}, 2, 2)
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(rest[1])
+	if err != nil || port < 1 || port > 65535 {
+		return fmt.Errorf("preview: %q is not a port (1-65535)", rest[1])
+	}
+	l, err := cf.c.PreviewLink(ctx, rest[0], port, int64(ttl/time.Second))
+	if err != nil {
+		return err
+	}
+	return show(stdout, cf.output, l, []string{"URL", "PATH URL", "EXPIRES"},
+		[][]string{{l.URL, l.PathURL, time.Unix(l.ExpiresAt, 0).UTC().Format(time.RFC3339)}})
 }
 
 func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -291,11 +291,11 @@ const bashCompletion = `# sandbox completion for bash: source <(sandbox completi
 _sandbox() {
   local cur=${COMP_WORDS[COMP_CWORD]}
   if [ "$COMP_CWORD" -eq 1 ]; then
-    COMPREPLY=($(compgen -W "serve keys image credits quota login lease ls get exec shell cp logs start ps output send kill fork renew sleep wake stop end run-code images pull snapshot rmi bench completion help" -- "$cur"))
+    COMPREPLY=($(compgen -W "serve keys image credits quota login lease ls get exec shell cp logs start ps output send kill fork renew network preview sleep wake stop end run-code images pull snapshot rmi bench completion help" -- "$cur"))
     return
   fi
   case ${COMP_WORDS[1]} in
-    get|exec|shell|start|ps|output|send|kill|fork|renew|sleep|wake|pause|resume|stop|end|snapshot)
+    get|exec|shell|start|ps|output|send|kill|fork|renew|network|preview|sleep|wake|pause|resume|stop|end|snapshot)
       if [ "$COMP_CWORD" -eq 2 ]; then
         COMPREPLY=($(compgen -W "$(sandbox ls -o json 2>/dev/null | sed -n 's/.*"id": "\(sb_[a-z0-9]*\)".*/\1/p')" -- "$cur"))
       elif [ "$COMP_CWORD" -eq 3 ] && [[ ${COMP_WORDS[1]} =~ ^(output|send|kill)$ ]]; then

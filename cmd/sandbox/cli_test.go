@@ -174,6 +174,24 @@ func TestCLI(t *testing.T) {
 			t.Errorf("bench with no samples: %d %q", code, errs)
 		}
 
+		// A preview's link; the network (this server allows none: the
+		// server's refusal, in its words, proves what was asked).
+		if out := c.must("preview", sb.ID, "8000", "--ttl", "10m"); !strings.Contains(out, "8000-"+sb.ID+".") || !strings.Contains(out, "/v1/sandbox/"+sb.ID+"/ports/8000/") {
+			t.Errorf("preview: %s", out)
+		}
+		if _, errs, code := c.run("", "preview", sb.ID, "http"); code != 2 || !strings.Contains(errs, "not a port") {
+			t.Errorf("preview of no port: %d %q", code, errs)
+		}
+		if _, errs, code := c.run("", "network", sb.ID, "--allow", "pypi.org"); code != 2 || !strings.Contains(errs, "409") && !strings.Contains(errs, "no network") && !strings.Contains(errs, "pypi.org") {
+			t.Errorf("network on a sandbox leased with none: %d %q", code, errs)
+		}
+		if _, errs, code := c.run("", "lease", "--allow", "pypi.org,*.pythonhosted.org", "--port", "443"); code != 2 || !strings.Contains(errs, "pypi.org") {
+			t.Errorf("a lease with a network on a server that allows none: %d %q", code, errs)
+		}
+		if _, errs, code := c.run("", "lease", "--port", "99999"); code != 2 || !strings.Contains(errs, "not a port") {
+			t.Errorf("lease --port 99999: %d %q", code, errs)
+		}
+
 		// Lifecycle.
 		c.must("renew", sb.ID, "--ttl", "20m")
 		if out := c.must("sleep", sb.ID, "-o", "json"); !strings.Contains(out, `"sleeping"`) {

@@ -103,6 +103,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return onSandbox(args[0], (*client.Client).Sleep)(ctx, args[1:], stdout, stderr)
 	case "wake", "resume":
 		return onSandbox(args[0], (*client.Client).Wake)(ctx, args[1:], stdout, stderr)
+	case "network":
+		return networkCmd(ctx, args[1:], stdout, stderr)
+	case "preview":
+		return previewCmd(ctx, args[1:], stdout, stderr)
 	case "renew":
 		return renewCmd(ctx, args[1:], stdout, stderr)
 	case "stop":
