@@ -72,6 +72,10 @@ var customizeHooks = []string{
 	// sandbox has no network to use them on).
 	`: > "$1/etc/resolv.conf" && chmod 0644 "$1/etc/resolv.conf"`,
 	`printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$1/etc/hosts" && chmod 0644 "$1/etc/hosts"`,
+	// pip install --user (and into a venv) is the sandbox's own business:
+	// Debian marks its Python externally managed (PEP 668), which makes
+	// pip refuse even --user installs; a sandbox is no shared system.
+	`rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED`,
 	// The rootfs is shared read-only and read by uid 1000: its top must be
 	// traversable. (Debian's own modes are kept: /root, /etc/shadow and apt's
 	// lock files stay private, nothing else in a minbase tree is.)
@@ -94,8 +98,11 @@ var (
 		"gdc",                   // d
 		"gfortran",              // f90
 		"socat", "less", "file", // plumbing the service itself uses
+		// An agent's package managers and fetcher: pip (and --user
+		// installs), venv, npm, cargo, curl, git.
+		"python3-pip", "python3-venv", "npm", "cargo", "curl", "git",
 	}
-	devExtra     = []string{"git", "tmux", "zsh", "make", "openssh-client", "curl", "vim-tiny"}
+	devExtra     = []string{"tmux", "zsh", "make", "openssh-client", "vim-tiny"}
 	desktopExtra = []string{"xvfb", "openbox", "xterm", "x11vnc", "socat"}
 
 	execCommands = []string{
@@ -103,8 +110,9 @@ var (
 		"/usr/bin/Rscript", "/usr/bin/php", "/usr/bin/go", "/usr/bin/rustc",
 		"/usr/bin/gcc", "/usr/bin/g++", "/usr/bin/javac", "/usr/bin/java",
 		"/usr/bin/gdc", "/usr/bin/gfortran", "/usr/bin/socat", "/usr/bin/file",
+		"/usr/bin/pip3", "/usr/bin/npm", "/usr/bin/cargo", "/usr/bin/curl", "/usr/bin/git",
 	}
-	devCommands     = []string{"/usr/bin/git", "/usr/bin/tmux", "/usr/bin/zsh", "/usr/bin/make", "/usr/bin/ssh", "/usr/bin/curl", "/usr/bin/vi"}
+	devCommands     = []string{"/usr/bin/tmux", "/usr/bin/zsh", "/usr/bin/make", "/usr/bin/ssh", "/usr/bin/vi"}
 	desktopCommands = []string{"/usr/bin/Xvfb", "/usr/bin/openbox", "/usr/bin/xterm", "/usr/bin/x11vnc"}
 )
 

@@ -56,8 +56,32 @@ type Internet struct {
 	HostPort int
 	DNS      string // 203.0.113.53:53
 
-	mu      sync.Mutex
-	queries []string // every name the world's DNS server was asked
+	mu       sync.Mutex
+	queries  []string                // every name the world's DNS server was asked
+	handlers map[string]http.Handler // the web hosts' extra paths, by prefix (Handle)
+}
+
+// Handle serves h on the web hosts (80 and 443) for every path under
+// prefix: a test's package index, registry or git server.
+func (in *Internet) Handle(prefix string, h http.Handler) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.handlers == nil {
+		in.handlers = map[string]http.Handler{}
+	}
+	in.handlers[prefix] = h
+}
+
+// handler is the extra handler of path, if any.
+func (in *Internet) handler(path string) http.Handler {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for p, h := range in.handlers {
+		if strings.HasPrefix(path, p) {
+			return h
+		}
+	}
+	return nil
 }
 
 // Addresses of the test internet.
@@ -218,6 +242,10 @@ func (in *Internet) start(t testing.TB) {
 	t.Helper()
 	cert := selfSigned(t)
 	web := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := in.handler(r.URL.Path); h != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
 		// /bytes/N: N zero bytes, for throughput.
 		if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && n > 0 && n <= 1<<30 {
 			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
