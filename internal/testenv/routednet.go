@@ -41,8 +41,31 @@ import (
 type RoutedInternet struct {
 	NS, HostIf string
 
-	mu      sync.Mutex
-	queries []string
+	mu       sync.Mutex
+	queries  []string
+	handlers map[string]http.Handler // extra paths of the web hosts, by prefix (Handle)
+}
+
+// Handle serves h on the web hosts (80, 8080 and 443) for every path
+// under prefix: a test's package index, registry or git server.
+func (n *RoutedInternet) Handle(prefix string, h http.Handler) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.handlers == nil {
+		n.handlers = map[string]http.Handler{}
+	}
+	n.handlers[prefix] = h
+}
+
+func (n *RoutedInternet) handler(path string) http.Handler {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for p, h := range n.handlers {
+		if strings.HasPrefix(path, p) {
+			return h
+		}
+	}
+	return nil
 }
 
 // RoutedDNS is the routed internet's DNS server.
@@ -148,6 +171,10 @@ func NewRoutedInternet(t testing.TB) *RoutedInternet {
 	run("-n", n.NS, "link", "set", peer, "up")
 	run("-n", n.NS, "route", "add", "default", "via", RoutedHost)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := n.handler(r.URL.Path); h != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
 		fmt.Fprintf(w, "internet %s %s", r.Context().Value(http.LocalAddrContextKey), r.Host)
 	}), ReadHeaderTimeout: 5 * time.Second, TLSConfig: &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}}
 	t.Cleanup(func() { srv.Close() })

@@ -16,6 +16,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // The test internet's package index (PyPI's simple API), npm registry and
@@ -103,6 +106,27 @@ func gitRepo(t *testing.T, greeting string) string {
 // not asked).
 func TestPackageManagersOnRunsc(t *testing.T) {
 	e, in := newEgressEnv(t, 0)
+	packageManagers(t, e, in, "hello allowed.example", in.Queries)
+}
+
+// TestKubePackageManagers: the same on the kube backend, through its
+// egress gateway, against the routed test internet.
+func TestKubePackageManagers(t *testing.T) {
+	cfg := server.Config{}
+	cfg.Service.NetworkAllow = []string{"*", "internet"}
+	cfg.Kube.RunnerImage = testenv.RunnerImage(t)
+	cfg.Kube.GatewayDNS = testenv.RoutedDNS
+	e, _, _ := newKubeEnvConfig(t, cfg)
+	in := testenv.NewRoutedInternet(t)
+	packageManagers(t, e, in, "allowed.example", in.Queries)
+}
+
+// packageManagers serves the package, the registry and the repository on
+// web (allowed.example's hosts) and runs each install in a sandbox of e
+// allowed that name; curl's answer has want in it. queries are the names
+// the upstream resolver was asked.
+func packageManagers(t *testing.T, e *env, web interface{ Handle(string, http.Handler) }, want string, queries func() []string) {
+	in := web
 	whl := wheel(t, "hi from the index")
 	sum := sha256.Sum256(whl)
 	const whlName = "hello_sbx-1.0-py3-none-any.whl"
@@ -141,7 +165,7 @@ func TestPackageManagersOnRunsc(t *testing.T) {
 
 	id := e.lease("acme", map[string]any{"ttlSec": 600, "network": map[string]any{"allow": []string{"allowed.example"}}})
 	steps := []struct{ name, script, want string }{
-		{"curl", "curl -sS http://allowed.example/", "hello allowed.example"},
+		{"curl", "curl -sS http://allowed.example/", want},
 		{"pip install --user", "pip install -q --user --disable-pip-version-check --no-cache-dir --index-url http://allowed.example/simple/ --trusted-host allowed.example hello-sbx && python3 -c 'import hello_sbx; print(hello_sbx.GREETING)'", "hi from the index"},
 		{"venv", "python3 -m venv /tmp/v && /tmp/v/bin/pip install -q --disable-pip-version-check --no-cache-dir --index-url http://allowed.example/simple/ --trusted-host allowed.example hello-sbx && /tmp/v/bin/python -c 'import hello_sbx; print(hello_sbx.GREETING)'", "hi from the index"},
 		{"npm install", "mkdir -p app && cd app && npm install --silent --no-audit --no-fund --cache /tmp/npm-cache --registry http://allowed.example/npm/ hello-sbx && node -e 'console.log(require(\"hello-sbx\"))'", "hi from the registry"},
@@ -161,7 +185,7 @@ func TestPackageManagersOnRunsc(t *testing.T) {
 	if a.ExitCode == 0 {
 		t.Errorf("pip reached the real index: %s", a.Stdout)
 	}
-	if q := in.Queries(); strings.Contains(strings.Join(q, " "), "pypi.org") {
+	if q := queries(); strings.Contains(strings.Join(q, " "), "pypi.org") {
 		t.Errorf("the sandbox's resolver asked for pypi.org upstream: %v", q)
 	}
 }
