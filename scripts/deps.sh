@@ -49,6 +49,11 @@ packages=(mmdebstrap ca-certificates iproute2 git e2fsprogs util-linux procps)
 if [ "${SANDBOX_TEST_DEPS:-}" = 1 ]; then
 	packages+=(chromium tmux python3-httpx python3-websockets python3-pytest python3-venv nodejs docker-registry busybox-static curl)
 fi
+# What the Python SDK needs, from Debian (scripts/up.sh asks for them: its
+# quick start installs the SDK with no package index).
+if [ "${SANDBOX_SDK_DEPS:-}" = 1 ]; then
+	packages+=(python3-httpx python3-websockets python3-venv)
+fi
 missing=()
 for p in "${packages[@]}"; do
 	installed "$p" || missing+=("$p")

@@ -26,7 +26,7 @@ IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
 LISTEN=${SANDBOX_LISTEN:-127.0.0.1:8080}
 ORG=${SANDBOX_ORG:-demo}
 
-SANDBOX_IMAGES=$IMAGES bash scripts/deps.sh
+SANDBOX_IMAGES=$IMAGES SANDBOX_SDK_DEPS=1 bash scripts/deps.sh
 
 install -d -m 0700 "$DATA"
 log "minting a tenant API key for org $ORG in $DATA"
@@ -58,6 +58,17 @@ Or hand code to the interpreter (13 languages; pass session_id again to keep its
 
 curl -sS $URL/v1/exec -H 'Authorization: Bearer $KEY' -d '{"language":"py","code":"print(6*7)"}'
 
+Or from Python (the SDK installs from this checkout, no package index). A sandbox may ask for the
+internet (public addresses only; a lease without "network" gets no network at all):
+
+python3 -m venv --system-site-packages /tmp/sbx && /tmp/sbx/bin/pip install -q --no-build-isolation --no-index ./sdk/python
+SANDBOX_URL=$URL SANDBOX_KEY=$KEY /tmp/sbx/bin/python3 - <<'PY'
+from sandboxd import Sandbox
+with Sandbox.create(network={"allow": ["internet"]}) as sbx:
+    r = sbx.commands.run("pip install -q --user humanize && python3 -c 'import humanize; print(humanize.naturalsize(10**6))'")
+    print(r.stdout or r.stderr)          # 1.0 MB
+PY
+
 A shell in the browser: POST $URL/v1/sandbox/\$ID/terminal/ticket, then open $URL + the "url" it answers.
 MCP clients connect to $URL/mcp with the same key. docs/api.md has the rest of the API.
 
@@ -68,4 +79,7 @@ This key is tenant-scoped: the org's sandboxes only. An admin key manages the or
 
 EOF
 
-exec bin/sandbox serve --data "$DATA" --listen "$LISTEN" --images "$IMAGES"
+# Sandboxes may ask for the internet (--network-allow internet: every public
+# address, never this host, its networks or the cloud's metadata); none gets
+# a network it did not ask for. SANDBOX_NETWORK_ALLOW="" allows none.
+exec bin/sandbox serve --data "$DATA" --listen "$LISTEN" --images "$IMAGES" --network-allow "${SANDBOX_NETWORK_ALLOW-internet}"
