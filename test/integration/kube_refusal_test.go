@@ -34,7 +34,8 @@ func newKubeEnvSlowStart(t *testing.T, storageClass string) (*env, func() int) {
 	e, c, ns := newKubeEnvConfig(t, cfg)
 	return e, func() int {
 		t.Helper()
-		l, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		// The sandbox pods (the egress gateway's pod is the server's, not a sandbox's).
+		l, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox})
 		if err != nil {
 			t.Fatal(err)
 		}
