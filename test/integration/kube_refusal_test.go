@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/runtime/kube"
 	"github.com/sandboxd/sandbox/internal/server"
 )
 
@@ -34,8 +35,9 @@ func newKubeEnvSlowStart(t *testing.T, storageClass string) (*env, func() int) {
 	e, c, ns := newKubeEnvConfig(t, cfg)
 	return e, func() int {
 		t.Helper()
-		// The sandbox pods (the egress gateway's pod is the server's, not a sandbox's).
-		l, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox})
+		// Every pod but the egress gateway's (the server's own, not a
+		// sandbox's nor a neighbour's).
+		l, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name!=" + kube.GatewayName})
 		if err != nil {
 			t.Fatal(err)
 		}
