@@ -14,7 +14,9 @@ import (
 // One session (internal/relay) runs over stdin and stdout for as long as
 // the server keeps the exec; each stream is a connection to a port on the
 // sandbox's own loopback, or to the process daemon (as `sandbox-runner
-// proc` is, without its process start).
+// proc` is, without its process start). Asked by the server, it also
+// listens on the sandbox's API socket (apisock.go) and relays each
+// connection made to it the other way.
 func relayMain(args []string) int {
 	if len(args) != 0 {
 		fmt.Fprintln(os.Stderr, "usage: sandbox-runner relay")
@@ -24,7 +26,8 @@ func relayMain(args []string) int {
 		Port: func(port int) (net.Conn, error) {
 			return net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second)
 		},
-		Procd: dialProcd,
+		Procd:  dialProcd,
+		Inward: func() (net.Listener, error) { return listenAPI(apiSocket) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-runner relay:", err)

@@ -131,7 +131,7 @@ func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs [
 	nonce, dir := Nonce(), RunDir()
 	stdout, stderr := service.NewOutput(service.OutputCap), service.NewOutput(service.OutputCap)
 	split := NewSplitter(stdout, nonce)
-	cmd := service.Command{ExecRequest: runtime.ExecRequest{Stdout: split, Stderr: stderr}, Timeout: timeout, Metric: "interp_" + lang.Name}
+	cmd := service.Command{ExecRequest: runtime.ExecRequest{Stdout: split, Stderr: stderr}, Timeout: timeout, Metric: "interp_" + lang.Name, Code: true}
 	switch {
 	case lang.Inline != nil:
 		cmd.Argv = lang.Inline

@@ -17,6 +17,15 @@
 // 3 no process daemon. The bytes of the connection follow, both ways, with
 // half-closes passed through.
 //
+// The other way, the sandbox's API socket: the server's request 'i' (two
+// zero bytes) asks the runner to listen inside (cmd/sandbox-runner: a Unix
+// socket beside the lease credential) for as long as that stream stays
+// open; the runner answers 0, or 5 when it cannot listen. Each connection
+// made to it inside is a stream the runner opens and the server accepts
+// (Client.Accept) and serves as its own API, where the caller still shows
+// a credential like any other. A runner opens no stream unasked, so a
+// server that never asks never has one to accept.
+//
 // Both ends use this package, so they cannot drift apart. The runner's end
 // runs where hostile code runs: the server reads only the one status byte
 // and the yamux frames, which the library bounds (a stream's window).
@@ -36,9 +45,11 @@ import (
 const (
 	opConnect        = 'c'
 	opProcd          = 'p'
+	opInward         = 'i'
 	statusOK         = 0
 	statusNoDaemon   = 3
 	statusNoListener = 4
+	statusNoInward   = 5
 )
 
 // hello opens a session, both ways.
@@ -53,6 +64,9 @@ var (
 	// ErrNoDaemon says the sandbox has no process daemon (its init is
 	// not the runner's).
 	ErrNoDaemon = errors.New("no process daemon in this sandbox")
+	// ErrNoInward says the runner cannot listen for the sandbox's own
+	// calls (it predates the API socket, or has nowhere to put it).
+	ErrNoInward = errors.New("the sandbox's runner cannot listen for its API socket")
 )
 
 // Targets are what the runner's end connects a stream to.
@@ -61,6 +75,9 @@ type Targets struct {
 	Port func(port int) (net.Conn, error)
 	// Procd dials the process daemon.
 	Procd func() (net.Conn, error)
+	// Inward listens for the sandbox's own calls to the server (the API
+	// socket); the listener is closed when the server stops asking.
+	Inward func() (net.Listener, error)
 }
 
 // config is both ends' session configuration.
@@ -103,11 +120,11 @@ func Serve(rwc io.ReadWriteCloser, to Targets) error {
 			}
 			return err
 		}
-		go serveStream(st, to)
+		go serveStream(s, st, to)
 	}
 }
 
-func serveStream(st *yamux.Stream, to Targets) {
+func serveStream(s *yamux.Session, st *yamux.Stream, to Targets) {
 	defer st.Close()
 	var req [3]byte
 	st.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -130,6 +147,9 @@ func serveStream(st *yamux.Stream, to Targets) {
 		if to.Procd != nil {
 			c, err = to.Procd()
 		}
+	case opInward:
+		serveInward(s, st, to.Inward)
+		return
 	default:
 		return
 	}
@@ -142,6 +162,42 @@ func serveStream(st *yamux.Stream, to Targets) {
 		return
 	}
 	splice(st, c)
+}
+
+// serveInward listens for the sandbox's calls while the server's 'i'
+// stream stays open, and opens a stream to the server for each.
+func serveInward(s *yamux.Session, st *yamux.Stream, listen func() (net.Listener, error)) {
+	var ln net.Listener
+	err := errors.New("no API socket")
+	if listen != nil {
+		ln, err = listen()
+	}
+	if err != nil {
+		st.Write([]byte{statusNoInward})
+		return
+	}
+	defer ln.Close()
+	if _, err := st.Write([]byte{statusOK}); err != nil {
+		return
+	}
+	go func() {
+		io.Copy(io.Discard, st) // until the server closes it, or the session ends
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			out, err := s.OpenStream()
+			if err != nil {
+				return
+			}
+			splice(out, c)
+		}()
+	}
 }
 
 // splice copies both ways, passing each direction's end on as a
@@ -201,6 +257,32 @@ func (c *Client) Procd(ctx context.Context) (net.Conn, error) {
 	return c.open(ctx, [3]byte{opProcd})
 }
 
+// Inward asks the runner to listen for the sandbox's own calls until the
+// returned stop is called or the session ends; the calls arrive by
+// Accept. A runner that cannot is ErrNoInward.
+func (c *Client) Inward(ctx context.Context) (stop func(), err error) {
+	st, err := c.open(ctx, [3]byte{opInward})
+	if err != nil && !errors.Is(err, ErrNoInward) && ctx.Err() == nil {
+		// A runner from before the API socket closes the stream unanswered.
+		err = fmt.Errorf("%w (%v)", ErrNoInward, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() { st.Close() }, nil
+}
+
+// Accept waits for the next call from inside the sandbox (see Inward): a
+// connection to serve as the server's own API. It fails once the session
+// has ended.
+func (c *Client) Accept() (net.Conn, error) {
+	st, err := c.s.AcceptStream()
+	if err != nil {
+		return nil, err
+	}
+	return conn{st}, nil
+}
+
 func (c *Client) open(ctx context.Context, req [3]byte) (net.Conn, error) {
 	st, err := c.s.OpenStream()
 	if err != nil {
@@ -231,6 +313,9 @@ func (c *Client) open(ctx context.Context, req [3]byte) (net.Conn, error) {
 	case statusNoDaemon:
 		st.Close()
 		return nil, ErrNoDaemon
+	case statusNoInward:
+		st.Close()
+		return nil, ErrNoInward
 	default:
 		st.Close()
 		return nil, fmt.Errorf("relay: the runner answered %d", status[0])

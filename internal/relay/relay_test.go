@@ -139,3 +139,87 @@ func FuzzClient(f *testing.F) {
 		}
 	})
 }
+
+// TestInward: asked, the runner listens; each connection made inside is a
+// stream the server accepts, both ways flow; when the server stops asking
+// the listener closes. A runner with nowhere to listen says so.
+func TestInward(t *testing.T) {
+	var ln net.Listener
+	listening := make(chan net.Listener, 1)
+	a, b := net.Pipe()
+	go relay.Serve(b, relay.Targets{Inward: func() (net.Listener, error) {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		listening <- ln
+		return ln, err
+	}})
+	c, err := relay.NewClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stop, err := c.Inward(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := <-listening
+	go func() {
+		for {
+			conn, err := c.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				got, _ := io.ReadAll(conn)
+				conn.Write(bytes.ToUpper(got))
+			}()
+		}
+	}()
+	for range 5 {
+		conn, err := net.Dial("tcp", inside.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte("from inside"))
+		conn.(*net.TCPConn).CloseWrite()
+		got, err := io.ReadAll(conn)
+		conn.Close()
+		if err != nil || string(got) != "FROM INSIDE" {
+			t.Fatalf("answer %q %v", got, err)
+		}
+	}
+	stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		conn, err := net.Dial("tcp", inside.Addr().String())
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the listener inside outlived the server's asking")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Nowhere to listen, and a runner with no API socket at all.
+	for _, listen := range []func() (net.Listener, error){nil, func() (net.Listener, error) { return nil, errors.New("no /run/sandbox") }} {
+		c := pair2(t, relay.Targets{Inward: listen})
+		if _, err := c.Inward(context.Background()); !errors.Is(err, relay.ErrNoInward) {
+			t.Errorf("no listener: %v", err)
+		}
+	}
+}
+
+func pair2(t *testing.T, to relay.Targets) *relay.Client {
+	t.Helper()
+	a, b := net.Pipe()
+	go relay.Serve(b, to)
+	c, err := relay.NewClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}

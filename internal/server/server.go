@@ -220,8 +220,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// One count of each org's commands, the service's work and the
 	// followers' slots alike.
 	cmds := &quota.Commands{}
+	// The relays are made on the service (their channels are its); the
+	// service holds them through this, once they are.
+	var relays *pool.Pool // the sandboxes' relays: previews, the process daemon, the API socket
+	holds := holdFunc(func(ctx context.Context, sb *sandbox.Sandbox) func() {
+		if relays == nil {
+			return func() {}
+		}
+		return relays.Hold(ctx, sb)
+	})
 	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps, ProjectLocks: vols, Commands: cmds,
-		Credentials: id.exchanger, Verify: &id.verify, OperatorOrg: operatorOrg(cfg),
+		Credentials: id.exchanger, Verify: &id.verify, OperatorOrg: operatorOrg(cfg), Relays: holds,
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: cfg.Meter.Fees, Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
@@ -234,7 +243,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	auth := id.authenticator(st, log)
 	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
 	go sessions.Run(sessCtx)
-	var relays *pool.Pool // the sandboxes' relays: previews and the process daemon
 	if caps.Runner != nil {
 		relays = pool.New(b.rt, caps.Runner, svc)
 	}
@@ -247,18 +255,33 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	images := catalog.New(cfg.Catalog, fs, report, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log)
 	procs := processes.New(svc, st, b.rt, caps.Runner, relays, sandbox.RuntimeGVisor, sessions, log)
 	svc.SetProcesses(procs)
+	if relays != nil {
+		// A background process may call from inside too: its sandbox's
+		// relay outlives the linger while one runs.
+		relays.Busy = procs.Running
+	}
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
 		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Volumes: vols, Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: report, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
 		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(caps.Names()),
 	}, log, cfg.API)
+	if relays != nil && id.exchanger != nil {
+		// The sandboxes' own calls, made with their lease credentials
+		// on their API sockets, are served like any other.
+		relays.API = h.Handler()
+	}
 	return &Server{
 		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
 		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions, relays: relays,
 		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: cfg.Service.Ceiling, Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
 }
+
+// holdFunc is service.Relays of a function.
+type holdFunc func(ctx context.Context, sb *sandbox.Sandbox) func()
+
+func (f holdFunc) Hold(ctx context.Context, sb *sandbox.Sandbox) func() { return f(ctx, sb) }
 
 // BootstrapSubject is the subject recorded beside the bootstrap key.
 const BootstrapSubject = "bootstrap"

@@ -83,7 +83,7 @@ func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout
 	rOut, rErr := redact.NewWriter(outW, req.Redact), redact.NewWriter(errW, req.Redact)
 	o, err := s.run(ctx, work, sb, Command{
 		ExecRequest: runtime.ExecRequest{Argv: argv, Env: env, Dir: dir, Stdin: strings.NewReader(req.Stdin), Stdout: rOut, Stderr: rErr},
-		Timeout:     timeout, Metric: "exec",
+		Timeout:     timeout, Metric: "exec", Code: true,
 	})
 	rOut.Close()
 	rErr.Close()

@@ -27,6 +27,11 @@ type Command struct {
 	// runtime (a stream of the sandbox's relay to its process daemon);
 	// its end is classified the same way.
 	Exec func(ctx context.Context, name string, req runtime.ExecRequest) error
+	// Code marks the caller's own program (a command, a terminal, the
+	// interpreter's run), which may call this server from inside: while
+	// it runs, a sandbox with a lease credential keeps its API socket
+	// (Deps.Relays).
+	Code bool
 }
 
 // Outcome is how a program that ran ended. A broken channel, a sandbox
@@ -97,6 +102,9 @@ func (s *Service) run(ctx, work context.Context, sb *sandbox.Sandbox, cmd Comman
 		stop := make(chan struct{})
 		defer close(stop)
 		go s.keepAlive(context.WithoutCancel(ctx), sb, stop)
+	}
+	if cmd.Code && s.d.Relays != nil && s.creds.get(sb.ID) != nil {
+		defer s.d.Relays.Hold(runCtx, sb)()
 	}
 	start := time.Now()
 	exec := s.d.Runtime.Exec

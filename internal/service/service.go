@@ -267,6 +267,10 @@ type Deps struct {
 	Verify interface {
 		Principal(ctx context.Context, token string) (sandbox.Principal, error)
 	}
+	// Relays keep a sandbox's API socket — its code's way to this server,
+	// with its lease credential — open while the caller's code runs in
+	// it (internal/relay/pool); nil: sandboxes have none.
+	Relays Relays
 	// OperatorOrg is the reserved org, whose leases start unprivileged:
 	// no credential is ever obtained for it.
 	OperatorOrg string
@@ -274,6 +278,11 @@ type Deps struct {
 	Now func() time.Time
 	// Log is where the service logs; nil discards.
 	Log *slog.Logger
+}
+
+// Relays hold a sandbox's relay, which carries its API socket.
+type Relays interface {
+	Hold(ctx context.Context, sb *sandbox.Sandbox) (release func())
 }
 
 // Service implements the sandbox operations.

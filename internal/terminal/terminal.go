@@ -146,7 +146,7 @@ func (c *Consoles) Screen(ctx context.Context, id string, stdin io.Reader, stdou
 // sandbox in use and its lease extended while it runs, and answers the
 // program's exit code (137 after a stop; 0 when the client went away).
 func (c *Consoles) attach(ctx context.Context, id string, req runtime.ExecRequest) (int, error) {
-	o, err := c.sb.Run(ctx, id, service.Command{ExecRequest: req, KeepAlive: true})
+	o, err := c.sb.Run(ctx, id, service.Command{ExecRequest: req, KeepAlive: true, Code: true})
 	switch {
 	case err == nil:
 		return o.Code, nil

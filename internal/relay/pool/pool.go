@@ -4,6 +4,14 @@
 // sandbox sleeps, is stopped or ends (the service's Channel). Previews open
 // their connections on it and the process daemon is reached through it, so
 // neither costs a process start per call.
+//
+// The other way, a relay carries the sandbox's own calls to this server:
+// its runner listens on the sandbox's API socket while the relay lives,
+// and each call is served by the server's API (Pool.API), where it shows
+// the lease credential like any caller. So that code in the sandbox finds
+// the socket whenever it runs, a command holds its sandbox's relay while
+// it runs (Hold), and a relay whose sandbox has a background process
+// running (Pool.Busy) outlives its linger.
 package pool
 
 import (
@@ -12,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -45,6 +54,15 @@ type Pool struct {
 	ch     Channels
 	// Linger overrides DefaultLinger (a test shortens it).
 	Linger time.Duration
+	// API serves the calls code in a sandbox makes on its API socket;
+	// nil: no sandbox has one. Set before the first use.
+	API http.Handler
+	// Busy says whether a sandbox runs work of its own (a background
+	// process), which keeps a relay with an API socket past its linger.
+	Busy func(ctx context.Context, sb *sandbox.Sandbox) bool
+
+	apiOnce sync.Once
+	apiSrv  *http.Server
 
 	mu     sync.Mutex
 	m      map[string]*session // by sandbox id
@@ -108,7 +126,34 @@ func (p *Pool) Close() {
 			s.stop()
 		}
 	}
+	if p.apiSrv != nil {
+		p.apiSrv.Close()
+	}
 	p.wg.Wait()
+}
+
+// Hold keeps sb's relay — and with it the sandbox's API socket — while a
+// command runs in it. A relay already running costs nothing; else one is
+// started and the socket awaited (bounded by ctx and a few seconds), so
+// the command finds it from its first instruction. A relay that cannot
+// start leaves the command to run without a socket. release ends the hold.
+func (p *Pool) Hold(ctx context.Context, sb *sandbox.Sandbox) (release func()) {
+	if p.API == nil {
+		return func() {}
+	}
+	s, err := p.get(sb)
+	if err != nil || !s.hold() {
+		return func() {}
+	}
+	wait := time.NewTimer(5 * time.Second)
+	select {
+	case <-s.listening:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	wait.Stop()
+	var once sync.Once
+	return func() { once.Do(s.closed) }
 }
 
 // session is one sandbox's relay: the exec and the multiplexer over it.
@@ -120,10 +165,13 @@ type session struct {
 	client *relay.Client
 	end    func() // ends the exec
 
-	mu      sync.Mutex
-	nopen   int // connections open
-	idle    *time.Timer
-	stopped bool
+	mu        sync.Mutex
+	nopen     int // connections open, and holds
+	idle      *time.Timer
+	stopped   bool
+	inward    atomic.Bool   // the runner listens on the API socket
+	listening chan struct{} // closed once the runner answered the ask for it
+	busy      func() bool   // Pool.Busy for this sandbox
 }
 
 // get is sb's session, started when it has none (or its old one ran in a
@@ -150,7 +198,7 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
 		if linger <= 0 {
 			linger = DefaultLinger
 		}
-		s = &session{name: sb.Name, linger: linger, ready: make(chan struct{})}
+		s = &session{name: sb.Name, linger: linger, ready: make(chan struct{}), listening: make(chan struct{})}
 		p.m[sb.ID] = s
 		p.wg.Add(1)
 		go func() {
@@ -220,8 +268,22 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 		return
 	}
 	s.client, s.end = client, release
+	if p.Busy != nil {
+		s.busy = func() bool {
+			ctx, cancel := context.WithTimeout(chctx, 30*time.Second)
+			defer cancel()
+			return p.Busy(ctx, sb)
+		}
+	}
 	s.idle = time.AfterFunc(s.linger, s.lingered)
 	close(s.ready)
+	if p.API != nil {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.serveAPI(chctx, s)
+		}()
+	}
 	<-ended
 	client.Close()
 	conn.Close()
@@ -287,7 +349,21 @@ func (s *session) closed() {
 	}
 }
 
-// lingered ends the session when nothing opened in the meantime.
+// hold counts a command's hold like a connection; false: the session
+// has ended.
+func (s *session) hold() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.nopen++
+	s.idle.Stop()
+	return true
+}
+
+// lingered ends the session when nothing opened in the meantime, unless
+// its sandbox's own work may still call through it.
 func (s *session) lingered() {
 	s.mu.Lock()
 	if s.nopen > 0 || s.stopped {
@@ -295,7 +371,20 @@ func (s *session) lingered() {
 		return
 	}
 	s.mu.Unlock()
-	s.stop()
+	if s.inward.Load() && s.busy != nil && s.busy() {
+		s.mu.Lock()
+		if !s.stopped && s.nopen == 0 {
+			s.idle.Reset(s.linger)
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	again := s.nopen > 0
+	s.mu.Unlock()
+	if !again {
+		s.stop()
+	}
 }
 
 func (s *session) stop() {
@@ -304,6 +393,89 @@ func (s *session) stop() {
 	s.mu.Unlock()
 	s.end()
 }
+
+// maxInward bounds the calls one sandbox has open at once on its API
+// socket: more are closed as they come, so one sandbox cannot hold the
+// server's connections.
+const maxInward = 32
+
+// serveAPI asks s's runner to listen on the sandbox's API socket and
+// serves the calls made on it, until the session ends. A runner that
+// cannot listen (it predates the socket) leaves the sandbox without one.
+func (p *Pool) serveAPI(ctx context.Context, s *session) {
+	ictx, cancel := context.WithTimeout(ctx, startTimeout)
+	_, err := s.client.Inward(ictx)
+	cancel()
+	if err == nil {
+		s.inward.Store(true)
+	}
+	close(s.listening)
+	if err != nil {
+		return
+	}
+	p.apiOnce.Do(func() {
+		p.apiSrv = &http.Server{Handler: p.API, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
+	})
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return
+	}
+	p.apiSrv.Serve(&apiListener{s: s, sem: make(chan struct{}, maxInward)})
+}
+
+// apiListener is one session's calls from inside, as the API server
+// accepts them; each open call holds the session like a connection.
+type apiListener struct {
+	s   *session
+	sem chan struct{}
+}
+
+func (l *apiListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.s.client.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.sem <- struct{}{}:
+		default:
+			c.Close() // too many at once
+			continue
+		}
+		if !l.s.hold() {
+			<-l.sem
+			c.Close()
+			return nil, errors.New("the relay ended")
+		}
+		return &apiConn{Conn: c, release: func() { l.s.closed(); <-l.sem }}, nil
+	}
+}
+
+// Close leaves the session to its own end.
+func (l *apiListener) Close() error   { return nil }
+func (l *apiListener) Addr() net.Addr { return apiAddr{} }
+
+type apiConn struct {
+	net.Conn
+	release func()
+	once    sync.Once
+}
+
+func (c *apiConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+func (c *apiConn) RemoteAddr() net.Addr { return apiAddr{} }
+func (c *apiConn) LocalAddr() net.Addr  { return apiAddr{} }
+
+type apiAddr struct{}
+
+func (apiAddr) Network() string { return "sandbox" }
+func (apiAddr) String() string  { return "sandbox-api-socket" }
 
 // sessionConn is a connection of a session, counted until closed.
 type sessionConn struct {

@@ -1,0 +1,150 @@
+package pool
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sandboxd/sandbox/internal/relay"
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
+)
+
+// These are unit tests of the pool's own logic (holds, the linger, the
+// API socket's lifetime) over an in-process runner end; the real relay,
+// over runsc and over pods, is test/integration's TestAPISocket.
+
+// inProcess is an Execer whose `relay` runs relay.Serve in this process,
+// with the API socket at sock.
+type inProcess struct {
+	sock   string
+	starts atomic.Int32
+}
+
+func (x *inProcess) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
+	x.starts.Add(1)
+	rw := struct {
+		io.Reader
+		io.Writer
+		io.Closer
+	}{req.Stdin, req.Stdout, io.NopCloser(nil)}
+	done := make(chan error, 1)
+	go func() {
+		done <- relay.Serve(rw, relay.Targets{Inward: func() (net.Listener, error) { return net.Listen("unix", x.sock) }})
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		if c, ok := req.Stdin.(io.Closer); ok {
+			c.Close()
+		}
+		if c, ok := req.Stdout.(io.Closer); ok {
+			c.Close()
+		}
+		<-done
+		return ctx.Err()
+	}
+}
+
+type runner struct{}
+
+func (runner) RunnerPath() string { return "/sandbox-runner" }
+
+type channels struct{}
+
+func (channels) Channel(*sandbox.Sandbox) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	return ctx, cancel
+}
+
+// get calls the API socket and says whether it answered.
+func get(sock string) bool {
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}, Timeout: 5 * time.Second}
+	defer c.CloseIdleConnections()
+	res, err := c.Get("http://sandbox.internal/ping")
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	return res.StatusCode == http.StatusTeapot
+}
+
+// TestHoldAndLinger: a hold starts the relay and waits for the API socket;
+// the socket answers with the pool's API; it stays while held and for the
+// linger, and goes after; a busy sandbox keeps it past the linger.
+func TestHoldAndLinger(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	x := &inProcess{sock: filepath.Join(t.TempDir(), "api.sock")}
+	p := New(x, runner{}, channels{})
+	p.Linger = 300 * time.Millisecond
+	p.API = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	var busy atomic.Bool
+	p.Busy = func(context.Context, *sandbox.Sandbox) bool { return busy.Load() }
+	defer p.Close()
+	sb := &sandbox.Sandbox{ID: "sb_1", Name: "c1"}
+
+	release := p.Hold(context.Background(), sb)
+	if !get(x.sock) {
+		t.Fatal("the API socket did not answer under a hold")
+	}
+	time.Sleep(2 * p.Linger)
+	if !get(x.sock) {
+		t.Fatal("the socket went while held")
+	}
+	release()
+	release() // twice is once
+	// A second hold while the relay lives starts nothing.
+	p.Hold(context.Background(), sb)()
+	if n := x.starts.Load(); n != 1 {
+		t.Errorf("%d relays started, want 1", n)
+	}
+	waitGone(t, x.sock, 3*p.Linger)
+
+	// Busy: past the linger while a background process runs.
+	busy.Store(true)
+	p.Hold(context.Background(), sb)()
+	time.Sleep(3 * p.Linger)
+	if !get(x.sock) {
+		t.Fatal("the socket went while the sandbox was busy")
+	}
+	busy.Store(false)
+	waitGone(t, x.sock, 3*p.Linger)
+}
+
+// TestNoAPI: without an API to serve, a hold starts nothing.
+func TestNoAPI(t *testing.T) {
+	x := &inProcess{sock: filepath.Join(t.TempDir(), "api.sock")}
+	p := New(x, runner{}, channels{})
+	defer p.Close()
+	p.Hold(context.Background(), &sandbox.Sandbox{ID: "sb_1", Name: "c1"})()
+	if x.starts.Load() != 0 {
+		t.Error("a hold with no API started a relay")
+	}
+}
+
+// waitGone waits for the socket to go (by its file: a call would hold
+// the relay open).
+func waitGone(t *testing.T, sock string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within + 2*time.Second)
+	for {
+		if _, err := os.Stat(sock); err != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the socket outlived the linger")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
