@@ -258,7 +258,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if relays != nil {
 		// A background process may call from inside too: its sandbox's
 		// relay outlives the linger while one runs.
-		relays.Busy = procs.Running
+		relays.Busy = func(ctx context.Context, sb *sandbox.Sandbox) bool {
+			return procs.Running(sandbox.WithPrincipal(ctx, sandbox.Principal{Org: sb.Org, Subject: "relay"}), sb)
+		}
 	}
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{

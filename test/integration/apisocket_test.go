@@ -24,8 +24,8 @@ func apiCall(path string, withToken bool) string {
 // its lease credential on /run/sandbox/api.sock (the relay carries the
 // call the other way over the exec channel): it reads its own lease and
 // no other's; without the credential it is refused; the socket is the
-// sandbox user's alone; a background process calls it too, with no
-// command in flight.
+// sandbox user's alone; a background process calls it too, past the
+// relay's linger with no command in flight.
 func TestAPISocket(t *testing.T) {
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"ttlSec": 300})
@@ -49,11 +49,13 @@ func TestAPISocket(t *testing.T) {
 			strings.Fields(out)[0] != "600" || strings.Fields(out)[1] != strings.Fields(out)[2] {
 			t.Errorf("the socket (mode uid; id -u): %q", out)
 		}
-		// A background process calls after the command that started it
-		// has ended.
+		// A background process calls long after the command that started
+		// it has ended, with no command in flight since: the relay outlived
+		// its linger (15 s) because the process ran.
 		e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/processes", "acme", map[string]any{
-			"command": "sleep 2; " + apiCall("/v1/sandbox/"+id, true) + " > /tmp/from-process 2>&1"})
-		deadline := time.Now().Add(30 * time.Second)
+			"command": "sleep 20; " + apiCall("/v1/sandbox/"+id, true) + " > /tmp/from-process 2>&1"})
+		time.Sleep(23 * time.Second)
+		deadline := time.Now().Add(15 * time.Second)
 		for {
 			out := e.sh("acme", id, "cat /tmp/from-process 2>/dev/null || true")
 			if strings.HasSuffix(out, "\n200\n") && strings.Contains(out, id) {
