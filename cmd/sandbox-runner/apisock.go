@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // apiSocket is where code in the sandbox reaches the server's API
@@ -18,7 +19,22 @@ const apiSocket = "/run/sandbox/api.sock"
 // socket is made under a name of this process's and renamed into place, so
 // a relay ending while its successor starts never removes the successor's
 // socket: on close, the name is removed only while it is still this one.
+//
+// The server may start the relay beside the credential's first write,
+// which makes the directory: until it is there and the user's, the listen
+// is tried again, for a few seconds.
 func listenAPI(path string) (net.Listener, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ln, err := tryListenAPI(path)
+		if err == nil || time.Now().After(deadline) {
+			return ln, err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func tryListenAPI(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err

@@ -208,9 +208,14 @@ func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited
 	}
 	s.creds.set(sb.ID, tok)
 	if write {
+		// The sandbox's relay, which carries its API socket, starts beside
+		// the write, and the first command (which waits for both) finds
+		// the socket there without starting it.
+		warm := s.warmRelay(ctx, sb)
 		if err := s.writeCredential(ctx, sb, tok.AccessToken); err != nil {
 			s.log.Warn("writing the sandbox's credential", "sandbox", sb.ID, "err", err)
 		}
+		warm()
 	}
 	// One that ends before its lease (an issuer's --lease-credential-ttl,
 	// an external issuer's own lifetime) is exchanged again, for itself,
@@ -219,6 +224,17 @@ func (s *Service) credential(ctx context.Context, sb *sandbox.Sandbox, inherited
 		org, id, token := p.Org, sb.ID, tok.AccessToken
 		s.creds.schedule(id, time.AfterFunc(left*2/3, func() { s.refreshCredential(org, id, token) }))
 	}
+}
+
+// warmRelay starts sb's relay (Deps.Relays) in the background; the
+// returned wait returns once its API socket is there (or could not be).
+func (s *Service) warmRelay(ctx context.Context, sb *sandbox.Sandbox) (wait func()) {
+	if s.d.Relays == nil {
+		return func() {}
+	}
+	held := make(chan func(), 1)
+	go func() { held <- s.d.Relays.Hold(ctx, sb) }()
+	return func() { (<-held)() }
 }
 
 // checkCredential refuses an exchanged token that is not sb's own: it

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/store"
 )
 
@@ -17,7 +18,10 @@ import (
 // what they lack; a minted key is tenant unless asked, an admin one only
 // for the minter's own org, and a scope outside the set is a 400.
 func TestKeyScopes(t *testing.T) {
-	e := newEnv(t)
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) { keyScopes(t, e) })
+}
+
+func keyScopes(t *testing.T, e *env) {
 	ctx := context.Background()
 	mint := func(org, subject, scope string) (string, store.Key) {
 		t.Helper()

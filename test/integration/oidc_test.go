@@ -28,8 +28,10 @@ import (
 
 func TestOIDCCallers(t *testing.T) {
 	p := testenv.NewOIDCProvider(t)
-	e := newEnvConfig(t, server.Config{Identity: identity.Config{Issuers: []string{p.Issuer()}}})
+	onBackends(t, server.Config{Identity: identity.Config{Issuers: []string{p.Issuer()}}}, func(t *testing.T, e *env) { oidcCallers(t, e, p) })
+}
 
+func oidcCallers(t *testing.T, e *env, p *testenv.OIDCProvider) {
 	t.Run("valid", func(t *testing.T) {
 		tok := p.Token(t, "acme", "sandbox")
 		e.must(http.StatusOK, "GET", "/v1/sandbox", tok, nil)
@@ -240,9 +242,11 @@ func unsigned(t *testing.T, header, claims map[string]any) string {
 // issuer's keys verify its own tokens only.
 func TestOIDCConfigured(t *testing.T) {
 	p, q := testenv.NewOIDCProvider(t), testenv.NewOIDCProvider(t)
-	e := newEnvConfig(t, server.Config{Identity: identity.Config{Issuers: []string{p.Issuer(), q.Issuer()},
-		Audience: "platform", OrgClaim: "tenant"}})
+	onBackends(t, server.Config{Identity: identity.Config{Issuers: []string{p.Issuer(), q.Issuer()},
+		Audience: "platform", OrgClaim: "tenant"}}, func(t *testing.T, e *env) { oidcConfigured(t, e, p, q) })
+}
 
+func oidcConfigured(t *testing.T, e *env, p, q *testenv.OIDCProvider) {
 	for _, idp := range []*testenv.OIDCProvider{p, q} {
 		id := e.lease(idp.TokenWithClaim(t, "platform", "tenant", "globex"), nil)
 		e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "globex", nil)
