@@ -126,6 +126,7 @@ func (p *Pool) Close() {
 			s.stop()
 		}
 	}
+	p.apiOnce.Do(func() {}) // a serveAPI making the server has made it
 	if p.apiSrv != nil {
 		p.apiSrv.Close()
 	}
