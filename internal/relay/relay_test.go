@@ -15,8 +15,14 @@ import (
 // pair runs Serve over one end of a pipe and returns a Client on the other.
 func pair(t *testing.T, dial func(int) (net.Conn, error)) *relay.Client {
 	t.Helper()
+	return pairWith(t, relay.Targets{Port: dial})
+}
+
+// pairWith is pair with the runner's targets given whole.
+func pairWith(t *testing.T, to relay.Targets) *relay.Client {
+	t.Helper()
 	a, b := net.Pipe()
-	go relay.Serve(b, relay.Targets{Port: dial})
+	go relay.Serve(b, to)
 	c, err := relay.NewClient(a)
 	if err != nil {
 		t.Fatal(err)
@@ -205,21 +211,9 @@ func TestInward(t *testing.T) {
 
 	// Nowhere to listen, and a runner with no API socket at all.
 	for _, listen := range []func() (net.Listener, error){nil, func() (net.Listener, error) { return nil, errors.New("no /run/sandbox") }} {
-		c := pair2(t, relay.Targets{Inward: listen})
+		c := pairWith(t, relay.Targets{Inward: listen})
 		if _, err := c.Inward(context.Background()); !errors.Is(err, relay.ErrNoInward) {
 			t.Errorf("no listener: %v", err)
 		}
 	}
-}
-
-func pair2(t *testing.T, to relay.Targets) *relay.Client {
-	t.Helper()
-	a, b := net.Pipe()
-	go relay.Serve(b, to)
-	c, err := relay.NewClient(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }

@@ -56,28 +56,34 @@ type Internet struct {
 	HostPort int
 	DNS      string // 203.0.113.53:53
 
-	mu       sync.Mutex
-	queries  []string                // every name the world's DNS server was asked
-	handlers map[string]http.Handler // the web hosts' extra paths, by prefix (Handle)
+	mu      sync.Mutex
+	queries []string // every name the world's DNS server was asked
+	paths            // the web hosts' extra paths (Handle)
 }
 
-// Handle serves h on the web hosts (80 and 443) for every path under
-// prefix: a test's package index, registry or git server.
-func (in *Internet) Handle(prefix string, h http.Handler) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.handlers == nil {
-		in.handlers = map[string]http.Handler{}
+// paths are a test web host's extra handlers, by path prefix: a test's
+// package index, registry or git server.
+type paths struct {
+	pmu sync.Mutex
+	m   map[string]http.Handler
+}
+
+// Handle serves h on the web hosts for every path under prefix.
+func (p *paths) Handle(prefix string, h http.Handler) {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	if p.m == nil {
+		p.m = map[string]http.Handler{}
 	}
-	in.handlers[prefix] = h
+	p.m[prefix] = h
 }
 
 // handler is the extra handler of path, if any.
-func (in *Internet) handler(path string) http.Handler {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for p, h := range in.handlers {
-		if strings.HasPrefix(path, p) {
+func (p *paths) handler(path string) http.Handler {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	for prefix, h := range p.m {
+		if strings.HasPrefix(path, prefix) {
 			return h
 		}
 	}

@@ -41,31 +41,9 @@ import (
 type RoutedInternet struct {
 	NS, HostIf string
 
-	mu       sync.Mutex
-	queries  []string
-	handlers map[string]http.Handler // extra paths of the web hosts, by prefix (Handle)
-}
-
-// Handle serves h on the web hosts (80, 8080 and 443) for every path
-// under prefix: a test's package index, registry or git server.
-func (n *RoutedInternet) Handle(prefix string, h http.Handler) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.handlers == nil {
-		n.handlers = map[string]http.Handler{}
-	}
-	n.handlers[prefix] = h
-}
-
-func (n *RoutedInternet) handler(path string) http.Handler {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for p, h := range n.handlers {
-		if strings.HasPrefix(path, p) {
-			return h
-		}
-	}
-	return nil
+	mu      sync.Mutex
+	queries []string
+	paths   // extra paths of the web hosts, 80, 8080 and 443 (Handle)
 }
 
 // RoutedDNS is the routed internet's DNS server.
