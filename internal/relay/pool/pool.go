@@ -146,13 +146,17 @@ func (p *Pool) Hold(ctx context.Context, sb *sandbox.Sandbox) (release func()) {
 	if err != nil || !s.hold() {
 		return func() {}
 	}
-	wait := time.NewTimer(5 * time.Second)
 	select {
-	case <-s.listening:
-	case <-wait.C:
-	case <-ctx.Done():
+	case <-s.listening: // the usual case, on every command: no timer
+	default:
+		wait := time.NewTimer(5 * time.Second)
+		select {
+		case <-s.listening:
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+		wait.Stop()
 	}
-	wait.Stop()
 	var once sync.Once
 	return func() { once.Do(s.closed) }
 }
