@@ -64,8 +64,14 @@ hash=$(printf '%s %s %s\n' "$FORMAT" "$src" "${cmd[*]}" | sha256sum | cut -d' ' 
 mkdir -p "$ROOT/images"
 hashfile=$ROOT/images/$(printf '%s' "$REF" | tr '/:@' '___').hash
 
-exec 8>"$ROOT/images/.import.lock"
+# A lock, a temporary directory and a log per image: the three class images
+# are imported at once (scripts/test.sh), and a second import of the same
+# image waits for the first instead of racing it.
+key=$(printf '%s' "$REF" | tr '/:@' '___')
+exec 8>"$ROOT/images/.import-$key.lock"
 flock 8
+tmp=$ROOT/images/tmp-$key
+log=$ROOT/images/import-$key.log
 
 have=$("${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1' || true)
 if [ "${FORCE:-0}" != 1 ] && [ "$(cat "$hashfile" 2>/dev/null)" = "$hash" ] &&
@@ -75,17 +81,19 @@ if [ "${FORCE:-0}" != 1 ] && [ "$(cat "$hashfile" 2>/dev/null)" = "$hash" ] &&
 fi
 
 say "importing $ROOTFS as $full (source: ${src%% *}, hash ${hash:0:16})"
-rm -f "$ROOT/images"/imgtar-*.layer # left by an interrupted run (the lock is ours)
-args=(-ref "$REF" -tmp "$ROOT/images" -label "org.sandboxd.source-hash=$hash" -label "org.sandboxd.rootfs=$ROOTFS")
+rm -rf "$tmp" # left by an interrupted run (the lock is ours)
+mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+args=(-ref "$REF" -tmp "$tmp" -label "org.sandboxd.source-hash=$hash" -label "org.sandboxd.rootfs=$ROOTFS")
 for c in "${cmd[@]}"; do args+=(-cmd "$c"); done
 rm -f "$hashfile"
 "$ROOT/bin/imgtar" "${args[@]}" "$ROOTFS" |
-	"${CTR[@]}" images import --label "org.sandboxd.source-hash=$hash" - >"$ROOT/images/last-import.log" 2>&1 || {
-	tail -n 20 "$ROOT/images/last-import.log" >&2
-	die "import failed (log $ROOT/images/last-import.log)"
+	"${CTR[@]}" images import --label "org.sandboxd.source-hash=$hash" - >"$log" 2>&1 || {
+	tail -n 20 "$log" >&2
+	die "import failed (log $log)"
 }
 "${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1' | grep -qF "org.sandboxd.source-hash=$hash" ||
-	die "$full is not in containerd after the import (log $ROOT/images/last-import.log)"
+	die "$full is not in containerd after the import (log $log)"
 printf '%s\n' "$hash" >"$hashfile"
 size=$("${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1 {print $4, $5}')
 say "imported $full ($size) in $(($(date +%s) - T0))s"

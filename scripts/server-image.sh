@@ -37,6 +37,12 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 gobin=$(find_go) || die "no Go found: run scripts/deps.sh first"
 PATH="$(dirname "$gobin"):$PATH"
 
+# Test packages run at once and each builds this image: one at a time per
+# image, so none reads a binary another is still copying.
+mkdir -p "$ROOT/images"
+exec 9>"$ROOT/images/.server-$(printf '%s' "$REF" | tr '/:@' '___').lock"
+flock 9
+
 ld="-s -w"
 [ -z "$version" ] || ld+=" -X github.com/sandboxd/sandbox/internal/server.Version=$version"
 bin=$ROOT/images/server-build/$(printf '%s' "$REF" | tr '/:@' '___')
