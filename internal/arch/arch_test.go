@@ -79,6 +79,11 @@ func TestLayering(t *testing.T) {
 		// The org's quota report reads the store and the one count of
 		// commands: never the service, nor a runtime.
 		{"internal/usage", append([]string{"internal/service", "internal/api", "internal/runtime"}, backends...), false},
+		// The lease credential stands beside the service, seen by it only
+		// through service.Credentials: it knows no service, store, API or
+		// backend, and the service does not know it.
+		{"internal/credential", append([]string{"internal/service", "internal/store", "internal/api"}, backends...), false},
+		{"internal/service", []string{"internal/credential"}, false},
 		{"internal/mcpserver", backends, false},
 		{"internal/terminal", backends, false},
 		{"internal/interp", backends, false},

@@ -21,11 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/credential"
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/quota"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
 )
 
@@ -321,7 +321,7 @@ func rewriteLayer(w io.Writer, produce func(io.Writer) error, edit func(*tar.Hea
 
 // CredentialPath is where a sandbox's lease credential is: never part of
 // an image.
-const CredentialPath = service.CredentialPath
+const CredentialPath = credential.Path
 
 // workdirLayer writes sb's workdir as a layer: the archive of it, each
 // entry under SeedDir. The archive is the sandbox's own tar's: a name

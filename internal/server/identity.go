@@ -5,10 +5,10 @@ import (
 	"log/slog"
 
 	"github.com/sandboxd/sandbox/internal/api"
+	"github.com/sandboxd/sandbox/internal/credential"
 	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/sandbox"
-	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/internal/store"
 )
 
@@ -18,7 +18,7 @@ import (
 type wiredIdentity struct {
 	cfg       identity.Config
 	issuer    *identity.Issuer
-	exchanger service.Exchanger
+	exchanger credential.Exchanger
 	// verify is the authenticator as the service checks a credential it
 	// was handed: the service is built first (the verifier asks it
 	// whether a lease lives), so it is filled in by authenticator.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/catalog"
+	"github.com/sandboxd/sandbox/internal/credential"
 	"github.com/sandboxd/sandbox/internal/files"
 	"github.com/sandboxd/sandbox/internal/host"
 	"github.com/sandboxd/sandbox/internal/identity"
@@ -229,8 +230,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		return relays.Hold(ctx, sb)
 	})
-	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps, ProjectLocks: vols, Commands: cmds,
-		Credentials: id.exchanger, Verify: &id.verify, OperatorOrg: operatorOrg(cfg), Relays: holds,
+	// The lease credentials, where an issuer or exchange endpoint makes
+	// them: written with the backend's own exec, after no queue.
+	var creds service.Credentials
+	if id.exchanger != nil {
+		creds = credential.New(credential.Deps{Exchanger: id.exchanger, Verify: &id.verify, Rows: st,
+			Exec: b.rt.Exec, Runner: caps.Runner, Relays: holds, OperatorOrg: operatorOrg(cfg), Log: log})
+	}
+	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps, ProjectLocks: vols, Commands: cmds, Credentials: creds,
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: cfg.Meter.Fees, Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
@@ -280,7 +287,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}, nil
 }
 
-// holdFunc is service.Relays of a function.
+// holdFunc is credential.Relays of a function.
 type holdFunc func(ctx context.Context, sb *sandbox.Sandbox) func()
 
 func (f holdFunc) Hold(ctx context.Context, sb *sandbox.Sandbox) func() { return f(ctx, sb) }

@@ -258,7 +258,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 			log.Warn("the image's workdir was not copied in", "err", err)
 		}
 	}
-	s.handCredential(recordCtx, sb, from != nil)
+	s.d.Credentials.Hand(recordCtx, sb, from != nil)
 	if err := s.d.Store.AddUsage(recordCtx, sb.Class, 1, 0); err != nil {
 		log.Error("recording usage", "err", err)
 	}

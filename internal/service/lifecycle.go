@@ -92,7 +92,7 @@ func (s *Service) use(ctx context.Context, id string, command bool) (*sandbox.Sa
 	}
 	if err == nil {
 		// No program runs before the sandbox's credential is in place.
-		err = s.creds.wait(ctx, id)
+		err = s.d.Credentials.Wait(ctx, id)
 	}
 	if err != nil {
 		done()
@@ -132,7 +132,7 @@ func (s *Service) Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.
 	}
 	// The credential follows the lease: a new one, to the new end, for
 	// the renewer's token.
-	s.handCredential(ctx, sb, false)
+	s.d.Credentials.Hand(ctx, sb, false)
 	return sb, nil
 }
 
@@ -215,7 +215,7 @@ func (s *Service) wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	}
 	// The answer says whether the memory came back.
 	sb.Woken, sb.MemoryKept = true, restored
-	s.rewriteCredential(startCtx, sb)
+	s.d.Credentials.Rewrite(startCtx, sb)
 	log.Info("sandbox woken", "memoryKept", restored)
 	return sb, nil
 }
@@ -245,7 +245,7 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 	unlock := s.lock(id)
 	defer unlock()
 	// A checkpoint taken mid-write would keep half a credential.
-	if err := s.creds.wait(ctx, id); err != nil {
+	if err := s.d.Credentials.Wait(ctx, id); err != nil {
 		return nil, err
 	}
 	sb, err := s.d.Store.Get(ctx, id)
@@ -433,7 +433,7 @@ func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*
 			log.Error("recording usage", "err", err)
 		}
 	}
-	s.creds.set(sb.ID, nil)
+	s.d.Credentials.Forget(sb.ID)
 	log.Info("sandbox ended", "purge", purge)
 	return &EndResult{ID: sb.ID, Ended: true, Purged: purge && sb.Project != ""}, nil
 }

@@ -103,8 +103,8 @@ func (s *Service) run(ctx, work context.Context, sb *sandbox.Sandbox, cmd Comman
 		defer close(stop)
 		go s.keepAlive(context.WithoutCancel(ctx), sb, stop)
 	}
-	if cmd.Code && s.d.Relays != nil && s.creds.get(sb.ID) != nil {
-		defer s.d.Relays.Hold(runCtx, sb)()
+	if cmd.Code {
+		defer s.d.Credentials.HoldRelay(runCtx, sb)()
 	}
 	start := time.Now()
 	exec := s.d.Runtime.Exec

@@ -259,31 +259,40 @@ type Deps struct {
 	// names; nil keeps none but the classes'.
 	Library Library
 	Images  ImageStore
-	// Credentials exchange a caller's token for each lease's own
-	// credential (CredentialPath); nil hands none.
-	Credentials Exchanger
-	// Verify checks an exchanged credential the way every door will (it
-	// must be the sandbox's own); nil takes the exchanger's word.
-	Verify interface {
-		Principal(ctx context.Context, token string) (sandbox.Principal, error)
-	}
-	// Relays keep a sandbox's API socket — its code's way to this server,
-	// with its lease credential — open while the caller's code runs in
-	// it (internal/relay/pool); nil: sandboxes have none.
-	Relays Relays
-	// OperatorOrg is the reserved org, whose leases start unprivileged:
-	// no credential is ever obtained for it.
-	OperatorOrg string
+	// Credentials hand each lease its own credential and keep it
+	// (internal/credential); nil hands none.
+	Credentials Credentials
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log is where the service logs; nil discards.
 	Log *slog.Logger
 }
 
-// Relays hold a sandbox's relay, which carries its API socket.
-type Relays interface {
-	Hold(ctx context.Context, sb *sandbox.Sandbox) (release func())
+// Credentials are the lease credentials (internal/credential): each
+// lease's own, written into its sandbox in the background.
+type Credentials interface {
+	// Hand obtains sb's credential for the caller in ctx and writes it
+	// in; inherited says the container holds another's (a fork).
+	Hand(ctx context.Context, sb *sandbox.Sandbox, inherited bool)
+	// Rewrite writes sb's credential in again after a wake.
+	Rewrite(ctx context.Context, sb *sandbox.Sandbox)
+	// Wait returns once no write into sandbox id is in flight: every
+	// command waits, so none runs before its credential is in place.
+	Wait(ctx context.Context, id string) error
+	// Forget drops sandbox id's credential: its lease ended.
+	Forget(id string)
+	// HoldRelay keeps sb's API socket open while the caller's code runs.
+	HoldRelay(ctx context.Context, sb *sandbox.Sandbox) (release func())
 }
+
+// noCredentials hands none.
+type noCredentials struct{}
+
+func (noCredentials) Hand(context.Context, *sandbox.Sandbox, bool)       {}
+func (noCredentials) Rewrite(context.Context, *sandbox.Sandbox)          {}
+func (noCredentials) Wait(context.Context, string) error                 { return nil }
+func (noCredentials) Forget(string)                                      {}
+func (noCredentials) HoldRelay(context.Context, *sandbox.Sandbox) func() { return func() {} }
 
 // Service implements the sandbox operations.
 type Service struct {
@@ -297,8 +306,6 @@ type Service struct {
 
 	locksMu sync.Mutex
 	locks   map[string]*idLock // per sandbox: sleep, wake and end; per org: making an image
-
-	creds creds // the lease credentials handed, for a cold wake
 }
 
 // New returns a Service; cfg's zero fields take their defaults.
@@ -319,6 +326,9 @@ func New(cfg Config, d Deps) *Service {
 	caps := runtime.Discover(d.Runtime)
 	if d.Capabilities != nil {
 		caps = *d.Capabilities
+	}
+	if d.Credentials == nil {
+		d.Credentials = noCredentials{}
 	}
 	if d.Commands == nil {
 		d.Commands = &quota.Commands{}

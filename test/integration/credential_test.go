@@ -17,9 +17,9 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/sandboxd/sandbox/internal/credential"
 	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/server"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // leaseClaims are the lease credential's claims, as a client reads them.
@@ -35,7 +35,7 @@ type leaseClaims struct {
 // there is none).
 func (e *env) credentialIn(org, id string) string {
 	e.t.Helper()
-	a := e.exec(org, id, map[string]any{"argv": []string{"sh", "-c", "cat " + service.CredentialPath + " 2>/dev/null || true"}})
+	a := e.exec(org, id, map[string]any{"argv": []string{"sh", "-c", "cat " + credential.Path + " 2>/dev/null || true"}})
 	return strings.TrimSpace(a.Stdout)
 }
 
@@ -130,7 +130,7 @@ func TestLeaseCredentialOnRunsc(t *testing.T) {
 
 	tok := e.credentialIn("acme", id)
 	if tok == "" {
-		t.Fatal("the sandbox has no credential at " + service.CredentialPath)
+		t.Fatal("the sandbox has no credential at " + credential.Path)
 	}
 	perm := e.exec("acme", id, map[string]any{"argv": []string{"sh", "-c", "stat -c '%a %u' /run/sandbox /run/sandbox/token; id -u"}})
 	lines := strings.Fields(perm.Stdout)

@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sandboxd/sandbox/internal/credential"
 	"github.com/sandboxd/sandbox/internal/runtime"
-	"github.com/sandboxd/sandbox/internal/service"
 )
 
 // TestKubeLeaseCredential: on the real cluster the credential reaches the
@@ -20,7 +20,7 @@ func TestKubeLeaseCredential(t *testing.T) {
 	id := e.lease("acme", map[string]any{"ttlSec": 300})
 	tok := e.credentialIn("acme", id)
 	if tok == "" {
-		t.Fatal("the pod has no credential at " + service.CredentialPath)
+		t.Fatal("the pod has no credential at " + credential.Path)
 	}
 	if out := e.sh("acme", id, "stat -c '%a %u' /run/sandbox/token; id -u; grep -c ' /run/sandbox ' /proc/mounts"); out != "600 1000\n1000\n1\n" {
 		t.Errorf("the credential file in the pod (mode uid; id -u; its own mount): %q", out)
