@@ -59,6 +59,9 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		caps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"}
 		proc.Capabilities = map[string][]string{"bounding": caps, "effective": caps, "permitted": caps, "inheritable": {}, "ambient": {}}
 	}
+	if r.channel {
+		return r.execChannel(ctx, name, proc, req)
+	}
 
 	tmp, err := os.MkdirTemp(filepath.Join(r.bundles, name), "exec-")
 	if err != nil {
@@ -276,6 +279,17 @@ func (r *Runtime) Stop(ctx context.Context, name string) error {
 	procFile := filepath.Join(tmp, "process.json")
 	if err := writeJSON(procFile, proc); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
+	}
+	if r.channel {
+		var xe *runtime.ExitError
+		switch err := r.execChannel(ctx, name, proc, runtime.ExecRequest{}); {
+		case errors.As(err, &xe) && xe.Code == 3:
+			return fmt.Errorf("gvisor: %s: processes kept appearing through %d rounds of kill -9 -1", name, killRounds)
+		case errors.As(err, &xe):
+			return nil // the killer was killed
+		default:
+			return err
+		}
 	}
 	_, err = r.runsc(ctx, m.Flags, "exec", "--process", procFile, name)
 	var ee *exec.ExitError

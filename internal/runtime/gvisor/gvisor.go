@@ -135,6 +135,11 @@ type Runtime struct {
 
 	netMu sync.Mutex
 	net   *egress.Manager // nil until a sandbox needs it (or cfg.Network)
+
+	// channel: commands go over the control socket in this process
+	// (channel.go), the runsc binary being the build linked here; else
+	// through `runsc exec`.
+	channel bool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -191,6 +196,10 @@ func New(cfg Config) (*Runtime, error) {
 		volumes: filepath.Join(cfg.StateDir, "volumes"),
 		checks:  filepath.Join(cfg.StateDir, "checkpoints"),
 		meta:    map[string]*meta{},
+	}
+	var why string
+	if r.channel, why = sameBuild(cfg.Runsc); !r.channel && cfg.Log != nil {
+		cfg.Log.Info("gvisor: commands go through `runsc exec` processes, not the in-process channel", "why", why)
 	}
 	for _, d := range []string{r.root, r.bundles, r.volumes, r.checks} {
 		if err := os.MkdirAll(d, 0o700); err != nil {

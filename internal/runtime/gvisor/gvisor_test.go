@@ -22,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newRuntime(t *testing.T) *Runtime {
+func newRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	testenv.NeedGVisor(t, DefaultRunsc(), "exec")
 	runsc := DefaultRunsc()
@@ -52,7 +52,7 @@ func newRuntime(t *testing.T) *Runtime {
 	return r
 }
 
-func create(t *testing.T, r *Runtime, name, id string) runtime.Object {
+func create(t testing.TB, r *Runtime, name, id string) runtime.Object {
 	t.Helper()
 	obj, err := r.Create(context.Background(), runtime.Spec{
 		Name: name, Labels: map[string]string{runtime.LabelSandbox: id, "team": "a"}, Image: "exec", Workdir: "/mnt/data",
@@ -253,4 +253,107 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestPinnedRunscIsLinked: the runsc scripts/deps.sh installs
+// (PinnedRunsc) is the gvisor.dev/gvisor version go.mod links, so the
+// exec channel speaks that build's own control protocol.
+func TestPinnedRunscIsLinked(t *testing.T) {
+	mod, err := os.ReadFile("../../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var required string
+	for l := range strings.SplitSeq(string(mod), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "gvisor.dev/gvisor" {
+			required = f[1]
+		}
+	}
+	if required != linkedGVisor {
+		t.Errorf("go.mod requires gvisor.dev/gvisor %q, linkedGVisor says %q", required, linkedGVisor)
+	}
+	// v0.0.0-20260905035102-160fafc42237 <-> runsc-20260905035102-160fafc42237
+	if want := "runsc-" + strings.TrimPrefix(required, "v0.0.0-"); filepath.Base(PinnedRunsc) != want {
+		t.Errorf("PinnedRunsc is %s, go.mod links gvisor.dev/gvisor %s (want .../%s)", PinnedRunsc, required, want)
+	}
+	testenv.NeedGVisor(t, PinnedRunsc, "exec")
+	if ok, why := sameBuild(PinnedRunsc); !ok {
+		t.Errorf("the pinned runsc is not the linked build: %s", why)
+	}
+}
+
+// TestExecBothWays: the in-process channel and `runsc exec` give the same
+// answers — output, stderr, stdin, exit codes, a signal's 128+n, 127 for
+// no such program, user, cwd, environment, a background child holding
+// the output — and the channel is what a pinned runsc gets.
+func TestExecBothWays(t *testing.T) {
+	r := newRuntime(t)
+	if !r.channel {
+		t.Fatalf("the pinned runsc does not get the channel")
+	}
+	obj := create(t, r, "sbx-gvisortest000000009", "nine")
+	for _, channel := range []bool{true, false} {
+		r.channel = channel
+		name := map[bool]string{true: "channel", false: "cli"}[channel]
+		t.Run(name, func(t *testing.T) {
+			run := func(req runtime.ExecRequest) (string, string, int) {
+				t.Helper()
+				var out, errb bytes.Buffer
+				req.Stdout, req.Stderr = &out, &errb
+				err := r.Exec(context.Background(), obj.Name, req)
+				var xe *runtime.ExitError
+				code := 0
+				if errors.As(err, &xe) {
+					code = xe.Code
+				} else if err != nil {
+					t.Fatalf("%q: %v", req.Argv, err)
+				}
+				return out.String(), errb.String(), code
+			}
+			if out, _, code := run(runtime.ExecRequest{Argv: []string{"sh", "-c", "id -u; pwd; echo $FOO"}, Dir: "/tmp", Env: []string{"FOO=bar"}}); out != "1000\n/tmp\nbar\n" || code != 0 {
+				t.Errorf("id/pwd/env: %q %d", out, code)
+			}
+			if out, errs, code := run(runtime.ExecRequest{Argv: []string{"sh", "-c", "cat; echo oops >&2; exit 7"}, Stdin: strings.NewReader("in\n")}); out != "in\n" || errs != "oops\n" || code != 7 {
+				t.Errorf("stdin/stderr/exit: %q %q %d", out, errs, code)
+			}
+			if _, _, code := run(runtime.ExecRequest{Argv: []string{"sh", "-c", "kill -TERM $$"}}); code != 128+15 {
+				t.Errorf("a signal: exit %d, want 143", code)
+			}
+			if _, errs, code := run(runtime.ExecRequest{Argv: []string{"no-such-program"}}); code != 127 {
+				t.Errorf("no such program: exit %d (%q)", code, errs)
+			} else if strings.Contains(errs, obj.Name) {
+				t.Errorf("the runtime name in an answer: %q", errs)
+			}
+			if out, _, code := run(runtime.ExecRequest{Argv: []string{"id", "-u"}, Root: true}); out != "0\n" || code != 0 {
+				t.Errorf("root: %q %d", out, code)
+			}
+			start := time.Now()
+			if out, _, code := run(runtime.ExecRequest{Argv: []string{"sh", "-c", "sleep 30 & echo started"}}); out != "started\n" || code != 0 {
+				t.Errorf("a background child: %q %d", out, code)
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("a background child holding the output kept the command %v", d)
+			}
+		})
+	}
+	r.channel = true
+}
+
+// BenchmarkExec: `true` over the in-process channel and through a
+// `runsc exec` process, in one sandbox, side by side (issue 28: the channel
+// at most half the process's cost).
+func BenchmarkExec(b *testing.B) {
+	r := newRuntime(b)
+	obj := create(b, r, "sbx-gvisorbench00000001", "bench")
+	for _, channel := range []bool{true, false} {
+		b.Run(map[bool]string{true: "channel", false: "runsc-exec"}[channel], func(b *testing.B) {
+			r.channel = channel
+			for b.Loop() {
+				if err := r.Exec(context.Background(), obj.Name, runtime.ExecRequest{Argv: []string{"true"}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	r.channel = true
 }

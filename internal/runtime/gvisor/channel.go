@@ -1,0 +1,260 @@
+package gvisor
+
+import (
+	"context"
+	"debug/buildinfo"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/creack/pty"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/sentry/control"
+	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/specutils"
+
+	"github.com/sandboxd/sandbox/internal/runtime"
+)
+
+// The exec channel: a command goes to the sandbox's control socket through
+// runsc's own Go packages — the calls `runsc exec` makes (container.Load,
+// Execute, WaitPID, signals) — in this process, so no command pays for a
+// runsc process start (~70 ms of every exec on this machine's kind). The
+// packages are linked at the version of the pinned runsc (go.mod requires
+// it; TestPinnedRunscIsLinked holds the two together): the control
+// protocol is that build's own. A runsc of another build is driven
+// through its CLI (exec.go).
+
+// linkedGVisor is the gvisor.dev/gvisor version go.mod requires, which
+// this binary links (TestPinnedRunscIsLinked reads go.mod to hold them
+// together; a test binary's build info lists no modules to ask).
+const linkedGVisor = "v0.0.0-20260905035102-160fafc42237"
+
+// sameBuild says whether the runsc binary at path was built from the
+// gvisor.dev/gvisor version this binary links, and if not, why.
+func sameBuild(path string) (bool, string) {
+	linked := linkedGVisor
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return false, "reading " + path + "'s build info: " + err.Error()
+	}
+	v := bi.Main.Version
+	if bi.Main.Path != "gvisor.dev/gvisor" {
+		for _, d := range bi.Deps {
+			if d.Path == "gvisor.dev/gvisor" {
+				v = d.Version
+			}
+		}
+	}
+	if v != linked {
+		return false, fmt.Sprintf("%s is gvisor.dev/gvisor %q, this binary links %q", path, v, linked)
+	}
+	return true, ""
+}
+
+// execChannel runs proc in the container name over its control socket,
+// with req's stdio, terminal and resizes. Its answers are Exec's: nil,
+// *runtime.ExitError (128+n for a signal; 127 with the sentry's reason on
+// stderr when the program cannot start), ctx's error after the program's
+// process group was killed inside, or an error when the container is not
+// running.
+func (r *Runtime) execChannel(ctx context.Context, name string, proc process, req runtime.ExecRequest) error {
+	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return runtime.ErrNotFound
+		}
+		return fmt.Errorf("gvisor: exec in %s: %w", name, err)
+	}
+	if !c.IsSandboxRunning() {
+		return fmt.Errorf("gvisor: exec in %s: the container is not running", name)
+	}
+	caps := proc.Capabilities
+	tc, err := specutils.Capabilities(false, &specs.LinuxCapabilities{
+		Bounding: caps["bounding"], Effective: caps["effective"], Permitted: caps["permitted"],
+		Inheritable: caps["inheritable"], Ambient: caps["ambient"],
+	})
+	if err != nil {
+		return fmt.Errorf("gvisor: exec: %w", err)
+	}
+	args := &control.ExecArgs{
+		Argv: proc.Args, Envv: proc.Env, WorkingDirectory: proc.Cwd,
+		KUID: auth.KUID(proc.User["uid"]), KGID: auth.KGID(proc.User["gid"]),
+		Capabilities: tc, NoNewPrivileges: proc.NoNewPrivileges,
+		StdioIsPty: req.TTY, SupportTTYs: true,
+	}
+
+	// The program's stdio are always our own pipes or terminal, never a
+	// file of the host's: runsc hands the sandbox's user the ownership of
+	// what it is given as stdio.
+	var (
+		theirs []*os.File // the program's ends: closed here once passed
+		ours   []*os.File // ours: closed when the program's output is done
+		copies sync.WaitGroup
+		ptmx   *os.File
+	)
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	defer func() { closeAll(theirs) }()
+	copyOut := func(w io.Writer, f *os.File) {
+		if w == nil {
+			w = io.Discard
+		}
+		copies.Go(func() { io.Copy(w, f) })
+	}
+	if req.TTY {
+		var tty *os.File
+		ptmx, tty, err = pty.Open()
+		if err != nil {
+			return fmt.Errorf("gvisor: exec: %w", err)
+		}
+		theirs, ours = []*os.File{tty}, []*os.File{ptmx}
+		args.FilePayload = control.NewFilePayload(map[int]*os.File{0: tty, 1: tty, 2: tty}, nil)
+		if req.Stdin != nil {
+			go io.Copy(ptmx, req.Stdin)
+		}
+		copyOut(req.Stdout, ptmx)
+	} else {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("gvisor: exec: %w", err)
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			closeAll([]*os.File{inR, inW})
+			return fmt.Errorf("gvisor: exec: %w", err)
+		}
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			closeAll([]*os.File{inR, inW, outR, outW})
+			return fmt.Errorf("gvisor: exec: %w", err)
+		}
+		theirs, ours = []*os.File{inR, outW, errW}, []*os.File{outR, errR}
+		args.FilePayload = control.NewFilePayload(map[int]*os.File{0: inR, 1: outW, 2: errW}, nil)
+		if req.Stdin != nil {
+			go func() { io.Copy(inW, req.Stdin); inW.Close() }()
+			defer inW.Close() // a reader that never ends: its copy ends at its next write
+		} else {
+			inW.Close()
+		}
+		copyOut(req.Stdout, outR)
+		copyOut(req.Stderr, errR)
+	}
+
+	pid, err := c.Execute(&config.Config{RootDir: r.root}, args)
+	closeAll(theirs) // the sentry holds its own copies
+	theirs = nil
+	if err != nil {
+		closeAll(ours)
+		copies.Wait()
+		if !c.IsSandboxRunning() {
+			return fmt.Errorf("gvisor: exec in %s: the container is not running", name)
+		}
+		// The program could not be started (no such executable, a bad
+		// working directory): the caller's mistake, answered like a
+		// shell's 127 with the sentry's reason.
+		if w := req.Stderr; w != nil && !req.TTY {
+			fmt.Fprintf(w, "%s: %s\n", proc.Args[0], strings.ReplaceAll(err.Error(), name, "sandbox"))
+		} else if w := req.Stdout; w != nil && req.TTY {
+			fmt.Fprintf(w, "%s: %s\r\n", proc.Args[0], strings.ReplaceAll(err.Error(), name, "sandbox"))
+		}
+		return &runtime.ExitError{Code: 127}
+	}
+	// The resizer is gone before the terminal closes: a Setsize on a
+	// closed descriptor could reach another file given its number.
+	stopResize := func() {}
+	if ptmx != nil && req.Resize != nil {
+		stop, gone := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(gone)
+			resize(c, pid, ptmx, req.Resize, stop)
+		}()
+		stopResize = func() { close(stop); <-gone }
+	}
+
+	type waited struct {
+		ws  unix.WaitStatus
+		err error
+	}
+	done := make(chan waited, 1)
+	go func() {
+		ws, err := c.WaitPID(pid)
+		done <- waited{ws, err}
+	}()
+	var w waited
+	select {
+	case w = <-done:
+	case <-ctx.Done():
+		// Killed inside: the program is its session's and process
+		// group's leader, so the group takes its children with it.
+		if err := c.SignalProcessGroup(unix.SIGKILL, pid); err != nil {
+			c.SignalProcess(unix.SIGKILL, pid)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+		stopResize()
+		drain(ours, &copies)
+		return ctx.Err()
+	}
+	// A background child may hold the output open: the program has
+	// exited, and its output is cut 2 s after.
+	stopResize()
+	drain(ours, &copies)
+	switch {
+	case w.err != nil:
+		if !c.IsSandboxRunning() {
+			return fmt.Errorf("gvisor: exec in %s: the container is not running", name)
+		}
+		return fmt.Errorf("gvisor: exec: %s", strings.ReplaceAll(w.err.Error(), name, "sandbox"))
+	case w.ws.Signaled():
+		return &runtime.ExitError{Code: 128 + int(w.ws.Signal())}
+	case w.ws.ExitStatus() != 0:
+		return &runtime.ExitError{Code: w.ws.ExitStatus()}
+	}
+	return nil
+}
+
+// drain waits up to 2 s for the output's copies, then closes our ends,
+// which ends them.
+func drain(ours []*os.File, copies *sync.WaitGroup) {
+	finished := make(chan struct{})
+	go func() { copies.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(2 * time.Second):
+	}
+	for _, f := range ours {
+		f.Close()
+	}
+	<-finished
+}
+
+// resize applies each size to the terminal and tells the program's
+// foreground process group (SIGWINCH), as runsc does for its own
+// terminal, until stop closes or sizes does.
+func resize(c *container.Container, pid int32, ptmx *os.File, sizes <-chan runtime.Size, stop <-chan struct{}) {
+	for {
+		select {
+		case sz, ok := <-sizes:
+			if !ok {
+				return
+			}
+			pty.Setsize(ptmx, &pty.Winsize{Cols: sz.Cols, Rows: sz.Rows})
+			c.Sandbox.SignalProcess(c.ID, pid, unix.SIGWINCH, true)
+		case <-stop:
+			return
+		}
+	}
+}
