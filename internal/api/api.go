@@ -58,8 +58,8 @@ type Leases interface {
 
 // Work is what the exec routes need.
 type Work interface {
-	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
-	ExecTo(ctx context.Context, id string, req service.ExecRequest, stdout, stderr io.Writer) (*service.ExecResult, error)
+	// Exec runs a program; with writers its output streams to them.
+	Exec(ctx context.Context, id string, req service.ExecRequest, stdout, stderr io.Writer) (*service.ExecResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
 }
 

@@ -160,7 +160,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if wantsStream(r) {
 		return s.execStream(w, r, req)
 	}
-	res, err := s.Work.Exec(r.Context(), r.PathValue("id"), req)
+	res, err := s.Work.Exec(r.Context(), r.PathValue("id"), req, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request, req service.
 		}
 	}
 	out, errw := &startWriter{begin: begin, w: channel{l: l}}, &startWriter{begin: begin, w: channel{l: l, stderr: true}}
-	res, err := s.Work.ExecTo(r.Context(), r.PathValue("id"), req, out, errw)
+	res, err := s.Work.Exec(r.Context(), r.PathValue("id"), req, out, errw)
 	if err != nil && !started {
 		return err
 	}

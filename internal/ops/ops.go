@@ -34,7 +34,7 @@ type Sandboxes interface {
 	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
 	Renew(ctx context.Context, id string, ttlSec int64) (*sandbox.Sandbox, error)
 	Fork(ctx context.Context, id string, req service.ForkRequest) (*sandbox.Sandbox, error)
-	Exec(ctx context.Context, id string, req service.ExecRequest) (*service.ExecResult, error)
+	Exec(ctx context.Context, id string, req service.ExecRequest, stdout, stderr io.Writer) (*service.ExecResult, error)
 	Read(ctx context.Context, id, path string, max int64) (*files.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
 	Stop(ctx context.Context, id string) (*service.StopResult, error)
@@ -129,7 +129,7 @@ func (o *Ops) Run(ctx context.Context, in RunIn) (*service.ExecResult, error) {
 	if err := needID(in.ID); err != nil {
 		return nil, err
 	}
-	return o.svc.Exec(ctx, in.ID, in.ExecRequest)
+	return o.svc.Exec(ctx, in.ID, in.ExecRequest, nil, nil)
 }
 
 // PathIn names a file or directory of a sandbox.

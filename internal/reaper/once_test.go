@@ -90,7 +90,7 @@ func TestOnce(t *testing.T) {
 	}
 
 	e.advance(61 * time.Minute)
-	if _, err := e.svc.Exec(globex, busy.ID, service.ExecRequest{Command: "true"}); err != nil {
+	if _, err := e.svc.Exec(globex, busy.ID, service.ExecRequest{Command: "true"}, nil, nil); err != nil {
 		t.Fatal(err) // used just now: not idle
 	}
 	e.r.Once(context.Background())

@@ -28,16 +28,12 @@ type ExecRequest = wire.ExecRequest
 // error.
 type ExecResult = wire.ExecResult
 
-// Exec runs a program in a running sandbox and waits for it.
-func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (*ExecResult, error) {
-	return s.ExecTo(ctx, id, req, nil, nil)
-}
-
-// ExecTo is Exec whose output goes, redacted, to stdout and stderr as the
-// program writes it (a streamed answer) instead of into the answer; nil
-// writers mean Exec. A write error (the client went away) ends the
-// program the way a closed connection does.
-func (s *Service) ExecTo(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
+// Exec runs a program in a running sandbox and waits for it. With nil
+// writers its output is in the answer; else it goes, redacted, to stdout
+// and stderr as the program writes it (a streamed answer). A write error
+// (the client went away) ends the program the way a closed connection
+// does.
+func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
 	argv, err := ProgramArgv(req.Argv, req.Command)
 	if err != nil {
 		return nil, err

@@ -133,7 +133,7 @@ func TestSleepWake(t *testing.T) {
 		t.Fatalf("second sleep: %+v %v", again, err)
 	}
 	// Any use wakes it, under a new name, from its memory.
-	res, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"})
+	res, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"}, nil, nil)
 	if err != nil || !res.Woken {
 		t.Fatalf("exec on a sleeping sandbox: %+v %v", res, err)
 	}
@@ -177,7 +177,7 @@ func TestSleepFallbacks(t *testing.T) {
 		sb := h.lease(acme, service.LeaseRequest{})
 		h.svc.Sleep(acme, sb.ID)
 		h.rt.Set(func(r *fakeRT) { r.CreateErr = errors.New("no memory") })
-		_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"})
+		_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"}, nil, nil)
 		wantKind(t, err, sandbox.KindUnavailable)
 		if got := h.row(acme, sb.ID); got.Status != sandbox.StatusSleeping || got.Checkpoint == "" {
 			t.Errorf("row after a failed wake: %+v", got)
@@ -225,7 +225,7 @@ func TestSleepFallbacks(t *testing.T) {
 		id := h.rows(acme)[0].ID
 		_, err := h.svc.Sleep(acme, id)
 		wantKind(t, err, sandbox.KindConflict)
-		_, err = h.svc.Exec(acme, id, service.ExecRequest{Command: "true"})
+		_, err = h.svc.Exec(acme, id, service.ExecRequest{Command: "true"}, nil, nil)
 		wantKind(t, err, sandbox.KindConflict)
 		_, err = h.svc.Renew(acme, id, 60)
 		wantKind(t, err, sandbox.KindConflict)
@@ -241,7 +241,7 @@ func TestSleepWithWorkInFlight(t *testing.T) {
 	h.rt.SetExec(fake.Block(started))
 	done := make(chan error, 1)
 	go func() {
-		_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "sleep 100"})
+		_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "sleep 100"}, nil, nil)
 		done <- err
 	}()
 	<-started
@@ -270,18 +270,18 @@ func TestExecOutcomes(t *testing.T) {
 	h := newHarness(t, func(c *service.Config, _ *service.Deps) { c.MaxExecTimeout = time.Second })
 	sb := h.lease(acme, service.LeaseRequest{})
 	h.rt.SetExec(fake.Exit(3, "out"))
-	res, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Argv: []string{"false"}})
+	res, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Argv: []string{"false"}}, nil, nil)
 	if err != nil || res.ExitCode != 3 || res.Stdout != "out" || res.TimedOut || res.Stopped {
 		t.Errorf("exit 3: %+v %v", res, err)
 	}
 	h.rt.SetExec(fake.Block(nil))
-	res, err = h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "sleep 9", TimeoutSec: 99})
+	res, err = h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "sleep 9", TimeoutSec: 99}, nil, nil)
 	if err != nil || res.ExitCode != 124 || !res.TimedOut || !strings.Contains(res.Stderr, "killed after the 1s timeout") {
 		t.Errorf("timeout (capped at the server's 1 s): %+v %v", res, err)
 	}
 	ctx, cancel := context.WithTimeout(acme, 20*time.Millisecond)
 	defer cancel()
-	_, err = h.svc.Exec(ctx, sb.ID, service.ExecRequest{Command: "sleep 9"})
+	_, err = h.svc.Exec(ctx, sb.ID, service.ExecRequest{Command: "sleep 9"}, nil, nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("caller gone: %v", err)
 	}
@@ -289,15 +289,15 @@ func TestExecOutcomes(t *testing.T) {
 		{}, {Argv: []string{"a\x00b"}}, {Command: "x", TimeoutSec: -1}, {Command: "x", Env: map[string]string{"1X": "y"}},
 		{Command: "x", Dir: "../etc"}, {Command: "x", Session: "-bad"}, {Command: "x", Redact: make([]string, 1000)},
 	} {
-		_, err := h.svc.Exec(acme, sb.ID, bad)
+		_, err := h.svc.Exec(acme, sb.ID, bad, nil, nil)
 		wantKind(t, err, sandbox.KindInvalid)
 	}
-	_, err = h.svc.Exec(orgCtx("globex"), sb.ID, service.ExecRequest{Command: "x"})
+	_, err = h.svc.Exec(orgCtx("globex"), sb.ID, service.ExecRequest{Command: "x"}, nil, nil)
 	wantKind(t, err, sandbox.KindNotFound)
 	// The runtime got what the request said.
 	var got runtime.ExecRequest
 	h.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error { got = req; return nil })
-	h.svc.Exec(acme, sb.ID, service.ExecRequest{Argv: []string{"env"}, Dir: "src", Env: map[string]string{"A": "1"}})
+	h.svc.Exec(acme, sb.ID, service.ExecRequest{Argv: []string{"env"}, Dir: "src", Env: map[string]string{"A": "1"}}, nil, nil)
 	if got.Dir != "/mnt/data/src" || !slices.Equal(got.Env, []string{"A=1"}) || !slices.Equal(got.Argv, []string{"env"}) {
 		t.Errorf("runtime request %+v", got)
 	}
@@ -310,13 +310,13 @@ func TestDied(t *testing.T) {
 	h := newHarness(t)
 	sb := h.lease(acme, service.LeaseRequest{Class: "dev", Project: "p"})
 	h.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error { return fake.ErrBroken })
-	_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "x"})
+	_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "x"}, nil, nil)
 	wantKind(t, err, sandbox.KindBadGateway)
 	if got := h.row(acme, sb.ID); got.Status != sandbox.StatusRunning {
 		t.Fatalf("a live container's sandbox was put to sleep: %s", got.Status)
 	}
 	h.rt.Die(h.row(acme, sb.ID).Name)
-	_, err = h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "x"})
+	_, err = h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "x"}, nil, nil)
 	wantKind(t, err, sandbox.KindBadGateway)
 	if !strings.Contains(sandbox.Message(err), "the sandbox died") {
 		t.Errorf("message %q", sandbox.Message(err))
@@ -325,7 +325,7 @@ func TestDied(t *testing.T) {
 		t.Fatalf("after a death: %+v live %v", got, h.live("dev"))
 	}
 	h.rt.SetExec(nil)
-	res, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"})
+	res, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"}, nil, nil)
 	if err != nil || !res.Woken || h.live("dev") != 1 {
 		t.Errorf("next call: %+v %v live %v", res, err, h.live("dev"))
 	}

@@ -120,11 +120,11 @@ func TestQuotaCommands(t *testing.T) {
 	h.rt.SetExec(fake.Block(started))
 	done := make(chan struct{})
 	go func() {
-		h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "sleep 9"})
+		h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "sleep 9"}, nil, nil)
 		close(done)
 	}()
 	<-started
-	_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"})
+	_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"}, nil, nil)
 	wantRefusal(t, err, sandbox.KindLimit, "quota commands exceeded: limit 1, in use 1")
 	_, err = h.files.Read(acme, sb.ID, "x", 0)
 	wantKind(t, err, sandbox.KindLimit)
@@ -140,12 +140,12 @@ func TestQuotaCommands(t *testing.T) {
 		}
 	}
 	h.rt.SetExec(nil)
-	if _, err := h.svc.Exec(orgCtx("globex"), other.ID, service.ExecRequest{Command: "true"}); err != nil {
+	if _, err := h.svc.Exec(orgCtx("globex"), other.ID, service.ExecRequest{Command: "true"}, nil, nil); err != nil {
 		t.Errorf("another org: %v", err)
 	}
 	h.svc.Stop(acme, sb.ID)
 	<-done
-	if _, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"}); err != nil {
+	if _, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"}, nil, nil); err != nil {
 		t.Errorf("after the command ended: %v", err)
 	}
 }
@@ -192,11 +192,11 @@ func TestMapsDoNotGrow(t *testing.T) {
 		id := sandbox.NewID()
 		h.svc.End(acme, id, false)
 		h.svc.Sleep(acme, id)
-		h.svc.Exec(acme, id, service.ExecRequest{Command: "x"})
+		h.svc.Exec(acme, id, service.ExecRequest{Command: "x"}, nil, nil)
 		h.svc.End(orgCtx("globex"), sb.ID, false)
-		h.svc.Exec(orgCtx("globex"), sb.ID, service.ExecRequest{Command: "x"})
+		h.svc.Exec(orgCtx("globex"), sb.ID, service.ExecRequest{Command: "x"}, nil, nil)
 	}
-	h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"})
+	h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "true"}, nil, nil)
 	h.svc.End(acme, sb.ID, false)
 	if l, s, o := h.svc.MapSizes(); l != 0 || s != 0 || o != 0 {
 		t.Errorf("maps hold %d locks, %d sandboxes, %d orgs", l, s, o)
