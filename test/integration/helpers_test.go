@@ -40,6 +40,7 @@ type env struct {
 	data string
 	keys map[string]string // org → key: system's admin, the others tenant
 	cfg  server.Config     // as the server was made: a restart makes it again
+	host string            // the Host of every call when set (a server behind an ingress)
 
 	docOnce sync.Once
 	doc     *apicheck.Checker // the served OpenAPI document, which every e.do is held to
@@ -249,6 +250,9 @@ func (e *env) do(method, path, org string, body any) resp {
 			key = org // a raw token
 		}
 		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if e.host != "" {
+		req.Host = e.host
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
