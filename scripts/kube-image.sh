@@ -62,12 +62,12 @@ else
 fi
 hash=$(printf '%s %s %s\n' "$FORMAT" "$src" "${cmd[*]}" | sha256sum | cut -d' ' -f1)
 mkdir -p "$ROOT/images"
-hashfile=$ROOT/images/$(printf '%s' "$REF" | tr '/:@' '___').hash
+key=$(printf '%s' "$REF" | tr '/:@' '___')
+hashfile=$ROOT/images/$key.hash
 
 # A lock, a temporary directory and a log per image: the three class images
 # are imported at once (scripts/test.sh), and a second import of the same
 # image waits for the first instead of racing it.
-key=$(printf '%s' "$REF" | tr '/:@' '___')
 exec 8>"$ROOT/images/.import-$key.lock"
 flock 8
 tmp=$ROOT/images/tmp-$key

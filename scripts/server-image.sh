@@ -40,17 +40,18 @@ PATH="$(dirname "$gobin"):$PATH"
 # Test packages run at once and each builds this image: one at a time per
 # image, so none reads a binary another is still copying.
 mkdir -p "$ROOT/images"
-exec 9>"$ROOT/images/.server-$(printf '%s' "$REF" | tr '/:@' '___').lock"
+key=$(printf '%s' "$REF" | tr '/:@' '___')
+exec 9>"$ROOT/images/.server-$key.lock"
 flock 9
 
 ld="-s -w"
 [ -z "$version" ] || ld+=" -X github.com/sandboxd/sandbox/internal/server.Version=$version"
-bin=$ROOT/images/server-build/$(printf '%s' "$REF" | tr '/:@' '___')
+bin=$ROOT/images/server-build/$key
 mkdir -p "$bin"
 say "go build: sandbox, sandbox-runner${version:+ (version $version)}"
 (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags="$ld" -o "$bin/" ./cmd/sandbox ./cmd/sandbox-runner)
 
-r=$ROOT/images/server-$(printf '%s' "$REF" | tr '/:@' '___')-rootfs
+r=$ROOT/images/server-$key-rootfs
 mkdir -p "$r/usr/local/bin" "$r/etc/ssl/certs" "$r/tmp" "$r/data"
 chmod 1777 "$r/tmp"
 # Copied only when changed, so an unchanged tree (kube-image.sh hashes

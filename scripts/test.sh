@@ -23,15 +23,16 @@ die() { printf '[test] error: %s\n' "$*" >&2; exit 1; }
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
+KROOT=${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}
 
 # A run killed before its traps ran (a machine stopped mid-run, say) leaves
 # its cluster up and its test links behind; the host-uplink test below
 # refuses to run beside any sbx* link, and a stale cluster holds ports and
 # mounts. No test runs yet, so whatever of ours is here is left over: end it.
 sweep() {
-	if ip -o link show sbxkube0 >/dev/null 2>&1 || [ -n "$(ls "${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}"/run/*.pid 2>/dev/null)" ]; then
+	if ip -o link show sbxkube0 >/dev/null 2>&1 || [ -n "$(ls "$KROOT"/run/*.pid 2>/dev/null)" ]; then
 		log "a test cluster was left up by an earlier run: scripts/kube-down.sh"
-		bash scripts/kube-down.sh "${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}" >/tmp/sandbox-kube-down.log 2>&1 || tail -5 /tmp/sandbox-kube-down.log
+		bash scripts/kube-down.sh "$KROOT" >/tmp/sandbox-kube-down.log 2>&1 || tail -5 /tmp/sandbox-kube-down.log
 	fi
 	pkill -9 -f 'runsc.*/tmp/sbs-' 2>/dev/null || true
 	local m l ns
@@ -55,8 +56,8 @@ kube_build=
 if [ "${SANDBOX_KUBE:-1}" = 1 ] && [ $# -eq 0 ]; then
 	log "scripts/kube-up.sh's builds in the background (KUBE_UP_BUILD_ONLY=1; log /tmp/sandbox-kube-build.log)"
 	# helm after them (it shares their Go caches), off the critical path too.
-	{ KUBE_UP_BUILD_ONLY=1 KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}" &&
-		bash scripts/helm.sh "${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}"; } >/tmp/sandbox-kube-build.log 2>&1 &
+	{ KUBE_UP_BUILD_ONLY=1 KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT" &&
+		bash scripts/helm.sh "$KROOT"; } >/tmp/sandbox-kube-build.log 2>&1 &
 	kube_build=$!
 	trap 'kill "$kube_build" 2>/dev/null || true' EXIT
 fi
@@ -109,7 +110,6 @@ fi
 # one minute warm), import the images it runs, and tear it down at the end.
 kubeconfig= helm=
 if [ "${SANDBOX_KUBE:-1}" = 1 ]; then
-	KROOT=${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}
 	if [ -n "$kube_build" ]; then
 		t0=$SECONDS
 		wait "$kube_build" && log "the cluster's background builds are done (waited $((SECONDS - t0)) s)" ||
@@ -141,7 +141,7 @@ fi
 require=gvisor,browser,registry
 [ -n "$kubeconfig" ] && require=$require,kube
 [ -n "$helm" ] && require=$require,helm
-export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_KUBE_ROOT=${KROOT:-} SANDBOX_TEST_HELM=$helm SANDBOX_TEST_REQUIRE=$require
+export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_KUBE_ROOT=${kubeconfig:+$KROOT} SANDBOX_TEST_HELM=$helm SANDBOX_TEST_REQUIRE=$require
 
 log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
 go test -count=1 -timeout 60m "$@" "${pkgs[@]}"

@@ -163,10 +163,12 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		// The program could not be started (no such executable, a bad
 		// working directory): the caller's mistake, answered like a
 		// shell's 127 with the sentry's reason.
-		if w := req.Stderr; w != nil && !req.TTY {
-			fmt.Fprintf(w, "%s: %s\n", proc.Args[0], strings.ReplaceAll(err.Error(), name, "sandbox"))
-		} else if w := req.Stdout; w != nil && req.TTY {
-			fmt.Fprintf(w, "%s: %s\r\n", proc.Args[0], strings.ReplaceAll(err.Error(), name, "sandbox"))
+		w, eol := req.Stderr, "\n"
+		if req.TTY { // a terminal has one stream
+			w, eol = req.Stdout, "\r\n"
+		}
+		if w != nil {
+			fmt.Fprintf(w, "%s: %s%s", proc.Args[0], strings.ReplaceAll(err.Error(), name, "sandbox"), eol)
 		}
 		return &runtime.ExitError{Code: 127}
 	}

@@ -266,42 +266,45 @@ func (r *Runtime) Stop(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(r.bundles, name), "kill-")
-	if err != nil {
-		return fmt.Errorf("gvisor: %w", err)
-	}
-	defer os.RemoveAll(tmp)
 	proc := r.process(m, []string{"/bin/sh", "-c", killAllScript}, r.baseEnv(), "/")
 	proc.User = map[string]int{"uid": 0, "gid": 0}
 	proc.Rlimits = []rlimit{{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024}}
 	killCap := []string{"CAP_KILL"}
 	proc.Capabilities = map[string][]string{"bounding": killCap, "effective": killCap, "permitted": killCap, "inheritable": {}, "ambient": {}}
+	code, err := r.killer(ctx, m, proc)
+	switch {
+	case err != nil:
+		return err
+	case code == 3:
+		return fmt.Errorf("gvisor: %s: processes kept appearing through %d rounds of kill -9 -1", name, killRounds)
+	}
+	return nil // done, or the killer was killed: nothing of the sandbox's is left to fork
+}
+
+// killer runs Stop's killer and answers its exit code.
+func (r *Runtime) killer(ctx context.Context, m *meta, proc process) (int, error) {
+	var xe *runtime.ExitError
+	if r.channel {
+		if err := r.execChannel(ctx, m.Name, proc, runtime.ExecRequest{}); !errors.As(err, &xe) {
+			return 0, err
+		}
+		return xe.Code, nil
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(r.bundles, m.Name), "kill-")
+	if err != nil {
+		return 0, fmt.Errorf("gvisor: %w", err)
+	}
+	defer os.RemoveAll(tmp)
 	procFile := filepath.Join(tmp, "process.json")
 	if err := writeJSON(procFile, proc); err != nil {
-		return fmt.Errorf("gvisor: %w", err)
+		return 0, fmt.Errorf("gvisor: %w", err)
 	}
-	if r.channel {
-		var xe *runtime.ExitError
-		switch err := r.execChannel(ctx, name, proc, runtime.ExecRequest{}); {
-		case errors.As(err, &xe) && xe.Code == 3:
-			return fmt.Errorf("gvisor: %s: processes kept appearing through %d rounds of kill -9 -1", name, killRounds)
-		case errors.As(err, &xe):
-			return nil // the killer was killed
-		default:
-			return err
-		}
-	}
-	_, err = r.runsc(ctx, m.Flags, "exec", "--process", procFile, name)
+	_, err = r.runsc(ctx, m.Flags, "exec", "--process", procFile, m.Name)
 	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ee) && ee.ExitCode() == 3:
-		return fmt.Errorf("gvisor: %s: processes kept appearing through %d rounds of kill -9 -1", name, killRounds)
-	case errors.As(err, &ee):
-		return nil // the killer was killed: nothing of the sandbox's is left to fork
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
 	}
-	return err
+	return 0, err
 }
 
 // killRounds bounds the killer's rounds.
