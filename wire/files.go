@@ -28,3 +28,14 @@ type ReadResult struct {
 	Entries    []string `json:"entries,omitempty"`
 	Woken      bool     `json:"woken,omitempty"`
 }
+
+// FileEvent is one change under a watched directory (GET
+// /v1/sandbox/{id}/fs/watch, one per server-sent event's data): Type is
+// created, written (a burst of writes, once it settled), removed or
+// renamed (the old name; the new one is created), or overflow (changes
+// were missed: the kernel's queue overflowed, or the stream resumed);
+// Name is the path under the watched directory.
+type FileEvent struct {
+	Type string `json:"type"`
+	Name string `json:"name,omitempty"`
+}

@@ -14,6 +14,9 @@ type RunCodeRequest struct {
 	// Image starts a new session on one of the org's images (a template
 	// saved from a sandbox with its dependencies installed, say).
 	Image string `json:"image,omitempty" jsonschema:"for a new session: an image of your org's (GET /v1/images) instead of the exec class's"`
+	// Context runs the code in a code context of the session instead of
+	// a new program: its variables persist between runs.
+	Context string `json:"context,omitempty" jsonschema:"py and r only: run in this code context of the session (default: the language's default context, opened on first use), whose variables, imports and working directory persist between runs; results carries the rich results"`
 }
 
 // InputFile is a file placed in the workdir before a run: text in Data,
@@ -36,6 +39,8 @@ type RunCodeResult struct {
 	Files      []SessionFile `json:"files"`
 	TimedOut   bool          `json:"timedOut,omitempty"`
 	Stopped    bool          `json:"stopped,omitempty"`
+	// Results are a context run's rich results (a figure as image/png…).
+	Results []Result `json:"results,omitempty"`
 }
 
 // SessionFile is a file of an interpreter session.

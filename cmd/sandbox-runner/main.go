@@ -71,6 +71,8 @@ func main() {
 			os.Exit(installMain(os.Args[2:]))
 		case "stats":
 			os.Exit(statsMain())
+		case "watch":
+			os.Exit(watchMain(os.Args[2:]))
 		}
 	}
 	os.Exit(run())

@@ -77,6 +77,9 @@ type daemon struct {
 	boot string
 	mu   sync.Mutex
 	ps   map[int]*proc
+	// Code contexts (contexts.go), by id and by their driver's pid.
+	ctxs     map[string]*kctx
+	ctxByPid map[int]*kctx
 }
 
 // initMain is `sandbox-runner init [STAMP]`. It first creates the empty file STAMP: its
@@ -101,7 +104,7 @@ func initMain(args []string) int {
 	}()
 	b := make([]byte, 8)
 	rand.Read(b)
-	d := &daemon{boot: hex.EncodeToString(b), ps: map[int]*proc{}}
+	d := &daemon{boot: hex.EncodeToString(b), ps: map[int]*proc{}, ctxs: map[string]*kctx{}, ctxByPid: map[int]*kctx{}}
 	go d.reap()
 	ln, err := net.Listen("unix", procdSocket)
 	if err != nil {
@@ -145,6 +148,7 @@ func (d *daemon) reap() {
 func (d *daemon) exited(pid int, ws syscall.WaitStatus) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.ctxExited(pid)
 	p := d.ps[pid]
 	if p == nil || p.exited {
 		return
@@ -234,6 +238,12 @@ func (d *daemon) serve(c net.Conn) {
 		return
 	case "stdin":
 		enc.Encode(d.stdin(br, req))
+		return
+	case "ctxrun":
+		d.ctxRun(c, req)
+		return
+	case "ctxnew", "ctxlist", "ctxint", "ctxdel":
+		enc.Encode(d.ctxDo(req))
 		return
 	}
 	enc.Encode(d.do(req))

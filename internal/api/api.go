@@ -75,6 +75,7 @@ type Files interface {
 	Read(ctx context.Context, id, path string, max int64) (*files.ReadResult, error)
 	ReadTo(ctx context.Context, id, path string, max int64, open func(files.FileHead) (io.Writer, error)) (*files.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
+	Watch(ctx context.Context, id, path string, recursive bool, ready func(dir string) error, emit func(files.FileEvent) error) error
 }
 
 // Quotas is what the quota, usage and follower routes need (internal/usage).
@@ -151,6 +152,8 @@ type Deps struct {
 	Sessions Sessions
 	// Processes are the background process routes; nil serves none.
 	Processes Processes
+	// Contexts are the code context routes; nil serves none.
+	Contexts Contexts
 	// Volumes are the volume routes; nil serves none.
 	Volumes Volumes
 	// Stats is the stats route; nil serves none.
@@ -310,8 +313,15 @@ func (s *Server) routes() {
 			Query: []string{"path: the directory, under the workdir", "gzip: 1 to gzip the tar"}, Errors: onFiles})
 		s.handle("POST "+p+"/{id}/fs/archive", s.extract, doc{Summary: "Extract a tar (or tar.gz) under a directory, streamed; entries that leave it (absolute, '..', links out, devices) refuse the whole archive and nothing is written",
 			BodyRaw: "application/x-tar, application/gzip, application/octet-stream", Answer: typ[files.ExtractResult](), Query: []string{"path: the directory to extract under (created)"}, Errors: onFiles})
+		s.handle("GET "+p+"/{id}/fs/watch", s.watchFS, doc{Summary: "Changes under a directory as server-sent events while the stream is open (inotify in the sandbox): " +
+			"event created, written (a burst of writes, once it settled), removed or renamed, data {\"type\", \"name\"} with the path under the directory; " +
+			"overflow: changes were missed (the kernel's queue overflowed, or the stream resumed after Last-Event-ID: nothing is replayed). The first event, ready, says the watch is in place. 501 where the backend has no in-sandbox runner",
+			AnswerRaw: "text/event-stream", Query: []string{"path: the directory, under the workdir; empty is the workdir", "recursive: 1 to watch its subdirectories too"}, Errors: append(onFiles, 501)})
 		if s.Processes != nil {
 			s.processRoutes(p)
+		}
+		if s.Contexts != nil {
+			s.contextRoutes(p)
 		}
 		if s.Images != nil {
 			s.snapshotRoutes(p)

@@ -2,12 +2,16 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -274,4 +278,84 @@ func onID[Out any](f func(context.Context, string) (Out, error)) func(http.Respo
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
+}
+
+// watchFS answers a directory's changes as server-sent events until the
+// caller goes: "ready" once the watch is in place, then each change, a
+// ping comment every 15 s of quiet. Ids count the stream's events; a
+// caller resuming after one (Last-Event-ID) gets "overflow" first, since
+// what changed meanwhile is not replayed.
+func (s *Server) watchFS(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	recursive := false
+	if v := q.Get("recursive"); v != "" {
+		var err error
+		if recursive, err = strconv.ParseBool(v); err != nil {
+			return sandbox.Errorf(sandbox.KindInvalid, "recursive must be 1 or 0")
+		}
+	}
+	var seq int64
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		n, err := strconv.ParseInt(last, 10, 64)
+		if err != nil || n < 0 {
+			return sandbox.Errorf(sandbox.KindInvalid, "Last-Event-ID must be an id from this stream")
+		}
+		seq = n
+	}
+	resumed := seq > 0
+	rc := http.NewResponseController(w)
+	var mu sync.Mutex
+	send := func(event string, data any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seq++
+		b, _ := json.Marshal(data)
+		rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", seq, event, b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	done := make(chan struct{})
+	defer close(done)
+	started := false
+	err := s.Files.Watch(r.Context(), r.PathValue("id"), q.Get("path"), recursive, func(dir string) error {
+		started = true
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "retry: 1000\n\n")
+		go func() {
+			t := time.NewTicker(15 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					mu.Lock()
+					rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+					io.WriteString(w, ": ping\n\n")
+					rc.Flush()
+					mu.Unlock()
+				}
+			}
+		}()
+		if err := send("ready", files.FileEvent{Type: "ready", Name: dir}); err != nil {
+			return err
+		}
+		if resumed {
+			return send("overflow", files.FileEvent{Type: "overflow"})
+		}
+		return nil
+	}, func(ev files.FileEvent) error { return send(ev.Type, ev) })
+	if started {
+		if err != nil {
+			s.log.Warn("a file watch ended", "sandbox", r.PathValue("id"), "err", err)
+		}
+		return nil // the stream has begun: its end is the answer
+	}
+	return err
 }

@@ -66,6 +66,10 @@ func TestLayering(t *testing.T) {
 		{"internal/ops", backends, false},
 		{"internal/catalog", backends, false},
 		{"internal/processes", append([]string{"internal/api"}, backends...), false},
+		// The code contexts reach kernels only through the processes'
+		// daemon seam: no store, API or backend.
+		{"internal/contexts", append([]string{"internal/api", "internal/processes"}, backends...), false},
+		{"internal/contexts", []string{"internal/store"}, true},
 		{"internal/files", append([]string{"internal/store", "internal/api"}, backends...), true},
 		{"internal/preview", append([]string{"internal/service", "internal/store"}, backends...), false},
 		{"internal/catalog", []string{"internal/api", "internal/server"}, false},

@@ -410,6 +410,9 @@ type Files struct {
 	// execTimeout bounds each file operation; maxExecTimeout an archive's
 	// (the service's --exec-timeout and --max-exec-timeout).
 	execTimeout, maxExecTimeout time.Duration
+	// runner watches directories (watch.go); nil: no watch.
+	runner  runtime.Runner
+	backend string
 }
 
 // New is the files of sb's sandboxes; zero timeouts take the service's

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -364,7 +365,10 @@ func mmdebstrap(ctx context.Context, r Recipe, target string, w io.Writer) error
 	if pkgs := r.uniquePackages(); len(pkgs) > 0 {
 		args = append(args, "--include="+strings.Join(pkgs, ","))
 	}
-	for _, h := range customizeHooks {
+	for _, x := range r.Exclude {
+		args = append(args, "--dpkgopt=path-exclude="+x)
+	}
+	for _, h := range append(slices.Clone(customizeHooks), r.Trim...) {
 		args = append(args, "--customize-hook="+h)
 	}
 	args = append(args, r.Suite, target)

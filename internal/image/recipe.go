@@ -44,6 +44,14 @@ type Recipe struct {
 	Mirrors []string // apt sources, one-line format ("deb URL SUITE COMPONENTS")
 	// Packages installed on top of the variant (recommends are not installed).
 	Packages []string
+	// Exclude are dpkg path-exclude patterns: files of the packages that
+	// are never unpacked (headers and static libraries a dependency drags
+	// in, translations), to keep an image under its size bound.
+	Exclude []string
+	// Trim are customisation hooks of this image alone (as
+	// customizeHooks, run after them): what cannot be kept from being
+	// unpacked, because a package's setup reads it, is removed after.
+	Trim []string
 	// Commands must resolve to an executable inside the built rootfs
 	// (absolute paths inside the image); a build missing one is not published.
 	// They check the result and are not part of the hash.
@@ -102,6 +110,26 @@ var (
 		// installs), venv, npm, cargo, curl, git.
 		"python3-pip", "python3-venv", "npm", "cargo", "curl", "git",
 	}
+	// The exec image's data stack and Jupyter kernels: code contexts run
+	// on them (python3 on ipykernel, r on IRkernel), and a figure or a
+	// frame comes back as PNG or HTML.
+	execData = []string{
+		"python3-ipykernel", "python3-jupyter-client", "r-cran-irkernel",
+		"python3-numpy", "python3-pandas", "python3-matplotlib", "python3-scipy",
+	}
+	// What the data stack drags in and nobody runs: SciPy's build-time
+	// Pythran pulls Boost's headers and OpenBLAS's static library (one
+	// 160 MB, the other 56 MB); translations. Manuals stay (OpenJDK's
+	// setup fails without their directories), and so do the copyright
+	// files.
+	execExclude = []string{
+		"/usr/include/boost/*", "/usr/lib/x86_64-linux-gnu/openblas-pthread/*.a",
+		"/usr/share/locale/*", "/usr/share/doc/*/changelog*", "/usr/share/doc/*/examples/*",
+	}
+	// The Python packages' own test suites (150 MB, never imported) are
+	// removed after the install: their setup byte-compiles them, so they
+	// cannot be excluded.
+	execTrim     = []string{`d="$1/usr/lib/python3/dist-packages"; [ ! -d "$d" ] || find "$d" -depth -type d -name tests -prune -exec rm -rf {} +`}
 	devExtra     = []string{"tmux", "zsh", "make", "openssh-client", "vim-tiny"}
 	desktopExtra = []string{"xvfb", "openbox", "xterm", "x11vnc", "socat"}
 
@@ -133,8 +161,9 @@ func RecipeFor(name string) (Recipe, error) {
 	}
 	switch name {
 	case Exec:
-		r.Packages = join(execPackages)
+		r.Packages = join(execPackages, execData)
 		r.Commands = join(execCommands)
+		r.Exclude, r.Trim = execExclude, execTrim
 	case Dev:
 		r.Packages = join(execPackages, devExtra)
 		r.Commands = join(execCommands, devCommands)
@@ -173,7 +202,9 @@ func (r Recipe) Hash() string {
 		Mirrors  []string `json:"mirrors"`
 		Packages []string `json:"packages"`
 		Hooks    []string `json:"hooks"`
-	}{recipeFormat, r.Name, r.Suite, r.Variant, r.Arch, r.Mirrors, pkgs, customizeHooks})
+		Exclude  []string `json:"exclude,omitempty"`
+		Trim     []string `json:"trim,omitempty"`
+	}{recipeFormat, r.Name, r.Suite, r.Variant, r.Arch, r.Mirrors, pkgs, customizeHooks, r.Exclude, r.Trim})
 	if err != nil { // cannot happen: strings only
 		panic(err)
 	}

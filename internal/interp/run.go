@@ -30,13 +30,29 @@ type Sandboxes interface {
 
 var _ Sandboxes = files.Joined{}
 
+// Contexts run code in a session's code contexts (internal/contexts).
+type Contexts interface {
+	Run(ctx context.Context, id, ctxID string, req wire.ContextRunRequest, emit func(wire.ContextEvent) error) (*wire.Execution, error)
+}
+
 // Interpreter runs programs of the 13 languages in sessions.
 type Interpreter struct {
 	sb       Sandboxes
 	timeouts service.Timeouts
 	runner   runtime.Runner
+	contexts Contexts // nil: no run takes a context
 	log      *slog.Logger
 }
+
+// WithContexts lets a run take a code context (Request.Context).
+func (it *Interpreter) WithContexts(c Contexts) *Interpreter {
+	it.contexts = c
+	return it
+}
+
+// contextLanguages are the interpreter's languages a code context runs,
+// by the context language they are.
+var contextLanguages = map[string]string{"py": "python", "r": "r"}
 
 // New returns the interpreter over sb; t bounds a run as it bounds an exec
 // (the service's configuration). runner is the backend's in-sandbox
@@ -88,6 +104,17 @@ func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if req.Context != "" {
+		if it.contexts == nil {
+			return nil, sandbox.Errorf(sandbox.KindUnsupported, "this server's backend has no code contexts")
+		}
+		if contextLanguages[lang.Name] == "" {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "a code context runs py or r, not %s", lang.Name)
+		}
+		if len(req.Args) > 0 {
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "a run in a code context takes no args")
+		}
+	}
 	inputs, err := decodeInputs(req.Files)
 	if err != nil {
 		return nil, err
@@ -127,6 +154,9 @@ func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs [
 		if _, err := it.sb.Write(ctx, res.SessionID, f.path, strings.NewReader(f.data), int64(len(f.data))); err != nil {
 			return nil, err
 		}
+	}
+	if req.Context != "" {
+		return it.inContext(ctx, lang, req, timeout, res)
 	}
 	nonce, dir := Nonce(), RunDir()
 	stdout, stderr := service.NewOutput(service.OutputCap), service.NewOutput(service.OutputCap)
@@ -240,4 +270,39 @@ func (it *Interpreter) listFiles(ctx context.Context, id, script string) ([]File
 // shellQuote quotes s for sh.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// inContext runs req.Code in a code context of session res.SessionID
+// ("default": the language's default context) and answers it as a run:
+// the output, then the last expression's value as text; an error's
+// traceback on stderr and exit code 1; the rich results beside.
+func (it *Interpreter) inContext(ctx context.Context, lang Lang, req Request, timeout time.Duration, res *Result) (*Result, error) {
+	ctxID := req.Context
+	if ctxID == "default" {
+		ctxID = contextLanguages[lang.Name]
+	}
+	ex, err := it.contexts.Run(ctx, res.SessionID, ctxID, wire.ContextRunRequest{Code: req.Code, TimeoutSec: int(timeout.Seconds())}, nil)
+	if err != nil {
+		return nil, err
+	}
+	stdout := strings.Join(ex.Logs.Stdout, "")
+	for _, r := range ex.Results {
+		if t, ok := r.Data["text/plain"].(string); ok && r.IsMainResult {
+			stdout += t + "\n"
+		}
+	}
+	stderr := strings.Join(ex.Logs.Stderr, "")
+	if ex.Error != nil {
+		res.ExitCode = 1
+		stderr += strings.Join(ex.Error.Traceback, "\n")
+		if len(ex.Error.Traceback) == 0 {
+			stderr += ex.Error.Name + ": " + ex.Error.Value
+		}
+		stderr += "\n"
+	}
+	res.Stdout, res.Stderr, res.TimedOut, res.Results, res.Files = stdout, stderr, ex.TimedOut, ex.Results, []File{}
+	if ex.TimedOut {
+		res.ExitCode = 124
+	}
+	return res, nil
 }

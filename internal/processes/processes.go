@@ -830,3 +830,41 @@ func (s *Processes) viaRelay(sb *sandbox.Sandbox) func(context.Context, string, 
 func (s *Processes) narration(ctx context.Context, session string, secrets []string) *narrate.Command {
 	return narrate.ForCaller(ctx, s.narr, session, secrets, service.OutputCap)
 }
+
+// Daemon sends one request to sandbox id's process daemon and answers its
+// answer: the seam the code contexts (internal/contexts) reach their
+// kernels through. A refusal of the daemon is the caller's error.
+func (s *Processes) Daemon(ctx context.Context, id string, req procwire.Request) (*procwire.Answer, error) {
+	if _, err := s.processes(); err != nil {
+		return nil, err
+	}
+	sb, work, done, err := s.sb.Use(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return s.ask(ctx, work, sb, req, nil)
+}
+
+// DaemonStream sends req to sandbox id's daemon and copies what it
+// answers to out, for a request answered by a stream (a context's run).
+// The stream is the caller's code running: the sandbox is in use, and
+// keeps its API socket, until it ends; limit bounds it (zero: the caller's
+// context only).
+func (s *Processes) DaemonStream(ctx context.Context, id string, req procwire.Request, limit time.Duration, out io.Writer) error {
+	if _, err := s.processes(); err != nil {
+		return err
+	}
+	sb, work, done, err := s.sb.Use(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return s.call(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
+		o, err := s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Metric: "context", Exec: s.viaRelay(sb), Code: true, Timeout: limit})
+		if err == nil && o.TimedOut {
+			return o, sandbox.Errorf(sandbox.KindTimeout, "the run did not end %s after it began, though its kernel was interrupted", limit)
+		}
+		return o, err
+	}, req, nil, out)
+}

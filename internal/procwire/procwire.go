@@ -2,12 +2,14 @@
 // daemon inside a gVisor sandbox (cmd/sandbox-runner init, reached over
 // the exec channel through `sandbox-runner proc`): one JSON request, then
 // one JSON answer or, for output, a stream of frames. Both ends use these
-// types, so they cannot drift apart. It imports nothing: the runner is a
-// static binary of its own.
+// types, so they cannot drift apart. It imports nothing of the module's:
+// the runner is a static binary of its own.
 //
 // The daemon runs where hostile code runs; the server reads what it says
 // as untrusted input (processes.ReadFrames, bounded and fuzzed).
 package procwire
+
+import "encoding/json"
 
 // Request is one call to the daemon.
 type Request struct {
@@ -25,6 +27,40 @@ type Request struct {
 	Follow     bool     `json:"follow,omitempty"`
 	EOF        bool     `json:"eof,omitempty"`
 	Signal     int      `json:"signal,omitempty"`
+	// Code contexts (ops ctxnew, ctxlist, ctxrun, ctxint, ctxdel): the
+	// context's id, its kernel (a Jupyter kernelspec name) and the code
+	// of a run.
+	Ctx    string `json:"ctx,omitempty"`
+	Kernel string `json:"kernel,omitempty"`
+	Code   string `json:"code,omitempty"`
+}
+
+// Context is a code context the daemon holds: a Jupyter kernel and the
+// driver that speaks to it (cmd/sandbox-runner/contexts.go).
+type Context struct {
+	ID      string `json:"id"`
+	Kernel  string `json:"kernel"`
+	Dir     string `json:"dir"`
+	Started int64  `json:"started"` // Unix ms
+	Busy    bool   `json:"busy,omitempty"`
+}
+
+// Event is one line of a context run's stream (op ctxrun), as the driver
+// writes it: "stdout"/"stderr" with Text, "result" with Data (a MIME
+// bundle) and IsMain, "error" with Name, Value and Traceback, and last
+// "end" with Count (the execution count) and TimedOut. A line with only
+// Error is a refusal instead of a stream.
+type Event struct {
+	Type      string                     `json:"type,omitempty"`
+	Text      string                     `json:"text,omitempty"`
+	Data      map[string]json.RawMessage `json:"data,omitempty"`
+	IsMain    bool                       `json:"isMainResult,omitempty"`
+	Name      string                     `json:"name,omitempty"`
+	Value     string                     `json:"value,omitempty"`
+	Traceback []string                   `json:"traceback,omitempty"`
+	Count     int                        `json:"executionCount,omitempty"`
+	TimedOut  bool                       `json:"timedOut,omitempty"`
+	Error     string                     `json:"error,omitempty"`
 }
 
 // Record is what the daemon says of a process (the server's
@@ -47,11 +83,13 @@ type Record struct {
 // Answer is the daemon's answer to a request that is not a stream. Boot
 // names the daemon's life: a sandbox started again has another.
 type Answer struct {
-	Boot      string    `json:"boot,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	Process   *Record   `json:"process,omitempty"`
-	Processes []*Record `json:"processes,omitempty"`
-	Written   int64     `json:"written,omitempty"`
+	Boot      string     `json:"boot,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	Process   *Record    `json:"process,omitempty"`
+	Processes []*Record  `json:"processes,omitempty"`
+	Written   int64      `json:"written,omitempty"`
+	Context   *Context   `json:"context,omitempty"`
+	Contexts  []*Context `json:"contexts,omitempty"`
 }
 
 // Frame heads one piece of an output stream; N bytes of data follow a

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/api"
 	"github.com/sandboxd/sandbox/internal/catalog"
+	"github.com/sandboxd/sandbox/internal/contexts"
 	"github.com/sandboxd/sandbox/internal/credential"
 	"github.com/sandboxd/sandbox/internal/files"
 	"github.com/sandboxd/sandbox/internal/host"
@@ -254,7 +255,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		relays = pool.New(b.rt, caps.Runner, svc)
 	}
 	previews := preview.NewPreviews(svc, preview.Relay{Pool: relays, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
-	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout))
+	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout).WithRunner(caps.Runner, sandbox.RuntimeGVisor))
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.
 	it := interp.New(fs, cfg.Service.Timeouts(), caps.Runner, log)
@@ -262,6 +263,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	images := catalog.New(cfg.Catalog, fs, report, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log)
 	procs := processes.New(svc, st, b.rt, caps.Runner, relays, sandbox.RuntimeGVisor, sessions, log)
 	svc.SetProcesses(procs)
+	ctxs := contexts.New(procs, svc)
+	it.WithContexts(ctxs)
 	if relays != nil {
 		// A background process may call from inside too: its sandbox's
 		// relay outlives the linger while one runs.
@@ -271,7 +274,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Volumes: vols, Files: fs.Files, Processes: procs, Images: images, Ports: previews, Quotas: report, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
+		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Volumes: vols, Files: fs.Files, Processes: procs, Contexts: ctxs, Images: images, Ports: previews, Quotas: report, Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
 		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(caps.Names()),
 	}, log, cfg.API)

@@ -192,6 +192,8 @@ export class Sandbox {
     list(path?: string): Promise<string[]>;
     archive(path?: string, opts?: { gzip?: boolean }): Promise<Uint8Array>;
     extract(path: string, data: Uint8Array): Promise<{ path: string; entries: number; bytes: number }>;
+    /** Watch a directory: onEvent gets each change until stop(); resolves once the watch is in place. */
+    watchDir(path: string, onEvent: (e: FilesystemEvent) => void, opts?: { recursive?: boolean }): Promise<{ stop(): void }>;
   };
   pty: { create(opts?: { session?: string }): Promise<Pty> };
   /** The typed ops (the MCP tools' HTTP door). */
@@ -221,6 +223,18 @@ export class Sandbox {
   setNetwork(policy: NetworkPolicy): Promise<void>;
   /** The host-form URL of port's preview with a link token a browser can open. */
   getHost(port: number, opts?: { timeoutSec?: number }): Promise<string>;
+  /** Open a code context: a Jupyter kernel (python or r) that keeps its state between runs. */
+  createCodeContext(opts?: { language?: "python" | "py" | "r"; cwd?: string; envs?: Record<string, string> }): Promise<CodeContext>;
+  listCodeContexts(): Promise<CodeContext[]>;
+  removeCodeContext(context: CodeContext | string): Promise<void>;
+  /** Interrupt the context's run; its state stays. */
+  interruptCodeContext(context: CodeContext | string): Promise<void>;
+  /** Run code in a context (or the language's default one, python unless said). */
+  runCode(code: string, opts?: {
+    context?: CodeContext | string; language?: string; timeoutSec?: number;
+    onStdout?: (text: string) => void; onStderr?: (text: string) => void;
+    onResult?: (r: Result) => void; onError?: (e: ExecutionError) => void;
+  }): Promise<Execution>;
   stats(): Promise<{ id: string; cpuSeconds?: number; memoryBytes?: number; processes?: number; unavailable?: string; disk: { path: string; usedBytes: number; sizeBytes: number }[] }>;
   /** Append a note (an event of kind "note") to a session's live log in the org. */
   narrate(session: string, text: string): Promise<void>;
@@ -255,3 +269,39 @@ export function pullImage(name: string, ref: string, opts?: ClientOptions & { us
 export function images(opts?: ClientOptions): Promise<ImageInfo[]>;
 /** Delete one of the org's images (a 409 while a live sandbox runs it). */
 export function deleteImage(name: string, opts?: ClientOptions): Promise<ImageInfo>;
+
+/** A code context: a Jupyter kernel in the sandbox. */
+export interface CodeContext {
+  id: string;
+  language: string;
+  cwd: string;
+  createdAt: number;
+  busy?: boolean;
+}
+
+/** One rich result: a MIME bundle (image/png and image/jpeg as base64). */
+export interface Result {
+  data: { "text/plain"?: string; "text/html"?: string; "text/markdown"?: string; "text/latex"?: string; "image/png"?: string; "image/jpeg"?: string; "image/svg+xml"?: string; "application/json"?: unknown; [mime: string]: unknown };
+  isMainResult?: boolean;
+}
+
+export interface ExecutionError {
+  name: string;
+  value: string;
+  traceback: string[];
+}
+
+/** A run in a code context. */
+export interface Execution {
+  results: Result[];
+  logs: { stdout: string[]; stderr: string[] };
+  error?: ExecutionError;
+  executionCount?: number;
+  timedOut?: boolean;
+}
+
+/** A change under a watched directory. */
+export interface FilesystemEvent {
+  type: "created" | "written" | "removed" | "renamed" | "overflow";
+  name: string;
+}

@@ -121,6 +121,39 @@ class Files {
     this.sbx = sbx;
   }
 
+  /**
+   * Watch a directory: ``onEvent`` gets each change ({type: created|written|removed|renamed|overflow, name})
+   * as the sandbox makes it, until ``stop()``. Resolves once the watch is in place.
+   */
+  async watchDir(path, onEvent, { recursive = false } = {}) {
+    const ac = new AbortController();
+    const res = await this.sbx.http.request("GET", `/v1/sandbox/${this.sbx.id}/fs/watch`, {
+      query: { path, recursive: recursive ? "1" : undefined }, headers: { accept: "text/event-stream" }, signal: ac.signal });
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    let ready;
+    const isReady = new Promise((resolve, reject) => { ready = { resolve, reject }; });
+    const pump = (async () => {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buf += decoder.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, i);
+          buf = buf.slice(i + 1);
+          if (!line.startsWith("data: ")) continue;
+          const ev = JSON.parse(line.slice(6));
+          if (ev.type === "ready") ready.resolve();
+          else onEvent(ev);
+        }
+      }
+    })().catch((e) => { if (!ac.signal.aborted) ready.reject(e); });
+    await Promise.race([isReady, pump.then(() => { throw new SandboxError(502, "the watch ended before it was in place"); })]);
+    return { stop: () => ac.abort() };
+  }
+
   /** The file's bytes. */
   async read(path) {
     const res = await this.sbx.http.request("GET", `/v1/sandbox/${this.sbx.id}/fs`, { query: { path } });
@@ -376,6 +409,82 @@ export class Sandbox {
   async getHost(port, { timeoutSec } = {}) {
     const body = timeoutSec ? { ttlSec: timeoutSec } : {};
     return (await this.http.json("POST", `/v1/sandbox/${this.id}/ports/${Number(port)}/link`, { json: body })).url;
+  }
+
+  /**
+   * Open a code context: a Jupyter kernel (python or r) whose variables, imports and working directory
+   * persist between runs; its kernel is ready when this resolves.
+   */
+  async createCodeContext({ language = "python", cwd, envs } = {}) {
+    const body = { language };
+    if (cwd) body.cwd = cwd;
+    if (envs) body.env = envs;
+    return this.http.json("POST", `/v1/sandbox/${this.id}/contexts`, { json: body });
+  }
+
+  /** The sandbox's code contexts, oldest first. */
+  async listCodeContexts() {
+    return (await this.http.json("GET", `/v1/sandbox/${this.id}/contexts`)).contexts;
+  }
+
+  /** End a code context and its kernel. */
+  async removeCodeContext(context) {
+    await this.http.json("DELETE", `/v1/sandbox/${this.id}/contexts/${encodeURIComponent(context.id ?? context)}`);
+  }
+
+  /** Interrupt the context's run; its state stays. */
+  async interruptCodeContext(context) {
+    await this.http.json("POST", `/v1/sandbox/${this.id}/contexts/${encodeURIComponent(context.id ?? context)}/interrupt`);
+  }
+
+  /**
+   * Run code in ``context``, or in ``language``'s default context (python unless said; opened on first use):
+   * its results (a MIME bundle each, isMainResult for the last expression's value), logs and error. Past
+   * ``timeoutSec`` the kernel is interrupted and the state kept. With a callback the run streams.
+   */
+  async runCode(code, { context, language, timeoutSec, onStdout, onStderr, onResult, onError } = {}) {
+    const ctx = context?.id ?? context ?? (language ?? "python").toLowerCase();
+    const path = `/v1/sandbox/${this.id}/contexts/${encodeURIComponent(ctx)}/run`;
+    const body = { code };
+    if (timeoutSec) body.timeoutSec = timeoutSec;
+    if (!(onStdout || onStderr || onResult || onError)) return this.http.json("POST", path, { json: body });
+    const res = await this.http.request("POST", path, { json: body, headers: { accept: "application/x-ndjson" } });
+    const ex = { results: [], logs: { stdout: [], stderr: [] } };
+    const decoder = new TextDecoder();
+    let buf = "";
+    for await (const chunk of res.body) {
+      buf += decoder.decode(chunk, { stream: true });
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const ev = JSON.parse(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+        switch (ev.type) {
+          case "stdout":
+            ex.logs.stdout.push(ev.text);
+            onStdout?.(ev.text);
+            break;
+          case "stderr":
+            ex.logs.stderr.push(ev.text);
+            onStderr?.(ev.text);
+            break;
+          case "result": {
+            const r = { data: ev.data, isMainResult: ev.isMainResult ?? false };
+            ex.results.push(r);
+            onResult?.(r);
+            break;
+          }
+          case "error":
+            ex.error = ev.error;
+            onError?.(ev.error);
+            break;
+          case "end":
+            ex.executionCount = ev.executionCount;
+            ex.timedOut = ev.timedOut ?? false;
+            return ex;
+        }
+      }
+    }
+    throw new SandboxError(502, "the run's stream ended before its end");
   }
 
   /** Replace the sandbox's metadata ({} clears it). */

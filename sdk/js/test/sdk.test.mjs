@@ -237,3 +237,44 @@ test("a preview's host", async () => {
     await sbx.kill();
   }
 });
+
+test("code contexts", async () => {
+  const sbx = await Sandbox.create({ timeoutSec: 300 });
+  try {
+    const ctx = await sbx.createCodeContext({ language: "python" });
+    assert.equal(ctx.language, "python");
+    await sbx.runCode("x = 40", { context: ctx });
+    const seen = [];
+    const ex = await sbx.runCode("print('hi'); x + 2", { context: ctx, onStdout: (t) => seen.push(t) });
+    assert.deepEqual(seen, ["hi\n"]);
+    assert.equal(ex.results.find((r) => r.isMainResult).data["text/plain"], "42");
+    const plot = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()", { context: ctx });
+    assert.ok(plot.results.some((r) => (r.data["image/png"] ?? "").startsWith("iVBOR")));
+    const err = await sbx.runCode("1/0", { context: ctx });
+    assert.equal(err.error.name, "ZeroDivisionError");
+    const other = await sbx.runCode("x", { language: "python" });
+    assert.equal(other.error.name, "NameError");
+    assert.deepEqual((await sbx.listCodeContexts()).map((c) => c.id), [ctx.id, "python"]);
+    await sbx.removeCodeContext(ctx);
+    await assert.rejects(sbx.runCode("x", { context: ctx }), (e) => e instanceof SandboxError && e.status === 404);
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("a file watch", async () => {
+  const sbx = await Sandbox.create({ timeoutSec: 300 });
+  try {
+    await sbx.commands.run("mkdir -p build");
+    const seen = [];
+    let got;
+    const written = new Promise((resolve) => { got = resolve; });
+    const w = await sbx.files.watchDir("build", (e) => { seen.push(`${e.type} ${e.name}`); if (e.type === "written") got(); });
+    await sbx.commands.run("echo done > build/out.txt");
+    await written;
+    w.stop();
+    assert.deepEqual(seen, ["created out.txt", "written out.txt"]);
+  } finally {
+    await sbx.kill();
+  }
+});

@@ -11,12 +11,14 @@ filesystem and a lease that ends it. ``Sandbox`` is the synchronous client,
 """
 
 from ._errors import NotFoundError, SandboxError
+from ._models import CodeContext, Execution, ExecutionError, FilesystemEvent, Result
 from ._models import CommandResult, Event, ImageInfo, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo
 from ._sync import Pty, Sandbox, delete_image, images, pull_image, run_code
 from ._async import AsyncPty, AsyncSandbox, async_delete_image, async_images, async_pull_image, async_run_code
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Pty", "AsyncPty", "SandboxError", "NotFoundError",
+    "CodeContext", "Execution", "ExecutionError", "FilesystemEvent", "Result",
     "CommandResult", "RunCodeResult", "SandboxInfo", "Event", "ProcessInfo", "ProcessEvent", "ImageInfo", "run_code", "async_run_code",
     "pull_image", "images", "delete_image", "async_pull_image", "async_images", "async_delete_image",
 ]

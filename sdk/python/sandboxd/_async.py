@@ -12,6 +12,7 @@ import websockets
 
 from ._transport import async_transport
 from ._errors import SandboxError, refusal, should_retry
+from ._models import (CodeContext, Execution, context_body, context_id)
 from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
                       exec_body, fork_body, lease_body, network_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 from ._sync import STREAM_TRIES, _config
@@ -216,6 +217,39 @@ class AsyncSandbox:
         """The preview's host-form URL with a link token (``Sandbox.get_host``)."""
         body = {"ttlSec": int(timeout)} if timeout else {}
         return (await self._http.json("POST", f"/v1/sandbox/{self.id}/ports/{int(port)}/link", json=body))["url"]
+
+    async def create_code_context(self, language: str = "python", *, cwd: Optional[str] = None,
+                                  envs: Optional[Dict[str, str]] = None) -> CodeContext:
+        """Open a code context (``Sandbox.create_code_context``)."""
+        return CodeContext.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/contexts", json=context_body(language, cwd, envs)))
+
+    async def list_code_contexts(self) -> List[CodeContext]:
+        return [CodeContext.of(d) for d in (await self._http.json("GET", f"/v1/sandbox/{self.id}/contexts"))["contexts"]]
+
+    async def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        await self._http.json("DELETE", f"/v1/sandbox/{self.id}/contexts/{urllib.parse.quote(context_id(context, None), safe='')}")
+
+    async def interrupt_code_context(self, context: Union[CodeContext, str]) -> None:
+        await self._http.json("POST", f"/v1/sandbox/{self.id}/contexts/{urllib.parse.quote(context_id(context, None), safe='')}/interrupt")
+
+    async def run_code(self, code: str, *, context: Union[CodeContext, str, None] = None, language: Optional[str] = None,
+                       timeout: Optional[float] = None, on_stdout=None, on_stderr=None, on_result=None, on_error=None) -> Execution:
+        """Run code in a context (``Sandbox.run_code``)."""
+        path = f"/v1/sandbox/{self.id}/contexts/{urllib.parse.quote(context_id(context, language), safe='')}/run"
+        body: Dict[str, Any] = {"code": code}
+        if timeout:
+            body["timeoutSec"] = max(1, int(timeout))
+        if not (on_stdout or on_stderr or on_result or on_error):
+            return Execution.of(await self._http.json("POST", path, json=body))
+        ex = Execution()
+        async with self._http.client.stream("POST", path, json=body, headers={"Accept": "application/x-ndjson"}, timeout=None) as res:
+            if res.status_code >= 400:
+                await res.aread()
+                raise refusal(res)
+            async for line in res.aiter_lines():
+                if line and ex.add(json.loads(line), on_stdout, on_stderr, on_result, on_error):
+                    return ex
+        raise SandboxError(502, "the run's stream ended before its end")
 
     async def set_timeout(self, timeout: float) -> None:
         self.info = SandboxInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/renew", json={"ttlSec": int(timeout)}))

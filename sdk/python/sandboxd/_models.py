@@ -310,3 +310,138 @@ def parse_sse(lines):
         if line.startswith("data: "):
             d = json.loads(line[6:])
             yield Event(d["seq"], d["kind"], d["text"], d["at"])
+
+
+@dataclass
+class CodeContext:
+    """A code context: a Jupyter kernel that keeps its state between runs."""
+
+    id: str
+    language: str
+    cwd: str
+    created_at: int = 0
+    busy: bool = False
+
+    @classmethod
+    def of(cls, d: Dict[str, Any]) -> "CodeContext":
+        return cls(d["id"], d["language"], d["cwd"], d.get("createdAt", 0), d.get("busy", False))
+
+
+@dataclass
+class Result:
+    """One rich result of a run (E2B's names): each format the kernel gave,
+    ``png``/``jpeg`` as base64; ``is_main_result`` for the last expression's value."""
+
+    raw: Dict[str, Any] = field(default_factory=dict)
+    is_main_result: bool = False
+
+    text = property(lambda self: self.raw.get("text/plain"))
+    html = property(lambda self: self.raw.get("text/html"))
+    markdown = property(lambda self: self.raw.get("text/markdown"))
+    latex = property(lambda self: self.raw.get("text/latex"))
+    png = property(lambda self: self.raw.get("image/png"))
+    jpeg = property(lambda self: self.raw.get("image/jpeg"))
+    svg = property(lambda self: self.raw.get("image/svg+xml"))
+    json = property(lambda self: self.raw.get("application/json"))
+    javascript = property(lambda self: self.raw.get("application/javascript"))
+
+    def formats(self) -> List[str]:
+        return list(self.raw)
+
+    @classmethod
+    def of(cls, d: Dict[str, Any]) -> "Result":
+        return cls(d.get("data") or {}, d.get("isMainResult", False))
+
+
+@dataclass
+class ExecutionError:
+    """A run's error: its exception's name, value and traceback."""
+
+    name: str
+    value: str
+    traceback: List[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, d: Dict[str, Any]) -> "ExecutionError":
+        return cls(d.get("name", ""), d.get("value", ""), d.get("traceback") or [])
+
+
+@dataclass
+class Logs:
+    stdout: List[str] = field(default_factory=list)
+    stderr: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Execution:
+    """A run in a code context: its results, its output as it came, and its error (None when it ran through)."""
+
+    results: List[Result] = field(default_factory=list)
+    logs: Logs = field(default_factory=Logs)
+    error: Optional[ExecutionError] = None
+    execution_count: Optional[int] = None
+    timed_out: bool = False
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text of the main result (the last expression's value), if any."""
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None
+
+    @classmethod
+    def of(cls, d: Dict[str, Any]) -> "Execution":
+        logs = d.get("logs") or {}
+        return cls([Result.of(r) for r in d.get("results") or []], Logs(logs.get("stdout") or [], logs.get("stderr") or []),
+                   ExecutionError.of(d["error"]) if d.get("error") else None, d.get("executionCount"), d.get("timedOut", False))
+
+    def add(self, ev: Dict[str, Any], on_stdout=None, on_stderr=None, on_result=None, on_error=None) -> bool:
+        """Fold one streamed event in (calling its callback); True at the end."""
+        t = ev.get("type")
+        if t == "stdout":
+            self.logs.stdout.append(ev.get("text", ""))
+            if on_stdout:
+                on_stdout(ev.get("text", ""))
+        elif t == "stderr":
+            self.logs.stderr.append(ev.get("text", ""))
+            if on_stderr:
+                on_stderr(ev.get("text", ""))
+        elif t == "result":
+            r = Result.of(ev)
+            self.results.append(r)
+            if on_result:
+                on_result(r)
+        elif t == "error":
+            self.error = ExecutionError.of(ev.get("error") or {})
+            if on_error:
+                on_error(self.error)
+        elif t == "end":
+            self.execution_count, self.timed_out = ev.get("executionCount"), ev.get("timedOut", False)
+            return True
+        return False
+
+
+def context_body(language: str, cwd: Optional[str], envs: Optional[Dict[str, str]]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"language": language}
+    if cwd:
+        body["cwd"] = cwd
+    if envs:
+        body["env"] = envs
+    return body
+
+
+def context_id(context: Any, language: Optional[str]) -> str:
+    """The context a run goes to: a context (or its id), else the language's default one."""
+    if context is not None:
+        return context.id if isinstance(context, CodeContext) else str(context)
+    return (language or "python").lower()
+
+
+@dataclass
+class FilesystemEvent:
+    """A change under a watched directory: ``type`` is created, written, removed, renamed, or overflow
+    (changes were missed); ``name`` the path under the directory."""
+
+    type: str
+    name: str = ""

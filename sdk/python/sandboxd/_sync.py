@@ -13,6 +13,7 @@ import httpx
 
 from ._transport import sync_transport
 from ._errors import SandboxError, refusal, should_retry
+from ._models import (CodeContext, Execution, FilesystemEvent, context_body, context_id)
 from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
                       exec_body, fork_body, lease_body, network_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 
@@ -110,6 +111,49 @@ class Commands:
         raise SandboxError(502, "the exec stream ended before the exit")
 
 
+class WatchHandle:
+    """An open watch (``files.watch_dir``): an iterator of FilesystemEvent, and a context manager."""
+
+    def __init__(self, sbx: "Sandbox", path: str, recursive: bool):
+        import json as _json
+
+        params = {"path": path}
+        if recursive:
+            params["recursive"] = "1"
+        self._cm = sbx._http.client.stream("GET", f"/v1/sandbox/{sbx.id}/fs/watch", params=params, timeout=None,
+                                           headers={"Accept": "text/event-stream"})
+        self._res = self._cm.__enter__()
+        if self._res.status_code >= 400:
+            self._res.read()
+            err = refusal(self._res)
+            self.close()
+            raise err
+        self._lines = self._res.iter_lines()
+        self._json = _json
+        for ev in self:  # the first event says the watch is in place
+            if ev.type == "ready":
+                break
+
+    def __iter__(self) -> Iterator[FilesystemEvent]:
+        return self
+
+    def __next__(self) -> FilesystemEvent:
+        for line in self._lines:
+            if line.startswith("data: "):
+                d = self._json.loads(line[6:])
+                return FilesystemEvent(d.get("type", ""), d.get("name", ""))
+        raise StopIteration
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+
+    def __enter__(self) -> "WatchHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Files:
     """``sbx.files``: whole files, binary-safe, and directory listings."""
 
@@ -136,6 +180,11 @@ class Files:
         if res.headers.get("X-Sandbox-Kind") != "directory":
             raise SandboxError(400, f"{path} is a file, not a directory")
         return [e for e in res.text.split("\n") if e]
+
+    def watch_dir(self, path: str = "", *, recursive: bool = False) -> "WatchHandle":
+        """Watch a directory: iterate the handle for its changes (``.type``, ``.name``) as the sandbox makes
+        them, until ``close()`` (or the ``with`` block ends). The watch is in place when this returns."""
+        return WatchHandle(self._sbx, path, recursive)
 
     def archive(self, path: str = "", gzip: bool = False) -> bytes:
         """A directory as a tar (gzipped when ``gzip``)."""
@@ -294,6 +343,48 @@ class Sandbox:
         hour, never past the lease), and whoever holds the URL opens that port."""
         body = {"ttlSec": int(timeout)} if timeout else {}
         return self._http.json("POST", f"/v1/sandbox/{self.id}/ports/{int(port)}/link", json=body)["url"]
+
+    def create_code_context(self, language: str = "python", *, cwd: Optional[str] = None,
+                            envs: Optional[Dict[str, str]] = None) -> CodeContext:
+        """Open a code context: a Jupyter kernel (python or r) whose variables, imports and working
+        directory persist between runs; its kernel is ready when this returns."""
+        return CodeContext.of(self._http.json("POST", f"/v1/sandbox/{self.id}/contexts", json=context_body(language, cwd, envs)))
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        """The sandbox's code contexts, oldest first."""
+        return [CodeContext.of(d) for d in self._http.json("GET", f"/v1/sandbox/{self.id}/contexts")["contexts"]]
+
+    def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        """End a code context and its kernel."""
+        self._http.json("DELETE", f"/v1/sandbox/{self.id}/contexts/{urllib.parse.quote(context_id(context, None), safe='')}")
+
+    def interrupt_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Interrupt the context's run; its state stays."""
+        self._http.json("POST", f"/v1/sandbox/{self.id}/contexts/{urllib.parse.quote(context_id(context, None), safe='')}/interrupt")
+
+    def run_code(self, code: str, *, context: Union[CodeContext, str, None] = None, language: Optional[str] = None,
+                 timeout: Optional[float] = None, on_stdout=None, on_stderr=None, on_result=None, on_error=None) -> Execution:
+        """Run ``code`` in ``context``, or in ``language``'s default context (python unless said; opened on
+        first use), and answer its execution: ``.results`` (``.text``, ``.html``, ``.png``…), ``.logs``,
+        ``.error``. Past ``timeout`` seconds the kernel is interrupted and the state kept. With a callback,
+        the run streams and each piece reaches it as it comes."""
+        import json as _json
+
+        path = f"/v1/sandbox/{self.id}/contexts/{urllib.parse.quote(context_id(context, language), safe='')}/run"
+        body: Dict[str, Any] = {"code": code}
+        if timeout:
+            body["timeoutSec"] = max(1, int(timeout))
+        if not (on_stdout or on_stderr or on_result or on_error):
+            return Execution.of(self._http.json("POST", path, json=body))
+        ex = Execution()
+        with self._http.client.stream("POST", path, json=body, headers={"Accept": "application/x-ndjson"}, timeout=None) as res:
+            if res.status_code >= 400:
+                res.read()
+                raise refusal(res)
+            for line in res.iter_lines():
+                if line and ex.add(_json.loads(line), on_stdout, on_stderr, on_result, on_error):
+                    return ex
+        raise SandboxError(502, "the run's stream ended before its end")
 
     def sleep(self) -> None:
         """Sleep now: the memory is kept where the backend can checkpoint."""

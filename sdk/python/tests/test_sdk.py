@@ -414,3 +414,56 @@ def test_async_get_host():
             url = await _get_host_async(sbx)
             assert f"8000-{sbx.id}." in url and "token" in url
     asyncio.run(go())
+
+
+@needs_runner
+def test_code_contexts():
+    with Sandbox.create(timeout=300) as sbx:
+        ctx = sbx.create_code_context("python")
+        assert ctx.language == "python" and ctx.id
+        assert sbx.run_code("x = 40", context=ctx).error is None
+        seen = []
+        ex = sbx.run_code("print('hi'); x + 2", context=ctx, on_stdout=seen.append)
+        assert ex.text == "42" and seen == ["hi\n"] and ex.logs.stdout == ["hi\n"]
+        ex = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()", context=ctx)
+        assert any(r.png and r.png.startswith("iVBOR") for r in ex.results)
+        ex = sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1]})", context=ctx)
+        assert "<table" in ex.results[0].html
+        ex = sbx.run_code("1/0", context=ctx)
+        assert ex.error.name == "ZeroDivisionError" and ex.error.traceback
+        ex = sbx.run_code("import time; time.sleep(30)", context=ctx, timeout=2)
+        assert ex.timed_out and ex.error.name == "TimeoutError"
+        assert sbx.run_code("x", context=ctx).text == "40"
+        # The default context is another kernel.
+        assert sbx.run_code("x", language="python").error.name == "NameError"
+        assert {c.id for c in sbx.list_code_contexts()} == {ctx.id, "python"}
+        sbx.remove_code_context(ctx)
+        with pytest.raises(NotFoundError):
+            sbx.run_code("x", context=ctx)
+
+
+@needs_runner
+def test_async_code_contexts():
+    async def main():
+        async with await AsyncSandbox.create(timeout=300) as sbx:
+            ctx = await sbx.create_code_context("python")
+            await sbx.run_code("y = 6", context=ctx)
+            results = []
+            ex = await sbx.run_code("y * 7", context=ctx, on_result=results.append)
+            assert ex.text == "42" and results[0].text == "42"
+            assert [c.id for c in await sbx.list_code_contexts()] == [ctx.id]
+    asyncio.run(main())
+
+
+@needs_runner
+def test_watch_dir():
+    with Sandbox.create(timeout=300) as sbx:
+        sbx.commands.run("mkdir -p build")
+        with sbx.files.watch_dir("build", recursive=True) as w:
+            sbx.commands.run("echo done > build/out.txt")
+            seen = []
+            for ev in w:
+                seen.append((ev.type, ev.name))
+                if ev.type == "written":
+                    break
+        assert seen == [("created", "out.txt"), ("written", "out.txt")]
