@@ -223,6 +223,8 @@ export class Sandbox {
   setNetwork(policy: NetworkPolicy): Promise<void>;
   /** The host-form URL of port's preview with a link token a browser can open. */
   getHost(port: number, opts?: { timeoutSec?: number }): Promise<string>;
+  /** The address of the sandbox's display in a browser (noVNC): a single-use ticket, good for 30 s. */
+  screenUrl(): Promise<string>;
   /** Open a code context: a Jupyter kernel (python or r) that keeps its state between runs. */
   createCodeContext(opts?: { language?: "python" | "py" | "r"; cwd?: string; envs?: Record<string, string> }): Promise<CodeContext>;
   listCodeContexts(): Promise<CodeContext[]>;
@@ -305,3 +307,20 @@ export interface FilesystemEvent {
   type: "created" | "written" | "removed" | "renamed" | "overflow";
   name: string;
 }
+
+/** Each quota of the org with its use now. */
+export function quotas(opts?: ClientOptions): Promise<{ name: string; limit: number; used: number; [k: string]: unknown }[]>;
+/** The org's lease count and lease-seconds, by class. */
+export function usage(opts?: ClientOptions): Promise<{ class: string; leases: number; leaseSeconds: number; [k: string]: unknown }[]>;
+/** The org's project volumes. */
+export function volumes(opts?: ClientOptions): Promise<{ project: string; sizeBytes: number; [k: string]: unknown }[]>;
+/** Delete a project's volume (a 409 while a live sandbox holds it). */
+export function deleteVolume(project: string, opts?: ClientOptions): Promise<unknown>;
+/** The server's version, backend and capabilities. */
+export function info(opts?: ClientOptions): Promise<{ version: string; backend: string; capabilities: string[] }>;
+/** The files of an interpreter session. */
+export function sessionFiles(sessionId: string, opts?: ClientOptions): Promise<{ path: string; size: number }[]>;
+/** Upload a file into an interpreter session's workdir. */
+export function uploadFile(sessionId: string, name: string, data: string | Uint8Array, opts?: ClientOptions): Promise<{ path: string; size: number }[]>;
+/** A file of an interpreter session, its bytes. */
+export function downloadFile(sessionId: string, path: string, opts?: ClientOptions): Promise<Uint8Array>;

@@ -487,6 +487,11 @@ export class Sandbox {
     throw new SandboxError(502, "the run's stream ended before its end");
   }
 
+  /** The address of the sandbox's display in a browser (noVNC; a desktop sandbox): a single-use ticket, good for 30 s. */
+  async screenUrl() {
+    return this.http.apiUrl + (await this.http.json("POST", `/v1/sandbox/${this.id}/screen/ticket`)).url;
+  }
+
   /** Replace the sandbox's metadata ({} clears it). */
   async setMetadata(metadata) {
     this.info = await this.http.json("PUT", `/v1/sandbox/${this.id}/metadata`, { json: metadata });
@@ -675,4 +680,47 @@ export async function images(opts = {}) {
 /** Delete one of the org's images (a 409 while a live sandbox runs it). */
 export async function deleteImage(name, opts = {}) {
   return new HTTP(opts).json("DELETE", `/v1/images/${encodeURIComponent(name)}`);
+}
+
+/** Each quota of the org with its use now. */
+export async function quotas(opts = {}) {
+  return (await new HTTP(opts).json("GET", "/v1/sandbox/quota")).quotas;
+}
+
+/** The org's lease count and lease-seconds, by class. */
+export async function usage(opts = {}) {
+  return (await new HTTP(opts).json("GET", "/v1/sandbox/usage")).usage;
+}
+
+/** The org's project volumes with their size and last use. */
+export async function volumes(opts = {}) {
+  return (await new HTTP(opts).json("GET", "/v1/volumes")).volumes;
+}
+
+/** Delete a project's volume (a 409 while a live sandbox holds it). */
+export async function deleteVolume(project, opts = {}) {
+  return new HTTP(opts).json("DELETE", `/v1/volumes/${encodeURIComponent(project)}`);
+}
+
+/** The server's version, backend and capabilities. */
+export async function info(opts = {}) {
+  return new HTTP(opts).json("GET", "/v1/info");
+}
+
+/** The files of an interpreter session (runCode's session_id). */
+export async function sessionFiles(sessionId, opts = {}) {
+  return (await new HTTP(opts).json("GET", `/v1/exec/${encodeURIComponent(sessionId)}/files`)).files;
+}
+
+/** Upload a file into an interpreter session's workdir (its base name is kept). */
+export async function uploadFile(sessionId, name, data, opts = {}) {
+  const form = new FormData();
+  form.append("file", new Blob([data]), name);
+  return (await new HTTP(opts).json("POST", `/v1/exec/${encodeURIComponent(sessionId)}/files`, { body: form })).files;
+}
+
+/** A file of an interpreter session, its bytes. */
+export async function downloadFile(sessionId, path, opts = {}) {
+  const res = await new HTTP(opts).request("GET", `/v1/exec/${encodeURIComponent(sessionId)}/files/${path.split("/").map(encodeURIComponent).join("/")}`);
+  return new Uint8Array(await res.arrayBuffer());
 }

@@ -278,3 +278,14 @@ test("a file watch", async () => {
     await sbx.kill();
   }
 });
+
+test("org calls and session files", async () => {
+  const sdk = await import("../index.mjs");
+  assert.ok(["gvisor", "kube"].includes((await sdk.info()).backend));
+  assert.ok((await sdk.quotas()).length > 0);
+  assert.ok(Array.isArray(await sdk.usage()) && Array.isArray(await sdk.volumes()));
+  const r = await runCode("py", "open('out.txt', 'w').write('hi')");
+  assert.deepEqual((await sdk.sessionFiles(r.session_id)).map((f) => f.path), ["out.txt"]);
+  assert.deepEqual((await sdk.uploadFile(r.session_id, "in.csv", "a,b\n")).map((f) => f.path), ["in.csv"]);
+  assert.equal(new TextDecoder().decode(await sdk.downloadFile(r.session_id, "in.csv")), "a,b\n");
+});

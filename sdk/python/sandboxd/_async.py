@@ -132,6 +132,51 @@ class AsyncSandbox:
             raise SandboxError(400, f"{path} is a file, not a directory")
         return [e for e in res.text.split("\n") if e]
 
+    async def refresh(self) -> SandboxInfo:
+        """Read the sandbox again (``Sandbox.refresh``)."""
+        self.info = SandboxInfo.of(await self._http.json("GET", f"/v1/sandbox/{self.id}"))
+        return self.info
+
+    @staticmethod
+    async def list_sandboxes(*, metadata: Optional[Dict[str, str]] = None, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[SandboxInfo]:
+        """Every sandbox of the org, newest first (``Sandbox.list``; an AsyncSandbox's ``list`` lists its files)."""
+        params: Dict[str, str] = {f"metadata.{k}": v for k, v in (metadata or {}).items()}
+        out: List[SandboxInfo] = []
+        while True:
+            page = await _once(api_url, api_key, "GET", "/v1/sandbox", params=params)
+            out += [SandboxInfo.of(d) for d in page["sandboxes"]]
+            if not page.get("next"):
+                return out
+            params["cursor"] = page["next"]
+
+    async def set_metadata(self, metadata: Dict[str, str]) -> None:
+        self.info = SandboxInfo.of(await self._http.json("PUT", f"/v1/sandbox/{self.id}/metadata", json=metadata))
+
+    async def stats(self) -> Dict[str, Any]:
+        return await self._http.json("GET", f"/v1/sandbox/{self.id}/stats")
+
+    async def stop(self) -> int:
+        """Stop every command running in the sandbox; how many."""
+        return (await self._http.json("POST", f"/v1/sandbox/{self.id}/stop"))["stopped"]
+
+    async def sleep(self) -> None:
+        self.info = SandboxInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/sleep"))
+
+    async def wake(self) -> None:
+        self.info = SandboxInfo.of(await self._http.json("POST", f"/v1/sandbox/{self.id}/wake"))
+
+    async def archive(self, path: str = "", gzip: bool = False) -> bytes:
+        """A directory as a tar (``files.archive``)."""
+        res = await self._http.request("GET", f"/v1/sandbox/{self.id}/fs/archive", params={"path": path, "gzip": "1"} if gzip else {"path": path})
+        return res.content
+
+    async def extract(self, path: str, data: bytes) -> Dict[str, Any]:
+        """Extract a tar or tar.gz under ``path`` (``files.extract``)."""
+        return await self._http.json("POST", f"/v1/sandbox/{self.id}/fs/archive", params={"path": path}, content=data)
+
+    async def screen_url(self) -> str:
+        return self._http.url + (await self._http.json("POST", f"/v1/sandbox/{self.id}/screen/ticket"))["url"]
+
     async def pty(self, session: Optional[str] = None) -> AsyncPty:
         t = await self._http.json("POST", f"/v1/sandbox/{self.id}/terminal/ticket")
         return await AsyncPty.open(ws_url(self._http.url, self.id, t["ticket"], session))
@@ -302,3 +347,35 @@ async def async_images(*, api_url: Optional[str] = None, api_key: Optional[str] 
 async def async_delete_image(name: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> ImageInfo:
     """``delete_image``, awaited."""
     return ImageInfo.of(await _once(api_url, api_key, "DELETE", f"/v1/images/{urllib.parse.quote(name, safe='')}"))
+
+
+async def async_quotas(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    """``quotas``, awaited."""
+    return (await _once(api_url, api_key, "GET", "/v1/sandbox/quota"))["quotas"]
+
+
+async def async_usage(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    return (await _once(api_url, api_key, "GET", "/v1/sandbox/usage"))["usage"]
+
+
+async def async_volumes(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    return (await _once(api_url, api_key, "GET", "/v1/volumes"))["volumes"]
+
+
+async def async_delete_volume(project: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Dict[str, Any]:
+    return await _once(api_url, api_key, "DELETE", f"/v1/volumes/{urllib.parse.quote(project, safe='')}")
+
+
+async def async_info(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Dict[str, Any]:
+    return await _once(api_url, api_key, "GET", "/v1/info")
+
+
+async def async_session_files(session_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    return (await _once(api_url, api_key, "GET", f"/v1/exec/{urllib.parse.quote(session_id, safe='')}/files"))["files"]
+
+
+async def async_upload_file(session_id: str, name: str, data: Union[str, bytes], *, api_url: Optional[str] = None,
+                            api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    body = data.encode() if isinstance(data, str) else data
+    return (await _once(api_url, api_key, "POST", f"/v1/exec/{urllib.parse.quote(session_id, safe='')}/files",
+                        files={"file": (name, body)}))["files"]

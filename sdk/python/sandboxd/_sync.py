@@ -386,6 +386,11 @@ class Sandbox:
                     return ex
         raise SandboxError(502, "the run's stream ended before its end")
 
+    def screen_url(self) -> str:
+        """The address of the sandbox's display in a browser (noVNC; a desktop sandbox): a single-use ticket
+        good for 30 s, to open at once."""
+        return self._http.url + self._http.json("POST", f"/v1/sandbox/{self.id}/screen/ticket")["url"]
+
     def sleep(self) -> None:
         """Sleep now: the memory is kept where the backend can checkpoint."""
         self.info = SandboxInfo.of(self._http.json("POST", f"/v1/sandbox/{self.id}/sleep"))
@@ -538,3 +543,47 @@ def images(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> L
 def delete_image(name: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> ImageInfo:
     """Delete one of the org's images (a 409 while a live sandbox runs it)."""
     return ImageInfo.of(_shared(api_url, api_key).json("DELETE", f"/v1/images/{urllib.parse.quote(name, safe='')}"))
+
+
+def quotas(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Each quota of the org with its use now (``{"name", "limit", "used", …}``)."""
+    return _shared(api_url, api_key).json("GET", "/v1/sandbox/quota")["quotas"]
+
+
+def usage(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The org's lease count and lease-seconds, by class."""
+    return _shared(api_url, api_key).json("GET", "/v1/sandbox/usage")["usage"]
+
+
+def volumes(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The org's project volumes with their size and last use."""
+    return _shared(api_url, api_key).json("GET", "/v1/volumes")["volumes"]
+
+
+def delete_volume(project: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Dict[str, Any]:
+    """Delete a project's volume (a 409 while a live sandbox holds it)."""
+    return _shared(api_url, api_key).json("DELETE", f"/v1/volumes/{urllib.parse.quote(project, safe='')}")
+
+
+def info(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> Dict[str, Any]:
+    """The server's version, backend and capabilities."""
+    return _shared(api_url, api_key).json("GET", "/v1/info")
+
+
+def session_files(session_id: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The files of an interpreter session (``run_code``'s ``session_id``)."""
+    return _shared(api_url, api_key).json("GET", f"/v1/exec/{urllib.parse.quote(session_id, safe='')}/files")["files"]
+
+
+def upload_file(session_id: str, name: str, data: Union[str, bytes], *, api_url: Optional[str] = None,
+                api_key: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Upload a file into an interpreter session's workdir (its base name is kept); answers the file written."""
+    body = data.encode() if isinstance(data, str) else data
+    return _shared(api_url, api_key).json("POST", f"/v1/exec/{urllib.parse.quote(session_id, safe='')}/files",
+                                          files={"file": (name, body)})["files"]
+
+
+def download_file(session_id: str, path: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> bytes:
+    """A file of an interpreter session, its bytes."""
+    return _shared(api_url, api_key).request(
+        "GET", f"/v1/exec/{urllib.parse.quote(session_id, safe='')}/files/{urllib.parse.quote(path)}").content

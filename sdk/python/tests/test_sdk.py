@@ -467,3 +467,40 @@ def test_watch_dir():
                 if ev.type == "written":
                     break
         assert seen == [("created", "out.txt"), ("written", "out.txt")]
+
+
+def test_org_calls_and_session_files():
+    from sandboxd import download_file, info, quotas, session_files, upload_file, usage, volumes
+    from sandboxd import async_info, async_quotas, async_session_files
+    assert info()["backend"] == BACKEND
+    assert any(q["name"] for q in quotas())
+    assert isinstance(usage(), list) and isinstance(volumes(), list)
+    r = run_code("py", "open('out.txt', 'w').write('hi')")
+    assert [f["path"] for f in session_files(r.session_id)] == ["out.txt"]
+    assert [f["path"] for f in upload_file(r.session_id, "in.csv", "a,b\n")] == ["in.csv"]
+    assert download_file(r.session_id, "in.csv") == b"a,b\n"
+
+    async def main():
+        assert (await async_info())["backend"] == BACKEND
+        assert await async_quotas()
+        assert len(await async_session_files(r.session_id)) == 2
+    asyncio.run(main())
+
+
+def test_async_lifecycle_calls():
+    async def main():
+        async with await AsyncSandbox.create(timeout=300) as sbx:
+            await sbx.set_metadata({"suite": "py-async"})
+            assert [s.id for s in await AsyncSandbox.list_sandboxes(metadata={"suite": "py-async"})] == [sbx.id]
+            assert (await sbx.refresh()).metadata == {"suite": "py-async"}
+            if "stats" in CAPS:
+                assert (await sbx.stats())["processes"] >= 1
+            assert await sbx.stop() >= 0
+            await sbx.write("d/f.txt", "x")
+            tar = await sbx.archive("d")
+            assert (await sbx.extract("d2", tar))["entries"] >= 1
+            assert await sbx.read("d2/f.txt") == b"x"
+            await sbx.sleep()
+            await sbx.wake()
+            assert sbx.info.status == "running"
+    asyncio.run(main())
