@@ -291,7 +291,7 @@ const bashCompletion = `# sandbox completion for bash: source <(sandbox completi
 _sandbox() {
   local cur=${COMP_WORDS[COMP_CWORD]}
   if [ "$COMP_CWORD" -eq 1 ]; then
-    COMPREPLY=($(compgen -W "serve keys image credits quota login lease ls get exec shell cp logs start ps output send kill fork renew network preview sleep wake stop end run-code images pull snapshot rmi bench completion help" -- "$cur"))
+    COMPREPLY=($(compgen -W "serve keys image credits quota login lease ls get exec shell cp logs start ps output send kill fork renew network preview sleep wake stop end run-code ctx watch images pull snapshot rmi bench completion help" -- "$cur"))
     return
   fi
   case ${COMP_WORDS[1]} in

@@ -133,6 +133,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return sendCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "kill":
 		return killCmd(ctx, args[1:], stdout, stderr)
+	case "ctx":
+		return ctxCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "watch":
+		return watchCmd(ctx, args[1:], stdout, stderr)
 	case "run-code":
 		return runCodeCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "images":
