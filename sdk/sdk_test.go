@@ -64,3 +64,23 @@ func TestTypeScript(t *testing.T) {
 		t.Fatalf("node --test: %v", err)
 	}
 }
+
+// TestTypeScriptTypes checks the TypeScript SDK's declarations with the
+// real compiler: tsc (the package's pinned dev dependency, from npm) over
+// index.d.ts and test/types.ts, which calls every method as a user would.
+func TestTypeScriptTypes(t *testing.T) {
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		testenv.Missing(t, testenv.GVisor, "npm (scripts/deps.sh installs it for the tests)")
+	}
+	install := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts")
+	install.Dir = "js"
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	tsc := exec.Command("node", "node_modules/typescript/bin/tsc", "-p", ".")
+	tsc.Dir = "js"
+	if out, err := tsc.CombinedOutput(); err != nil {
+		t.Fatalf("tsc: %v\n%s", err, out)
+	}
+}
