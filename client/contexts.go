@@ -23,7 +23,7 @@ type (
 
 func contextsPath(id string) string { return "/v1/sandbox/" + esc(id) + "/contexts" }
 
-// CreateContext opens a code context (language python or r); its kernel
+// CreateContext opens a code context (language python, r, javascript or bash); its kernel
 // is ready when this returns.
 func (c *Client) CreateContext(ctx context.Context, id string, req ContextRequest) (*CodeContext, error) {
 	var k CodeContext

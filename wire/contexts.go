@@ -6,7 +6,7 @@ package wire
 
 // ContextRequest is the body of POST /v1/sandbox/{id}/contexts.
 type ContextRequest struct {
-	Language string            `json:"language" jsonschema:"python (py, python3) or r: the kernel the context runs"`
+	Language string            `json:"language" jsonschema:"python (py) or r (Jupyter kernels), javascript (js: node:vm) or bash: what the context runs"`
 	Cwd      string            `json:"cwd,omitempty" jsonschema:"the kernel's working directory, under the sandbox's workdir (default: the workdir)"`
 	Env      map[string]string `json:"env,omitempty" jsonschema:"environment variables added for the kernel"`
 }

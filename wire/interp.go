@@ -16,7 +16,7 @@ type RunCodeRequest struct {
 	Image string `json:"image,omitempty" jsonschema:"for a new session: an image of your org's (GET /v1/images) instead of the exec class's"`
 	// Context runs the code in a code context of the session instead of
 	// a new program: its variables persist between runs.
-	Context string `json:"context,omitempty" jsonschema:"py and r only: run in this code context of the session (default: the language's default context, opened on first use), whose variables, imports and working directory persist between runs; results carries the rich results"`
+	Context string `json:"context,omitempty" jsonschema:"py, r, js and bash: run in this code context of the session (default: the language's default context, opened on first use), whose variables, imports and working directory persist between runs; results carries the rich results"`
 }
 
 // InputFile is a file placed in the workdir before a run: text in Data,

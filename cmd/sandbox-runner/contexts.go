@@ -23,8 +23,14 @@ import (
 // carried by a fork, variables included. A stop (kill -9 -1) ends it as it
 // ends every process but init.
 
-//go:embed ctxdriver.py
-var ctxDriver string
+// The drivers: Jupyter kernels and bash through ctxdriver.py, JavaScript
+// through ctxdriver.js on node:vm.
+var (
+	//go:embed ctxdriver.py
+	ctxDriver string
+	//go:embed ctxdriver.js
+	ctxDriverJS string
+)
 
 // Bounds: contexts per sandbox, a driver's line (a PNG is base64 in one),
 // and how long a kernel may take to start under gVisor.
@@ -116,10 +122,14 @@ func (d *daemon) ctxNew(req request) answer {
 		d.mu.Unlock()
 		return answer{Boot: d.boot, Error: fmt.Sprintf("%d contexts are open; that is the most one sandbox keeps", maxContexts)}
 	}
-	path, err := lookPath("python3", req.Env)
+	prog, argv := "python3", []string{"python3", "-c", ctxDriver, req.Kernel}
+	if req.Kernel == "node" {
+		prog, argv = "node", []string{"node", "-e", ctxDriverJS}
+	}
+	path, err := lookPath(prog, req.Env)
 	if err != nil {
 		d.mu.Unlock()
-		return answer{Boot: d.boot, Error: "this image has no python3 to drive a Jupyter kernel: code contexts run on the exec image"}
+		return answer{Boot: d.boot, Error: "this image has no " + prog + " to drive the context: code contexts run on the exec image"}
 	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -136,7 +146,6 @@ func (d *daemon) ctxNew(req request) answer {
 	// Its stderr is the driver's and the kernel's log: dropped.
 	null, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	env := append(os.Environ(), req.Env...)
-	argv := []string{"python3", "-c", ctxDriver, req.Kernel}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: req.Dir, Env: env,
 		Files: []uintptr{inR.Fd(), outW.Fd(), null.Fd()}, Sys: &syscall.SysProcAttr{Setsid: true}})
 	inR.Close()

@@ -24,6 +24,8 @@ def say(obj):
 
 def main():
     name = sys.argv[1]
+    if name == "bash":
+        return bash_main()
     try:
         from jupyter_client.manager import KernelManager
     except ImportError:
@@ -125,6 +127,71 @@ def run(km, kc, code, timeout, values_displayed):
             count = reply["content"].get("execution_count") or count
             break
     say({"type": "end", "executionCount": count, "timedOut": timed_out})
+
+
+def tty_text(s):
+    """What a pty said, as text: CRLF as LF, no bracketed-paste marks."""
+    return s.replace("\x1b[?2004h", "").replace("\x1b[?2004l", "").replace("\r\n", "\n").replace("\r", "")
+
+
+def bash_main():
+    """A bash context: one interactive bash kept on a pty (pexpect's
+    replwrap, from the image's python3-pexpect), its variables, functions
+    and working directory persisting between runs. Its output is the pty's
+    (stdout and stderr together); a run whose last command failed is an
+    error named by its exit status. SIGINT to the driver interrupts the
+    running command (^C on the pty), as it does a Jupyter kernel."""
+    import signal
+    try:
+        import pexpect
+        from pexpect import replwrap
+        sh = replwrap.bash()
+        # Readline's bracketed paste wraps every line in escapes.
+        sh.run_command("bind 'set enable-bracketed-paste off' 2>/dev/null; export TERM=dumb", timeout=30)
+    except Exception as e:  # noqa: BLE001
+        say({"error": f"the kernel did not start: bash: {e}"})
+        return 1
+    signal.signal(signal.SIGINT, lambda *_: sh.child.sendintr())
+    say({"ready": True, "kernelPid": os.getpid()})
+    count = 0
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            continue
+        count += 1
+        code, timeout = req.get("code", ""), req.get("timeout") or None
+        timed_out = False
+        try:
+            out = sh.run_command(code.rstrip("\n"), timeout=timeout)
+        except pexpect.TIMEOUT:
+            timed_out = True
+            sh.child.sendintr()
+            try:
+                sh.child.expect_exact(sh.prompt, timeout=10)
+            except pexpect.TIMEOUT:
+                pass
+            out = sh.child.before or ""
+        except ValueError as e:  # an incomplete command (an open quote, a missing fi)
+            say({"type": "error", "name": "SyntaxError", "value": str(e), "traceback": []})
+            say({"type": "end", "executionCount": count})
+            continue
+        except pexpect.EOF:
+            say({"type": "error", "name": "KernelDied", "value": "bash has exited; the context's state is lost", "traceback": []})
+            say({"type": "end", "executionCount": count})
+            return 0
+        out = tty_text(out)
+        if out:
+            say({"type": "stdout", "text": out})
+        if timed_out:
+            say({"type": "error", "name": "TimeoutError",
+                 "value": f"the run passed its {timeout:g} s timeout and was interrupted; the context's state is kept", "traceback": []})
+        else:
+            status = tty_text(sh.run_command("echo $?", timeout=10)).strip()
+            if status not in ("", "0"):
+                say({"type": "error", "name": "ExitStatus", "value": f"the last command exited {status}", "traceback": []})
+        say({"type": "end", "executionCount": count, "timedOut": timed_out})
+    return 0
 
 
 if __name__ == "__main__":

@@ -54,10 +54,10 @@ or the file 'sandbox login' writes):
   sandbox end ID [--purge]                  end a sandbox (--purge drops its project volume)
   sandbox run-code --language py FILE|- [--image NAME]
                                             run a program in the code interpreter (--image: a new session on that image)
-  sandbox ctx new ID [--language python|r] [--cwd D]
+  sandbox ctx new ID [--language python|r|javascript|bash] [--cwd D]
                                             open a code context (a Jupyter kernel whose variables persist); prints its id
   sandbox ctx run ID CTX FILE|- [--timeout DUR] [--save DIR]
-                                            run code in a context (CTX python or r: the language's default one): output,
+                                            run code in a context (CTX python, r, javascript or bash: the language's default one): output,
                                             the last expression's value, images saved under DIR; an error exits 1
   sandbox ctx ls|rm|interrupt ID [CTX]      the contexts, end one, interrupt its run (its state stays)
   sandbox watch ID [PATH] [-r]              a directory's changes as they come (created, written, removed, renamed)
@@ -514,7 +514,7 @@ func runCodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fs.StringVar(&req.Language, "language", "", "one of py js ts bash r php go rs c cpp java d f90 (default: from the file's extension)")
 		fs.StringVar(&req.SessionID, "session", "", "a session of an earlier run, to keep its files")
 		fs.StringVar(&req.Image, "image", "", "for a new session: one of the org's images ('sandbox images') instead of the exec class's")
-		fs.StringVar(&req.Context, "context", "", "py and r: run in this code context of the session ('default': the language's default one), whose variables persist between runs")
+		fs.StringVar(&req.Context, "context", "", "py, r, js and bash: run in this code context of the session ('default': the language's default one), whose variables persist between runs")
 	}, 1, -1)
 	if err != nil {
 		return err

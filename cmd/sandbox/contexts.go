@@ -24,8 +24,8 @@ func ctxCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	switch args[0] {
 	case "new":
 		var req client.ContextRequest
-		cf, rest, err := verb("ctx new", "ID [--language python|r] [--cwd D]", args[1:], stderr, func(fs *flag.FlagSet) {
-			fs.StringVar(&req.Language, "language", "python", "the kernel: python or r")
+		cf, rest, err := verb("ctx new", "ID [--language python|r|javascript|bash] [--cwd D]", args[1:], stderr, func(fs *flag.FlagSet) {
+			fs.StringVar(&req.Language, "language", "python", "python or r (Jupyter kernels), javascript or bash")
 			fs.StringVar(&req.Cwd, "cwd", "", "its working directory, under the sandbox's workdir")
 		}, 1, 1)
 		if err != nil {
@@ -91,7 +91,7 @@ func ctxCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 func ctxRunCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var timeout time.Duration
 	var save string
-	cf, rest, err := verb("ctx run", "ID CTX FILE|- [--timeout DUR] [--save DIR]   (CTX: a context's id, or python / r: the language's default context)", args, stderr, func(fs *flag.FlagSet) {
+	cf, rest, err := verb("ctx run", "ID CTX FILE|- [--timeout DUR] [--save DIR]   (CTX: a context's id, or python, r, javascript, bash: the language's default context)", args, stderr, func(fs *flag.FlagSet) {
 		fs.DurationVar(&timeout, "timeout", 0, "interrupt the run after this long; the context's state stays (default 5m)")
 		fs.StringVar(&save, "save", "", "write each image result here (result-N.png, .jpeg, .svg)")
 	}, 3, 3)

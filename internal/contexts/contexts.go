@@ -50,11 +50,14 @@ const (
 	interruptGrace = 30 * time.Second
 )
 
-// kernels maps the languages a context runs to their Jupyter kernelspecs
-// (Debian's python3-ipykernel and r-cran-irkernel, in the exec image).
-var kernels = map[string]string{"python": "python3", "r": "ir"}
+// kernels maps the languages a context runs to what runs them: Jupyter
+// kernelspecs (Debian's python3-ipykernel and r-cran-irkernel, in the exec
+// image), and the runner's own drivers for JavaScript (node:vm) and bash
+// (an interactive bash on a pty).
+var kernels = map[string]string{"python": "python3", "r": "ir", "javascript": "node", "bash": "bash"}
 
-var aliases = map[string]string{"py": "python", "python3": "python", "python": "python", "r": "r"}
+var aliases = map[string]string{"py": "python", "python3": "python", "python": "python", "r": "r",
+	"js": "javascript", "javascript": "javascript", "node": "javascript", "bash": "bash", "sh": "bash"}
 
 // Language is the canonical name of a context language, or an error that
 // names those there are.
@@ -62,7 +65,7 @@ func Language(l string) (string, error) {
 	if c, ok := aliases[strings.ToLower(l)]; ok {
 		return c, nil
 	}
-	return "", sandbox.Errorf(sandbox.KindInvalid, "language %q has no kernel here: contexts run python (py) and r", l)
+	return "", sandbox.Errorf(sandbox.KindInvalid, "language %q has no kernel here: contexts run python (py), r, javascript (js) and bash", l)
 }
 
 func languageOf(kernel string) string {

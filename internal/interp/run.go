@@ -52,7 +52,7 @@ func (it *Interpreter) WithContexts(c Contexts) *Interpreter {
 
 // contextLanguages are the interpreter's languages a code context runs,
 // by the context language they are.
-var contextLanguages = map[string]string{"py": "python", "r": "r"}
+var contextLanguages = map[string]string{"py": "python", "r": "r", "js": "javascript", "bash": "bash"}
 
 // New returns the interpreter over sb; t bounds a run as it bounds an exec
 // (the service's configuration). runner is the backend's in-sandbox
@@ -109,7 +109,7 @@ func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
 			return nil, sandbox.Errorf(sandbox.KindUnsupported, "this server's backend has no code contexts")
 		}
 		if contextLanguages[lang.Name] == "" {
-			return nil, sandbox.Errorf(sandbox.KindInvalid, "a code context runs py or r, not %s", lang.Name)
+			return nil, sandbox.Errorf(sandbox.KindInvalid, "a code context runs py, r, js or bash, not %s", lang.Name)
 		}
 		if len(req.Args) > 0 {
 			return nil, sandbox.Errorf(sandbox.KindInvalid, "a run in a code context takes no args")

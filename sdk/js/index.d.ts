@@ -225,8 +225,8 @@ export class Sandbox {
   getHost(port: number, opts?: { timeoutSec?: number }): Promise<string>;
   /** The address of the sandbox's display in a browser (noVNC): a single-use ticket, good for 30 s. */
   screenUrl(): Promise<string>;
-  /** Open a code context: a Jupyter kernel (python or r) that keeps its state between runs. */
-  createCodeContext(opts?: { language?: "python" | "py" | "r"; cwd?: string; envs?: Record<string, string> }): Promise<CodeContext>;
+  /** Open a code context (python or r on Jupyter kernels, javascript, bash) that keeps its state between runs. */
+  createCodeContext(opts?: { language?: "python" | "py" | "r" | "javascript" | "js" | "bash"; cwd?: string; envs?: Record<string, string> }): Promise<CodeContext>;
   listCodeContexts(): Promise<CodeContext[]>;
   removeCodeContext(context: CodeContext | string): Promise<void>;
   /** Interrupt the context's run; its state stays. */

@@ -412,7 +412,7 @@ export class Sandbox {
   }
 
   /**
-   * Open a code context: a Jupyter kernel (python or r) whose variables, imports and working directory
+   * Open a code context: a Jupyter kernel (python or r), javascript or bash, whose variables, imports and working directory
    * persist between runs; its kernel is ready when this resolves.
    */
   async createCodeContext({ language = "python", cwd, envs } = {}) {

@@ -125,13 +125,40 @@ func TestCodeContexts(t *testing.T) {
 		}
 		var list wire.ContextsBody
 		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/contexts", "acme", nil).Body, &list)
-		if len(list.Contexts) != 2 || list.Contexts[0].ID != c.ID || list.Contexts[1].ID != "python" {
+		if len(list.Contexts) != 2 || list.Contexts[0].ID != c.ID || list.Contexts[1].ID != "python" || list.Contexts[1].Language != "python" {
 			t.Errorf("the contexts: %+v", list)
 		}
 
 		// R, on IRkernel.
 		if ex := e.runIn(id, "r", "y <- 20\ny * 2 + 2", 0); !strings.Contains(mainText(ex), "42") {
 			t.Errorf("R: %+v", ex)
+		}
+
+		// JavaScript on node:vm: declarations persist, a promise is awaited,
+		// a timeout interrupts without losing the context.
+		if ex := e.runIn(id, "javascript", "let n = 40; const add = (a) => a + 2", 0); ex.Error != nil {
+			t.Errorf("js: %+v", ex)
+		}
+		if ex := e.runIn(id, "javascript", "console.log('js'); Promise.resolve(add(n))", 0); mainText(ex) != "42" || strings.Join(ex.Logs.Stdout, "") != "js\n" {
+			t.Errorf("js: %+v", ex)
+		}
+		if ex := e.runIn(id, "javascript", "while (true) {}", 1); !ex.TimedOut || ex.Error == nil || ex.Error.Name != "TimeoutError" {
+			t.Errorf("js past its timeout: %+v", ex)
+		}
+		if ex := e.runIn(id, "javascript", "null.x", 0); ex.Error == nil || ex.Error.Name != "TypeError" || len(ex.Error.Traceback) == 0 {
+			t.Errorf("js error: %+v", ex)
+		}
+		if ex := e.runIn(id, "javascript", "n", 0); mainText(ex) != "40" {
+			t.Errorf("js after the timeout: %+v", ex)
+		}
+		// Bash: variables and the working directory persist; a failing
+		// last command is the run's error.
+		e.runIn(id, "bash", "greeting=hello; cd /tmp", 0)
+		if ex := e.runIn(id, "bash", "echo $greeting from $(pwd)", 0); strings.Join(ex.Logs.Stdout, "") != "hello from /tmp\n" || ex.Error != nil {
+			t.Errorf("bash: %+v", ex)
+		}
+		if ex := e.runIn(id, "bash", "false", 0); ex.Error == nil || ex.Error.Value != "the last command exited 1" {
+			t.Errorf("bash false: %+v", ex)
 		}
 
 		// Refusals: another org, a made-up context or language, a bad body.

@@ -346,7 +346,7 @@ class Sandbox:
 
     def create_code_context(self, language: str = "python", *, cwd: Optional[str] = None,
                             envs: Optional[Dict[str, str]] = None) -> CodeContext:
-        """Open a code context: a Jupyter kernel (python or r) whose variables, imports and working
+        """Open a code context: a Jupyter kernel (python or r), javascript or bash, whose variables, imports and working
         directory persist between runs; its kernel is ready when this returns."""
         return CodeContext.of(self._http.json("POST", f"/v1/sandbox/{self.id}/contexts", json=context_body(language, cwd, envs)))
 
