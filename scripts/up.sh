@@ -65,8 +65,13 @@ python3 -m venv --system-site-packages /tmp/sbx && /tmp/sbx/bin/pip install -q -
 SANDBOX_URL=$URL SANDBOX_KEY=$KEY /tmp/sbx/bin/python3 - <<'PY'
 from sandboxd import Sandbox
 with Sandbox.create(network={"allow": ["internet"]}) as sbx:
-    r = sbx.commands.run("pip install -q --user humanize && python3 -c 'import humanize; print(humanize.naturalsize(10**6))'")
-    print(r.stdout or r.stderr)          # 1.0 MB
+    r = sbx.commands.run("pip install -q --user humanize")
+    print(r.exit_code, r.stderr)                       # 0
+    sbx.run_code("import humanize, pandas as pd")      # a code context: a Jupyter kernel, its state kept
+    ex = sbx.run_code("humanize.naturalsize(10**6)")
+    print(ex.text, ex.error)                           # '1.0 MB' None
+    ex = sbx.run_code("pd.DataFrame({'a': [1, 2]})")
+    print(ex.results[0].html[:30])                     # <div>… an HTML table
 PY
 
 A shell in the browser: POST $URL/v1/sandbox/\$ID/terminal/ticket, then open $URL + the "url" it answers.
