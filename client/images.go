@@ -5,10 +5,15 @@ import (
 	"github.com/sandboxd/sandbox/wire"
 )
 
-// Image is an image the org may lease (LeaseRequest.Image, or
-// RunCodeRequest.Image for a new interpreter session). Its time is Unix
-// seconds; Created converts it.
+// Image is an image the org may start from: its own and the server's
+// (LeaseRequest.Image, or RunCodeRequest.Image for a new interpreter
+// session), and the class images (Scope ImageScopeClass: LeaseRequest.Class
+// names them; Holds says what each has). Its time is Unix seconds;
+// Created converts it.
 type Image = wire.Image
+
+// ImageScopeClass is the Scope of a class image in Images' answer.
+const ImageScopeClass = wire.ImageScopeClass
 
 // PullRequest pulls Ref into the org's images under Name. The registry
 // must be one the operator allows (else 403); the image counts against

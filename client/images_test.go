@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,9 +70,19 @@ func TestClientImages(t *testing.T) {
 		t.Errorf("snapshot of no sandbox: %v", err)
 	}
 
-	list, err := c.Images(ctx)
-	if err != nil || len(list) != 2 {
-		t.Fatalf("images: %+v %v", list, err)
+	all, err := c.Images(ctx)
+	if err != nil {
+		t.Fatalf("images: %v", err)
+	}
+	// The class images come last, each saying what it holds.
+	list, classes := splitClasses(all)
+	if len(list) != 2 || !slices.ContainsFunc(classes, func(im client.Image) bool { return im.Name == "exec" && im.Class == "exec" }) {
+		t.Fatalf("images: %+v", all)
+	}
+	for _, cl := range classes {
+		if cl.Class == "" || cl.Holds == "" || cl.Digest != "" || cl.SizeBytes == 0 {
+			t.Errorf("class image: %+v", cl)
+		}
 	}
 	names := map[string]string{}
 	for _, i := range list {
@@ -81,8 +92,10 @@ func TestClientImages(t *testing.T) {
 		t.Errorf("images: %+v", list)
 	}
 	g := client.New(s.URL, s.Keys["globex"])
-	if l, err := g.Images(ctx); err != nil || len(l) != 0 {
+	if l, err := g.Images(ctx); err != nil || len(l) == 0 {
 		t.Errorf("globex's images: %+v %v", l, err)
+	} else if own, _ := splitClasses(l); len(own) != 0 {
+		t.Errorf("globex's images: %+v", l)
 	}
 	if _, err := g.DeleteImage(ctx, "tool"); !client.IsNotFound(err) {
 		t.Errorf("globex deletes acme's image: %v", err)
@@ -100,4 +113,17 @@ func TestClientImages(t *testing.T) {
 	if _, err := c.DeleteImage(ctx, "tool"); !client.IsNotFound(err) {
 		t.Errorf("delete again: %v", err)
 	}
+}
+
+// splitClasses parts an image list into the org's and server's images
+// and the class images.
+func splitClasses(all []client.Image) (own, classes []client.Image) {
+	for _, im := range all {
+		if im.Scope == client.ImageScopeClass {
+			classes = append(classes, im)
+		} else {
+			own = append(own, im)
+		}
+	}
+	return own, classes
 }

@@ -76,18 +76,29 @@ type DiskUsed struct {
 	SizeBytes int64  `json:"sizeBytes"`
 }
 
-// Image is an image an org may lease ({"image": NAME}). Its time is Unix
-// seconds; Created converts it.
+// Image is an image an org may start from: its own and the server's
+// ({"image": NAME}), and the class images ({"class": NAME}). Its time is
+// Unix seconds; Created converts it.
 type Image struct {
-	Name      string `json:"name"`
+	Name string `json:"name"`
+	// Digest is the OCI digest of a pulled or snapshot image; a class
+	// image, built from Debian by its recipe, has none.
 	Digest    string `json:"digest"`
-	Source    string `json:"source"` // the reference it was pulled from, or "snapshot of sb_…"
+	Source    string `json:"source"` // the reference it was pulled from, "snapshot of sb_…", or how a class image was built
 	SizeBytes int64  `json:"sizeBytes"`
-	// Scope is org (the caller's org's own: pulled or snapshot) or
-	// server (the operator's, offered to every org).
+	// Scope is org (the caller's org's own: pulled or snapshot), server
+	// (the operator's, offered to every org) or class (the image of the
+	// class named Class, which every sandbox of that class starts from).
 	Scope     string `json:"scope"`
 	CreatedAt int64  `json:"createdAt"` // Unix seconds
+	// Class and Holds describe a class image: lease it with {"class":
+	// Class}; Holds says what is in it.
+	Class string `json:"class,omitempty"`
+	Holds string `json:"holds,omitempty"`
 }
+
+// ImageScopeClass is the Scope of a class image.
+const ImageScopeClass = "class"
 
 // Created is CreatedAt as a time.
 func (i *Image) Created() time.Time { return time.Unix(i.CreatedAt, 0) }

@@ -17,6 +17,15 @@ var imageHeader = []string{"NAME", "SCOPE", "SIZE", "DIGEST", "SOURCE", "CREATED
 
 func imageRow(im client.Image) []string {
 	ago := time.Since(im.Created()).Round(time.Second).String() + " ago"
+	if im.Scope == client.ImageScopeClass {
+		// What a class image holds is what its reader wants; a cluster's
+		// server knows neither its size nor when it was built.
+		size, digest := humanBytes(im.SizeBytes), "-"
+		if im.SizeBytes == 0 {
+			size, ago = "-", "-"
+		}
+		return []string{im.Name, im.Scope, size, digest, "--class " + im.Class + ": " + im.Holds, ago}
+	}
 	return []string{im.Name, im.Scope, humanBytes(im.SizeBytes), shortDigest(im.Digest), im.Source, ago}
 }
 
@@ -24,8 +33,8 @@ func showImage(w io.Writer, output string, im *client.Image) error {
 	return show(w, output, im, imageHeader, [][]string{imageRow(*im)})
 }
 
-// imagesCmd lists the images the org may lease: its own, then the
-// server's.
+// imagesCmd lists the images the org may start from: its own, the
+// server's, then the class images.
 func imagesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cf, _, err := verb("images", "", args, stderr, nil, 0, 0)
 	if err != nil {

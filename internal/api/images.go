@@ -28,7 +28,7 @@ func (s *Server) imageRoutes() {
 	s.handle("POST /v1/images", s.pullImage, doc{Summary: "Pull an image into the org's images, from a registry the operator allows (--image-allow); its bytes count against the disk quota. Lease it with {\"image\": name}. " +
 		`With Accept: application/x-ndjson the answer streams: a line {"layer", "layers", "bytes"} after each layer unpacked, then {"image"} or {"error"}`,
 		Body: typ[catalog.ImageRequest](), Answer: typ[catalog.ImageInfo](), AnswerRaw: ndjson, Status: 201, Errors: []int{400, 403, 404, 501, 502}})
-	s.handle("GET /v1/images", s.listImages, doc{Summary: "The images the org may lease: its own, then the server's", Answer: typ[imagesBody](), Errors: []int{501}})
+	s.handle("GET /v1/images", s.listImages, doc{Summary: "The images the org may start from: its own and the server's (lease with {\"image\": name}), then the class images (scope class: lease with {\"class\": class}; holds says what each has)", Answer: typ[imagesBody](), Errors: []int{501}})
 	s.handle("DELETE /v1/images/{name}", s.deleteImage, doc{Summary: "Delete one of the org's images (refused while a live sandbox runs it)", Answer: typ[catalog.ImageInfo](), Errors: []int{404, 409, 501}})
 }
 

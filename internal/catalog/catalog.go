@@ -91,6 +91,9 @@ type Catalog struct {
 	diff runtime.Differ // nil: the backend cannot snapshot
 	// backend names the backend in what it cannot do.
 	backend string
+	// classes lists the class images this server can start from; nil
+	// lists none.
+	classes func() []ImageInfo
 	log     *slog.Logger
 	now     func() time.Time
 
@@ -106,6 +109,14 @@ func New(cfg Config, sb Sandboxes, q Quotas, st Store, lib Library, diff runtime
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Catalog{cfg: cfg, sb: sb, q: q, st: st, lib: lib, diff: diff, backend: backend, log: log, now: time.Now, locks: map[string]*sync.Mutex{}}
+}
+
+// WithClasses makes the image list name the class images too, as list
+// tells them (the backend knows which it has and where they came from):
+// "what can I start from" has one answer.
+func (c *Catalog) WithClasses(list func() []ImageInfo) *Catalog {
+	c.classes = list
+	return c
 }
 
 // lock takes the org's image lock until the returned func is called.
@@ -365,8 +376,8 @@ func imageError(err error) error {
 	return sandbox.Wrap(sandbox.KindBadGateway, err, "the image could not be pulled")
 }
 
-// Images lists the images the caller's org may lease: its own, then the
-// server's.
+// Images lists the images the caller's org may start from: its own, then
+// the server's, then the class images.
 func (c *Catalog) Images(ctx context.Context) ([]ImageInfo, error) {
 	list, err := c.st.Images(ctx)
 	if err != nil {
@@ -375,6 +386,9 @@ func (c *Catalog) Images(ctx context.Context) ([]ImageInfo, error) {
 	out := make([]ImageInfo, 0, len(list))
 	for _, im := range list {
 		out = append(out, infoOf(im))
+	}
+	if c.classes != nil {
+		out = append(out, c.classes()...)
 	}
 	return out, nil
 }

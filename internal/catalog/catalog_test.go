@@ -86,6 +86,14 @@ func TestCatalog(t *testing.T) {
 	if other, err := c.Images(org("globex")); err != nil || len(other) != 0 {
 		t.Errorf("another org's images: %+v %v", other, err)
 	}
+	// The class images the backend tells come after the org's own.
+	c.WithClasses(func() []catalog.ImageInfo {
+		return []catalog.ImageInfo{{Name: "exec", Scope: "class", Class: "exec", Holds: "Python"}}
+	})
+	if list, err := c.Images(acme); err != nil || len(list) != 2 || list[0].Name != "tool" || list[1].Scope != "class" || list[1].Holds != "Python" {
+		t.Errorf("images with the classes: %+v %v", list, err)
+	}
+	c.WithClasses(nil)
 	if _, err := c.DeleteImage(org("globex"), "tool"); sandbox.KindOf(err) != sandbox.KindNotFound {
 		t.Errorf("another org deletes it: %v", err)
 	}

@@ -56,6 +56,9 @@ type Recipe struct {
 	// (absolute paths inside the image); a build missing one is not published.
 	// They check the result and are not part of the hash.
 	Commands []string
+	// Holds says what the image is for and what is in it, for the
+	// image list (GET /v1/images); not part of the hash.
+	Holds string
 	// Buildable is false for an image this tool cannot build on this kind
 	// of host; Missing then says why, for the operator.
 	Buildable bool
@@ -129,7 +132,9 @@ var (
 	// The Python packages' own test suites (150 MB, never imported) are
 	// removed after the install: their setup byte-compiles them, so they
 	// cannot be excluded.
-	execTrim     = []string{`d="$1/usr/lib/python3/dist-packages"; [ ! -d "$d" ] || find "$d" -depth -type d -name tests -prune -exec rm -rf {} +`}
+	execTrim = []string{`d="$1/usr/lib/python3/dist-packages"; [ ! -d "$d" ] || find "$d" -depth -type d -name tests -prune -exec rm -rf {} +`}
+	// execHolds is what every class image has, for Holds.
+	execHolds    = "Python 3 with pip and venv, Node.js with npm and TypeScript, R, Go, Rust with cargo, C and C++, Java, D, Fortran, PHP, bash, git and curl"
 	devExtra     = []string{"tmux", "zsh", "make", "openssh-client", "vim-tiny"}
 	desktopExtra = []string{"xvfb", "openbox", "xterm", "x11vnc", "socat"}
 
@@ -164,10 +169,13 @@ func RecipeFor(name string) (Recipe, error) {
 		r.Packages = join(execPackages, execData)
 		r.Commands = join(execCommands)
 		r.Exclude, r.Trim = execExclude, execTrim
+		r.Holds = execHolds + "; the data stack (numpy, pandas, matplotlib, scipy) and Jupyter kernels for Python and R (code contexts)"
 	case Dev:
+		r.Holds = execHolds + "; tmux, zsh, make, ssh and vi for a coding session in a project volume"
 		r.Packages = join(execPackages, devExtra)
 		r.Commands = join(execCommands, devCommands)
 	case Desktop:
+		r.Holds = "the dev image and an X desktop (Xvfb, openbox, xterm) served over VNC: a screen to open"
 		r.Packages = join(execPackages, devExtra, desktopExtra)
 		r.Commands = join(execCommands, devCommands, desktopCommands)
 	case Android:

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime/kube"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
+	"github.com/sandboxd/sandbox/wire"
 )
 
 // Backends.
@@ -41,6 +42,44 @@ type backend struct {
 	imageReady func(name string) error
 	// library keeps pulled images; nil where the backend runs none.
 	library imageLibrary
+	// classes lists the class images the backend can start sandboxes of.
+	classes func() []catalog.ImageInfo
+}
+
+// classImages lists, for the image list, the class images of which
+// have says a class can run here (and where it came from and how big it
+// is, where the backend knows).
+func classImages(have func(name string) (catalog.ImageInfo, bool)) func() []catalog.ImageInfo {
+	return func() []catalog.ImageInfo {
+		var out []catalog.ImageInfo
+		for _, name := range sandbox.ClassNames() {
+			cl := sandbox.MustClass(name)
+			r, err := image.RecipeFor(cl.Image)
+			if err != nil || !r.Buildable {
+				continue
+			}
+			im, ok := have(cl.Image)
+			if !ok {
+				continue
+			}
+			im.Name, im.Class, im.Holds, im.Scope = cl.Image, cl.Name, r.Holds, wire.ImageScopeClass
+			out = append(out, im)
+		}
+		return out
+	}
+}
+
+// builtClass is a class image built in dir (scripts/build-images.sh):
+// its size and build time from its manifest.
+func builtClass(dir string) func(string) (catalog.ImageInfo, bool) {
+	return func(name string) (catalog.ImageInfo, bool) {
+		m, err := image.Inspect(dir, name)
+		if err != nil {
+			return catalog.ImageInfo{}, false
+		}
+		return catalog.ImageInfo{Source: fmt.Sprintf("Debian %s (%d packages), built by sandbox image build", m.Suite, m.Installed),
+			SizeBytes: m.SizeBytes, CreatedAt: m.BuiltAt.Unix()}, true
+	}
 }
 
 // imageLibrary is what both the lease (finding an image) and the catalog
@@ -306,7 +345,7 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		if err != nil {
 			return backend{}, err
 		}
-		return backend{rt: rt.Backend(), settle: rt.Settle, imageReady: localImage(cfg.Images), library: lib}, nil
+		return backend{rt: rt.Backend(), settle: rt.Settle, imageReady: localImage(cfg.Images), library: lib, classes: classImages(builtClass(cfg.Images))}, nil
 	case BackendKube:
 		push := cfg.Kube.PushRepo
 		if push != "" && cfg.Kube.PushResolve {
@@ -331,7 +370,13 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 			return backend{}, err
 		}
 		lib.rt = rt
-		return backend{rt: rt.Backend(), library: lib}, nil
+		// The nodes hold the class images (imported, or pulled from the
+		// operator's registry): the server sees neither their size nor
+		// whether a node has one, only which image a pod names.
+		onNodes := func(name string) (catalog.ImageInfo, bool) {
+			return catalog.ImageInfo{Source: lib.podImage(name) + " on the cluster's nodes"}, true
+		}
+		return backend{rt: rt.Backend(), library: lib, classes: classImages(onNodes)}, nil
 	}
 	return backend{}, fmt.Errorf("unknown backend %q: gvisor or kube", cfg.Backend)
 }

@@ -260,7 +260,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// have one, else through the shell.
 	it := interp.New(fs, cfg.Service.Timeouts(), caps.Runner, log)
 	report := usage.New(cfg.Service.Quota, st, st, cmds)
-	images := catalog.New(cfg.Catalog, fs, report, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log)
+	images := catalog.New(cfg.Catalog, fs, report, st, b.library, caps.Diff, sandbox.RuntimeGVisor, log).WithClasses(b.classes)
 	procs := processes.New(svc, st, b.rt, caps.Runner, relays, sandbox.RuntimeGVisor, sessions, log)
 	svc.SetProcesses(procs)
 	ctxs := contexts.New(procs, svc)

@@ -128,12 +128,19 @@ export interface ProcessEvent {
 export interface ImageInfo {
   name: string;
   digest: string;
-  /** The reference it was pulled from, or "snapshot of sb_…". */
+  /** The reference it was pulled from, "snapshot of sb_…", or how a class image was built. */
   source: string;
   sizeBytes: number;
-  /** org: the org's own (pulled or a snapshot); server: the operator's, offered to every org. */
-  scope: "org" | "server";
+  /**
+   * org: the org's own (pulled or a snapshot); server: the operator's, offered to every org (both
+   * leased with `{ image: name }`); class: a class image (leased with `{ class: image.class }`).
+   */
+  scope: "org" | "server" | "class";
   createdAt: number;
+  /** A class image's class. */
+  class?: string;
+  /** What a class image holds. */
+  holds?: string;
 }
 
 export interface ForkOptions {
@@ -267,7 +274,7 @@ export function runCode(
 
 /** Pull ref into the org's images as name, from a registry the server allows; the credentials serve this pull only. */
 export function pullImage(name: string, ref: string, opts?: ClientOptions & { username?: string; password?: string }): Promise<ImageInfo>;
-/** The images the org may lease: its own, then the server's. */
+/** The images the org may start from: its own, the server's, then the class images (`scope: "class"`). */
 export function images(opts?: ClientOptions): Promise<ImageInfo[]>;
 /** Delete one of the org's images (a 409 while a live sandbox runs it). */
 export function deleteImage(name: string, opts?: ClientOptions): Promise<ImageInfo>;

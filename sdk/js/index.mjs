@@ -672,7 +672,7 @@ export async function pullImage(name, ref, { username, password, ...opts } = {})
   return new HTTP(opts).json("POST", "/v1/images", { json: body });
 }
 
-/** The images the org may lease: its own, then the server's. */
+/** The images the org may start from: its own, the server's, then the class images (`scope: "class"`). */
 export async function images(opts = {}) {
   return (await new HTTP(opts).json("GET", "/v1/images")).images;
 }

@@ -23,10 +23,10 @@ func TestImageOps(t *testing.T) {
 		t.Fatalf("snapshot: %v", im)
 	}
 	list := e.must(http.StatusOK, "POST", "/v1/sandbox/images", "acme", map[string]any{}).JSON(t)
-	if imgs, _ := list["images"].([]any); len(imgs) != 1 || imgs[0].(map[string]any)["digest"] != im["digest"] {
+	if imgs, _ := list["images"].([]any); len(ownImages(imgs)) != 1 || imgs[0].(map[string]any)["digest"] != im["digest"] {
 		t.Errorf("images: %v", list)
 	}
-	if imgs, _ := e.must(http.StatusOK, "POST", "/v1/sandbox/images", "globex", map[string]any{}).JSON(t)["images"].([]any); imgs == nil || len(imgs) != 0 {
+	if imgs, _ := e.must(http.StatusOK, "POST", "/v1/sandbox/images", "globex", map[string]any{}).JSON(t)["images"].([]any); imgs == nil || len(ownImages(imgs)) != 0 {
 		t.Errorf("globex's images: %v", imgs)
 	}
 	again := e.lease("acme", map[string]any{"image": "typed"})
@@ -59,7 +59,7 @@ func TestImageOps(t *testing.T) {
 	}
 	r, msg := call(t, s, "images", map[string]any{})
 	var names []string
-	for _, im := range r["images"].([]any) {
+	for _, im := range ownImages(r["images"].([]any)) {
 		names = append(names, im.(map[string]any)["name"].(string))
 	}
 	if strings.Join(names, ",") != "from-mcp,typed" && strings.Join(names, ",") != "typed,from-mcp" {
@@ -73,7 +73,7 @@ func TestImageOps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if r, msg := call(t, g, "images", map[string]any{}); msg != "" || len(r["images"].([]any)) != 0 {
+	if r, msg := call(t, g, "images", map[string]any{}); msg != "" || len(ownImages(r["images"].([]any))) != 0 {
 		t.Errorf("globex's images tool: %v %s", r, msg)
 	}
 }

@@ -213,7 +213,7 @@ func TestImagesOnRunsc(t *testing.T) {
 		t.Errorf("unpacked images: %v", dirs)
 	}
 	e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "globex", map[string]any{"image": "tool"})
-	if list := e.must(http.StatusOK, "GET", "/v1/images", "globex", nil).JSON(t)["images"].([]any); len(list) != 0 {
+	if list := ownImages(e.must(http.StatusOK, "GET", "/v1/images", "globex", nil).JSON(t)["images"].([]any)); len(list) != 0 {
 		t.Errorf("globex sees %v", list)
 	}
 	// In use: not deleted; after the end it is.
@@ -356,7 +356,7 @@ func TestSnapshotOnRunsc(t *testing.T) {
 	// Another org has no such image; the org's list has it.
 	e.must(http.StatusBadRequest, "POST", "/v1/sandbox", "globex", map[string]any{"image": "withpkg"})
 	e.must(http.StatusNotFound, "POST", "/v1/sandbox/"+again+"/snapshot", "globex", map[string]any{"name": "stolen"})
-	if list := e.must(http.StatusOK, "GET", "/v1/images", "acme", nil).JSON(t)["images"].([]any); len(list) != 1 {
+	if list := ownImages(e.must(http.StatusOK, "GET", "/v1/images", "acme", nil).JSON(t)["images"].([]any)); len(list) != 1 {
 		t.Errorf("images: %v", list)
 	}
 }
@@ -477,7 +477,7 @@ func TestSnapshotQuotaOnRunsc(t *testing.T) {
 	}
 	charged := func() int64 {
 		var n int64
-		for _, im := range e.must(http.StatusOK, "GET", "/v1/images", "acme", nil).JSON(t)["images"].([]any) {
+		for _, im := range ownImages(e.must(http.StatusOK, "GET", "/v1/images", "acme", nil).JSON(t)["images"].([]any)) {
 			n += int64(im.(map[string]any)["sizeBytes"].(float64))
 		}
 		return n
@@ -574,4 +574,43 @@ func inodes(t *testing.T, dir string, each func(blocks int64, id [2]uint64)) map
 		t.Fatal(err)
 	}
 	return seen
+}
+
+// ownImages is an image list without its class images: the org's own
+// and the server's.
+func ownImages(list []any) []any {
+	out := []any{}
+	for _, im := range list {
+		if im.(map[string]any)["scope"] != "class" {
+			out = append(out, im)
+		}
+	}
+	return out
+}
+
+// TestClassImagesListed: the image list names the class images the
+// backend can start sandboxes of, after the org's own, each with its
+// class and what it holds, and none it cannot (android: not buildable
+// here), on both backends.
+func TestClassImagesListed(t *testing.T) {
+	onBackendsWith(t, server.Config{}, []string{"dev"}, func(t *testing.T, e *env) {
+		classes := map[string]map[string]any{}
+		for _, im := range e.must(http.StatusOK, "GET", "/v1/images", "acme", nil).JSON(t)["images"].([]any) {
+			if m := im.(map[string]any); m["scope"] == "class" {
+				classes[m["name"].(string)] = m
+			}
+		}
+		for _, want := range []string{"exec", "dev"} {
+			m := classes[want]
+			if m == nil || m["class"] != want || !strings.Contains(fmt.Sprint(m["holds"]), "Python 3 with pip") || m["digest"] != "" {
+				t.Errorf("class image %s: %v", want, m)
+			}
+		}
+		if !strings.Contains(fmt.Sprint(classes["exec"]["holds"]), "pandas") {
+			t.Errorf("the exec image does not say it holds the data stack: %v", classes["exec"])
+		}
+		if classes["android"] != nil {
+			t.Errorf("android is listed, but cannot be built on this kind of host: %v", classes["android"])
+		}
+	})
 }

@@ -42,6 +42,10 @@ test("snapshot, images, deleteImage", async (t) => {
   const list = await images();
   assert.equal(list.find((i) => i.name === "js-tpl")?.digest, tpl.digest);
   assert.equal(list.find((i) => i.name === "js-code")?.digest, code.digest);
+  // The class images come too, each saying what it holds.
+  const execImage = list.find((i) => i.scope === "class" && i.name === "exec");
+  assert.equal(execImage?.class, "exec");
+  assert.match(execImage?.holds ?? "", /pandas/);
 
   const r = await runCode("py", "import os\nprint(int(open(os.path.expanduser('~/.config/n')).read()) + 1, open('notes.txt').read().strip())", { image: "js-code" });
   assert.equal(r.stdout, "42 kept\n");

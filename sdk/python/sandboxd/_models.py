@@ -133,8 +133,10 @@ class ProcessEvent:
 
 @dataclass
 class ImageInfo:
-    """An image the org may lease (``Sandbox.create(image=name)``, ``run_code(image=name)``). Its time is
-    Unix seconds; ``scope`` is org (the org's own: pulled or a snapshot) or server (the operator's)."""
+    """An image the org may start from. Its time is Unix seconds; ``scope`` is org (the org's own: pulled
+    or a snapshot) or server (the operator's), both leased with ``Sandbox.create(image=name)`` or
+    ``run_code(image=name)``, or class: a class image, leased with ``Sandbox.create(image.class_)``,
+    ``holds`` saying what is in it (a class image has no digest)."""
 
     name: str
     digest: str
@@ -142,10 +144,13 @@ class ImageInfo:
     size_bytes: int
     scope: str
     created_at: int
+    class_: str = ""
+    holds: str = ""
 
     @classmethod
     def of(cls, d: Dict[str, Any]) -> "ImageInfo":
-        return cls(d["name"], d["digest"], d["source"], d["sizeBytes"], d["scope"], d["createdAt"])
+        return cls(d["name"], d["digest"], d["source"], d["sizeBytes"], d["scope"], d["createdAt"],
+                   d.get("class", ""), d.get("holds", ""))
 
 
 def pull_body(name: str, ref: str, username: Optional[str], password: Optional[str]) -> Dict[str, Any]:

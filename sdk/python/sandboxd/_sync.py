@@ -536,7 +536,7 @@ def pull_image(name: str, ref: str, *, username: Optional[str] = None, password:
 
 
 def images(*, api_url: Optional[str] = None, api_key: Optional[str] = None) -> List[ImageInfo]:
-    """The images the org may lease: its own, then the server's."""
+    """The images the org may start from: its own, the server's, then the class images (``scope == "class"``)."""
     return [ImageInfo.of(d) for d in _shared(api_url, api_key).json("GET", "/v1/images")["images"]]
 
 
