@@ -12,7 +12,7 @@ import websockets
 
 from ._transport import async_transport
 from ._errors import SandboxError, refusal, should_retry
-from ._models import (CodeContext, Execution, context_body, context_id)
+from ._models import (CodeContext, Execution, FilesystemEvent, context_body, context_id)
 from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
                       exec_body, fork_body, lease_body, network_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 from ._sync import STREAM_TRIES, _config
@@ -83,6 +83,49 @@ class AsyncPty:
 
     async def close(self) -> None:
         await self._ws.close()
+
+
+class AsyncWatchHandle:
+    """An open watch (``AsyncSandbox.watch_dir``): an async context manager and an async iterator of
+    FilesystemEvent."""
+
+    def __init__(self, sbx: "AsyncSandbox", path: str, recursive: bool):
+        params = {"path": path}
+        if recursive:
+            params["recursive"] = "1"
+        self._cm = sbx._http.client.stream("GET", f"/v1/sandbox/{sbx.id}/fs/watch", params=params, timeout=None,
+                                           headers={"Accept": "text/event-stream"})
+        self._lines: Optional[AsyncIterator[str]] = None
+
+    async def __aenter__(self) -> "AsyncWatchHandle":
+        res = await self._cm.__aenter__()
+        if res.status_code >= 400:
+            await res.aread()
+            err = refusal(res)
+            await self.aclose()
+            raise err
+        self._lines = res.aiter_lines()
+        async for ev in self:  # the first event says the watch is in place
+            if ev.type == "ready":
+                break
+        return self
+
+    def __aiter__(self) -> "AsyncWatchHandle":
+        return self
+
+    async def __anext__(self) -> FilesystemEvent:
+        assert self._lines is not None, "enter the watch with async with first"
+        async for line in self._lines:
+            if line.startswith("data: "):
+                d = json.loads(line[6:])
+                return FilesystemEvent(d.get("type", ""), d.get("name", ""))
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        await self._cm.__aexit__(None, None, None)
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
 
 
 class AsyncSandbox:
@@ -173,6 +216,12 @@ class AsyncSandbox:
     async def extract(self, path: str, data: bytes) -> Dict[str, Any]:
         """Extract a tar or tar.gz under ``path`` (``files.extract``)."""
         return await self._http.json("POST", f"/v1/sandbox/{self.id}/fs/archive", params={"path": path}, content=data)
+
+    def watch_dir(self, path: str = "", *, recursive: bool = False) -> "AsyncWatchHandle":
+        """Watch a directory (``files.watch_dir``): ``async with sbx.watch_dir(path) as w: async for ev in w``
+        yields FilesystemEvent (``.type``, ``.name``) as the sandbox makes changes; the watch is in place once
+        the ``async with`` is entered, and ends with it."""
+        return AsyncWatchHandle(self, path, recursive)
 
     async def screen_url(self) -> str:
         return self._http.url + (await self._http.json("POST", f"/v1/sandbox/{self.id}/screen/ticket"))["url"]
@@ -379,3 +428,12 @@ async def async_upload_file(session_id: str, name: str, data: Union[str, bytes],
     body = data.encode() if isinstance(data, str) else data
     return (await _once(api_url, api_key, "POST", f"/v1/exec/{urllib.parse.quote(session_id, safe='')}/files",
                         files={"file": (name, body)}))["files"]
+
+
+async def async_download_file(session_id: str, path: str, *, api_url: Optional[str] = None, api_key: Optional[str] = None) -> bytes:
+    """``download_file``, awaited."""
+    h = _AsyncHTTP(api_url, api_key)
+    try:
+        return (await h.request("GET", f"/v1/exec/{urllib.parse.quote(session_id, safe='')}/files/{urllib.parse.quote(path)}")).content
+    finally:
+        await h.client.aclose()

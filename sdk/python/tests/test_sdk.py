@@ -291,7 +291,11 @@ def test_snapshot_and_images():
         with pytest.raises(SandboxError) as e:
             sbx.snapshot("bad name")
         assert e.value.status == 400
-    assert {(i.name, i.digest) for i in images()} >= {("py-tpl", im.digest), ("py-code", code.digest)}
+    listed = images()
+    assert {(i.name, i.digest) for i in listed} >= {("py-tpl", im.digest), ("py-code", code.digest)}
+    # The class images come too, each saying what it holds.
+    exec_image = next(i for i in listed if i.scope == "class" and i.name == "exec")
+    assert exec_image.class_ == "exec" and "pandas" in exec_image.holds and exec_image.digest == ""
     with pytest.raises(NotFoundError):
         sbx.snapshot("gone")
 
@@ -481,9 +485,11 @@ def test_org_calls_and_session_files():
     assert download_file(r.session_id, "in.csv") == b"a,b\n"
 
     async def main():
+        from sandboxd import async_download_file
         assert (await async_info())["backend"] == BACKEND
         assert await async_quotas()
         assert len(await async_session_files(r.session_id)) == 2
+        assert await async_download_file(r.session_id, "out.txt") == b"hi"
     asyncio.run(main())
 
 
@@ -503,4 +509,13 @@ def test_async_lifecycle_calls():
             await sbx.sleep()
             await sbx.wake()
             assert sbx.info.status == "running"
+            if "runner" in CAPS:
+                async with sbx.watch_dir("d", recursive=True) as w:
+                    await sbx.run("echo y > d/g.txt")
+                    seen = []
+                    async for ev in w:
+                        seen.append((ev.type, ev.name))
+                        if ev.type == "written":
+                            break
+                assert seen == [("created", "g.txt"), ("written", "g.txt")]
     asyncio.run(main())
