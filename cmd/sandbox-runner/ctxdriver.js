@@ -6,7 +6,8 @@
 // (util.inspect, awaited when it is a promise) and an exception come back as
 // JSON lines on stdout (procwire.Event), ending with {"type": "end"}.
 // SIGINT interrupts a running script (breakOnSigint), as Jupyter's
-// interrupt does a kernel; the context stays.
+// interrupt does a kernel; the context stays. A script with await at its
+// top level runs as Node's REPL runs one (topLevelAwait below).
 "use strict";
 const vm = require("node:vm");
 const util = require("node:util");
@@ -29,6 +30,85 @@ const context = vm.createContext(sandbox);
 // a SIGINT is dropped instead of ending the context.
 process.on("SIGINT", () => {});
 
+// topLevelAwait rewrites a script that has await outside any function
+// into an async function the context runs, the way Node's REPL does
+// (lib/internal/repl/await.js), with the image's acorn (Debian's
+// node-acorn): its top-level declarations become the context's globals
+// (a const among them, as in the REPL, a variable), a top-level function
+// is assigned to the global of its name as well, and the value of its
+// last expression is what the function returns. null: no rewrite (no
+// acorn, no await outside a function, or the code does not parse even
+// with await allowed). The parse decides, not V8's error: in a sloppy
+// script "await (x)" is a call of a function named await.
+function topLevelAwait(code) {
+  let acorn, walk;
+  try {
+    acorn = require("acorn");
+    walk = require("acorn-walk");
+  } catch {
+    return null;
+  }
+  let ast;
+  try {
+    ast = acorn.parse(code, { ecmaVersion: "latest", sourceType: "script", allowAwaitOutsideFunction: true });
+  } catch {
+    return null;
+  }
+  let awaits = false;
+  const inner = () => {}; // a function's own awaits are its own
+  walk.recursive(ast, null, {
+    FunctionDeclaration: inner, FunctionExpression: inner, ArrowFunctionExpression: inner,
+    AwaitExpression() { awaits = true; },
+    ForOfStatement(node, st, c) {
+      if (node.await) awaits = true;
+      walk.base.ForOfStatement(node, st, c);
+    },
+  });
+  if (!awaits) return null;
+  const names = new Set();
+  const bind = (p) => {
+    if (!p) return;
+    switch (p.type) {
+      case "Identifier": names.add(p.name); break;
+      case "ObjectPattern": p.properties.forEach((q) => bind(q.type === "RestElement" ? q.argument : q.value)); break;
+      case "ArrayPattern": p.elements.forEach(bind); break;
+      case "RestElement": bind(p.argument); break;
+      case "AssignmentPattern": bind(p.left); break;
+    }
+  };
+  const text = (n) => code.slice(n.start, n.end);
+  const edits = [];
+  const hoisted = [];
+  ast.body.forEach((node, i) => {
+    switch (node.type) {
+      case "VariableDeclaration":
+        node.declarations.forEach((d) => bind(d.id));
+        edits.push([node.start, node.end, `void (${node.declarations.map((d) => `(${text(d.id)} = ${d.init ? text(d.init) : "undefined"})`).join(", ")});`]);
+        break;
+      case "ClassDeclaration":
+        names.add(node.id.name);
+        edits.push([node.start, node.end, `${node.id.name} = ${text(node)};`]);
+        break;
+      case "FunctionDeclaration":
+        hoisted.push(`globalThis[${JSON.stringify(node.id.name)}] = ${node.id.name};`);
+        break;
+      case "ExpressionStatement":
+        if (i === ast.body.length - 1) edits.push([node.start, node.end, `return (${text(node.expression)});`]);
+        break;
+    }
+  });
+  let body = code;
+  for (const [start, end, repl] of edits.reverse()) body = body.slice(0, start) + repl + body.slice(end);
+  // Each name a global of the context before the function assigns it
+  // (one a run before declared with let stays that binding).
+  for (const name of names) {
+    try {
+      vm.runInContext(`var ${name};`, context);
+    } catch {}
+  }
+  return `(async () => { ${hoisted.join(" ")}\n${body}\n})()`;
+}
+
 let count = 0;
 const queue = [];
 let busy = false;
@@ -38,7 +118,10 @@ async function run(req) {
   const timeout = req.timeout > 0 ? req.timeout * 1000 : undefined;
   let timedOut = false;
   try {
-    const script = new vm.Script(req.code ?? "", { filename: `run-${count}.js` });
+    const filename = `run-${count}.js`;
+    const code = req.code ?? "";
+    const rewritten = /\bawait\b/.test(code) ? topLevelAwait(code) : null;
+    const script = new vm.Script(rewritten ?? code, { filename });
     let value = script.runInContext(context, { timeout, breakOnSigint: true, displayErrors: false });
     if (value && typeof value.then === "function") {
       value = await (timeout ? Promise.race([value, new Promise((_, reject) => setTimeout(() => reject(Object.assign(new Error("timeout"), { code: "ERR_SCRIPT_EXECUTION_TIMEOUT" })), timeout))]) : value);

@@ -142,6 +142,14 @@ func TestCodeContexts(t *testing.T) {
 		if ex := e.runIn(id, "javascript", "console.log('js'); Promise.resolve(add(n))", 0); mainText(ex) != "42" || strings.Join(ex.Logs.Stdout, "") != "js\n" {
 			t.Errorf("js: %+v", ex)
 		}
+		// Top-level await, as in Node's REPL: the declarations it makes
+		// stay for the next run.
+		if ex := e.runIn(id, "javascript", "const got = await new Promise((r) => setTimeout(() => r(n), 10));\ngot + 1", 0); mainText(ex) != "41" {
+			t.Errorf("js top-level await: %+v", ex)
+		}
+		if ex := e.runIn(id, "javascript", "got * 2", 0); mainText(ex) != "80" {
+			t.Errorf("js after a top-level await: %+v", ex)
+		}
 		if ex := e.runIn(id, "javascript", "while (true) {}", 1); !ex.TimedOut || ex.Error == nil || ex.Error.Name != "TimeoutError" {
 			t.Errorf("js past its timeout: %+v", ex)
 		}
