@@ -254,7 +254,14 @@ func TestEchoResizeAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil(t, ctx, c, `{"resize":{"cols":0,"rows":40}}`)
-	if got := e.pty.lastSizes(); len(got) != 1 || got[0] != (runtime.Size{Cols: 120, Rows: 40}) {
+	// The size goes to the program on a channel of its own, and may be
+	// taken after the input that followed it is echoed: wait for it.
+	got := e.pty.lastSizes()
+	for len(got) == 0 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+		got = e.pty.lastSizes()
+	}
+	if len(got) != 1 || got[0] != (runtime.Size{Cols: 120, Rows: 40}) {
 		t.Fatalf("sizes %v, want [{120 40}]", got)
 	}
 
