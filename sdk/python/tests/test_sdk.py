@@ -510,8 +510,11 @@ def test_async_lifecycle_calls():
             await sbx.wake()
             assert sbx.info.status == "running"
             if "runner" in CAPS:
-                async with sbx.watch_dir("d", recursive=True) as w:
-                    await sbx.run("echo y > d/g.txt")
+                # A directory made after the wake: on kube a wake is a new pod, and an exec sandbox's
+                # workdir is scratch (memoryKept: false).
+                await sbx.run("mkdir -p w")
+                async with sbx.watch_dir("w", recursive=True) as w:
+                    await sbx.run("echo y > w/g.txt")
                     seen = []
                     async for ev in w:
                         seen.append((ev.type, ev.name))
