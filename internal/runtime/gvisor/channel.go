@@ -59,6 +59,24 @@ func sameBuild(path string) (bool, string) {
 	return true, ""
 }
 
+// statsChannel is Stats over the control channel: the call `runsc events
+// --stats` makes (container.Event), in this process.
+func (r *Runtime) statsChannel(name string) (runtime.Stats, error) {
+	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return runtime.Stats{}, runtime.ErrNotFound
+		}
+		return runtime.Stats{}, fmt.Errorf("gvisor: stats of %s: %w", name, err)
+	}
+	ev, err := c.Event()
+	if err != nil {
+		return runtime.Stats{}, fmt.Errorf("gvisor: stats of %s: %w", name, err)
+	}
+	d := ev.Event.Data
+	return runtime.Stats{CPUSeconds: float64(d.CPU.Usage.Total) / 1e9, MemoryBytes: int64(d.Memory.Usage.Usage), Processes: int(d.Pids.Current)}, nil
+}
+
 // execChannel runs proc in the container name over its control socket,
 // with req's stdio, terminal and resizes. Its answers are Exec's: nil,
 // *runtime.ExitError (128+n for a signal; 127 with the sentry's reason on

@@ -1142,12 +1142,17 @@ func (r *Runtime) runscCommands() (int, error) {
 	return n, nil
 }
 
-// Stats reads runsc's own counters of the sandbox (`runsc events --stats`):
-// the sentry's CPU time, its application memory and its processes.
+// Stats reads runsc's own counters of the sandbox (what `runsc events
+// --stats` prints): the sentry's CPU time, its application memory and its
+// processes. With the pinned runsc they are asked over the control
+// channel in this process (statsChannel), with no runsc process start.
 func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error) {
 	m, err := r.loadMeta(name)
 	if err != nil {
 		return runtime.Stats{}, err
+	}
+	if r.channel {
+		return r.statsChannel(name)
 	}
 	out, err := r.runsc(ctx, m.Flags, "events", "--stats", name)
 	if err != nil {

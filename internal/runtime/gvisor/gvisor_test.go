@@ -357,3 +357,60 @@ func BenchmarkExec(b *testing.B) {
 	}
 	r.channel = true
 }
+
+// TestStatsBothWays: the control channel and `runsc events --stats` read
+// the same counters: a sandbox running a process has CPU time, memory and
+// at least that process either way; a container that is gone is
+// runtime.ErrNotFound (the channel's Load, the CLI's "does not exist").
+func TestStatsBothWays(t *testing.T) {
+	r := newRuntime(t)
+	obj := create(t, r, "sbx-gvisortest000000012", "twelve")
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Exec(context.Background(), obj.Name, runtime.ExecRequest{Argv: []string{"sh", "-c", "sleep 30"}})
+	}()
+	time.Sleep(500 * time.Millisecond)
+	got := map[bool]runtime.Stats{}
+	for _, channel := range []bool{true, false} {
+		r.channel = channel
+		st, err := r.Stats(context.Background(), obj.Name)
+		if err != nil || st.CPUSeconds <= 0 || st.MemoryBytes <= 0 || st.Processes < 2 {
+			t.Errorf("channel %v: %+v %v", channel, st, err)
+		}
+		got[channel] = st
+	}
+	r.channel = true
+	if a, b := got[true].MemoryBytes, got[false].MemoryBytes; a > 2*b || b > 2*a {
+		t.Errorf("the two ways disagree on memory: %d vs %d", a, b)
+	}
+	r.Exec(context.Background(), obj.Name, runtime.ExecRequest{Argv: []string{"pkill", "sleep"}})
+	<-done
+	if err := r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+		t.Fatal(err)
+	}
+	for _, channel := range []bool{true, false} {
+		r.channel = channel
+		if _, err := r.Stats(context.Background(), obj.Name); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("channel %v, a deleted sandbox: %v", channel, err)
+		}
+	}
+	r.channel = true
+}
+
+// BenchmarkStats: a sandbox's counters over the control channel in this
+// process vs a `runsc events --stats` process (the floor it replaces).
+func BenchmarkStats(b *testing.B) {
+	r := newRuntime(b)
+	obj := create(b, r, "sbx-gvisorbench00000002", "bench-stats")
+	for _, channel := range []bool{true, false} {
+		b.Run(map[bool]string{true: "channel", false: "runsc-events"}[channel], func(b *testing.B) {
+			r.channel = channel
+			for b.Loop() {
+				if _, err := r.Stats(context.Background(), obj.Name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	r.channel = true
+}
