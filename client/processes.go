@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -118,55 +117,34 @@ func (c *Client) outputOnce(ctx context.Context, id string, pid int, from int64,
 	}
 	defer res.Body.Close()
 	last := from
-	var ev struct {
-		id, kind string
-		data     []string
-	}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line != "" {
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "id":
-				ev.id = value
-			case "event":
-				ev.kind = value
-			case "data":
-				ev.data = append(ev.data, value)
-			}
-			continue
+	err = readSSE(res.Body, 8<<20, func(e sseEvent) error {
+		pe, err := processEvent(e.kind, e.data)
+		if err != nil || pe == nil {
+			return err // nil: a kind this client does not know
 		}
-		kind, data, evID := ev.kind, strings.Join(ev.data, "\n"), ev.id
-		ev.id, ev.kind, ev.data = "", "", nil
-		if kind == "" {
-			continue // a comment (: ping) or the retry hint
+		if e.kind == "error" {
+			return fmt.Errorf("client: the output stream: %s", e.data)
 		}
-		pe, err := processEvent(kind, data)
-		if err != nil {
-			return last, false, err
-		}
-		if pe == nil {
-			continue // a kind this client does not know
-		}
-		if kind == "error" {
-			return last, false, fmt.Errorf("client: the output stream: %s", data)
-		}
-		if pe.Offset, err = strconv.ParseInt(evID, 10, 64); err != nil {
-			return last, false, fmt.Errorf("client: an output event without an offset: %q", evID)
+		if pe.Offset, err = strconv.ParseInt(e.id, 10, 64); err != nil {
+			return fmt.Errorf("client: an output event without an offset: %q", e.id)
 		}
 		if err := fn(*pe); err != nil {
-			return last, false, handlerError{err}
+			return handlerError{err}
 		}
 		last = pe.Offset
-		if kind == "end" {
-			return last, true, nil
+		if e.kind == "end" {
+			return errEnded
 		}
+		return nil
+	})
+	if errors.Is(err, errEnded) {
+		return last, true, nil
 	}
-	return last, false, sc.Err()
+	return last, false, err
 }
+
+// errEnded stops reading an output stream at its end event.
+var errEnded = errors.New("the output ended")
 
 // processEvent decodes one event's data; nil for an event to skip.
 func processEvent(kind, data string) (*ProcessEvent, error) {

@@ -1,12 +1,10 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/sandboxd/sandbox/wire"
 )
@@ -31,38 +29,15 @@ func (c *Client) WatchDir(ctx context.Context, id, path string, recursive bool, 
 		return err
 	}
 	defer res.Body.Close()
-	var data []string
-	kind := ""
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 16<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line != "" {
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "event":
-				kind = value
-			case "data":
-				data = append(data, value)
-			}
-			continue
-		}
-		k, d := kind, strings.Join(data, "\n")
-		kind, data = "", nil
-		if k == "" {
-			continue // a comment (: ping) or the retry hint
-		}
+	err = readSSE(res.Body, 1<<20, func(e sseEvent) error {
 		var ev FileEvent
-		if err := json.Unmarshal([]byte(d), &ev); err != nil {
+		if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
 			return fmt.Errorf("client: a file event: %w", err)
 		}
-		if err := fn(ev); err != nil {
-			return err
-		}
-	}
+		return fn(ev)
+	})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return sc.Err()
+	return err
 }
