@@ -321,11 +321,7 @@ func (s *Server) watchFS(w http.ResponseWriter, r *http.Request) error {
 	started := false
 	err := s.Files.Watch(r.Context(), r.PathValue("id"), q.Get("path"), recursive, func(dir string) error {
 		started = true
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Accel-Buffering", "no")
-		w.WriteHeader(http.StatusOK)
+		startSSE(w)
 		io.WriteString(w, "retry: 1000\n\n")
 		go func() {
 			t := time.NewTicker(15 * time.Second)

@@ -194,11 +194,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 			return
 		}
 		started = true
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Accel-Buffering", "no")
-		w.WriteHeader(http.StatusOK)
+		startSSE(w)
 		io.WriteString(w, "retry: 1000\n\n")
 	}
 	err = s.Processes.ProcessOutput(r.Context(), id, pid, from, follow, func(ev processes.OutputEvent) error {
@@ -262,4 +258,14 @@ func (s *Server) outputJSON(w http.ResponseWriter, r *http.Request, id string, p
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// startSSE begins a 200 answer of server-sent events: never cached, and
+// never buffered by a proxy in front (nginx's X-Accel-Buffering).
+func startSSE(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
 }

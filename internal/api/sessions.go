@@ -67,11 +67,7 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	defer f.Close()
 
 	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	startSSE(w)
 	var buf bytes.Buffer
 	buf.WriteString("retry: 1000\n\n")
 	send := func(e narrate.Event) {
