@@ -35,11 +35,7 @@ func ctxCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if err != nil {
 			return err
 		}
-		if cf.output == "table" {
-			_, err := fmt.Fprintln(stdout, k.ID)
-			return err
-		}
-		return show(stdout, cf.output, k, nil, nil)
+		return showContext(stdout, cf.output, k)
 	case "ls":
 		cf, rest, err := verb("ctx ls", "ID", args[1:], stderr, nil, 1, 1)
 		if err != nil {
@@ -74,11 +70,7 @@ func ctxCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if err != nil {
 			return err
 		}
-		if cf.output == "table" {
-			_, err := fmt.Fprintln(stdout, k.ID)
-			return err
-		}
-		return show(stdout, cf.output, k, nil, nil)
+		return showContext(stdout, cf.output, k)
 	case "run":
 		return ctxRunCmd(ctx, args[1:], stdin, stdout, stderr)
 	}
@@ -203,4 +195,14 @@ func watchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil // ^C: the watch's normal end
 	}
 	return err
+}
+
+// showContext prints a context: its id alone in a table (what a script
+// passes on), the whole record as JSON or YAML.
+func showContext(w io.Writer, output string, k *client.CodeContext) error {
+	if output == "table" {
+		_, err := fmt.Fprintln(w, k.ID)
+		return err
+	}
+	return show(w, output, k, nil, nil)
 }
