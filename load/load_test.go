@@ -141,6 +141,32 @@ func (s *server) watch(quietID string, stop <-chan struct{}) func() watch {
 	return func() watch { wg.Wait(); return w }
 }
 
+// cpu is the CPU time, in seconds, of the server and of every sandbox
+// (their parent cgroup's, v1 or v2): where a flood's cost lands.
+func (s *server) cpu() (server, sandboxes float64) {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.Pid())); err == nil {
+		// utime and stime, the 14th and 15th fields, in USER_HZ (100).
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 12 {
+			u, _ := strconv.ParseFloat(f[11], 64)
+			k, _ := strconv.ParseFloat(f[12], 64)
+			server = (u + k) / 100
+		}
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/cpuacct/sandbox/cpuacct.usage"); err == nil {
+		ns, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		return server, ns / 1e9
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/sandbox/cpu.stat"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+				us, _ := strconv.ParseFloat(v, 64)
+				sandboxes = us / 1e6
+			}
+		}
+	}
+	return server, sandboxes
+}
+
 func report() bool { return os.Getenv("SANDBOX_LOAD_REPORT") == "1" }
 
 // TestHostileTenant plays each flood of tenant A beside quiet tenant B.
@@ -179,19 +205,22 @@ func TestHostileTenant(t *testing.T) {
 		// quota's count, served and refused (429 commands, 403 projects),
 		// where it decides them; nil where allowed says all there is.
 		want map[int]int
+		// slow bounds B's exec p50 during the flood, in B's idle p50s
+		// (plus 5 ms): 0 is 2.
+		slow float64
 	}{
 		{"12 uploads of 60 MB to an unknown id", 12, func(int) (int, string) {
 			return upload("/v1/sandbox/sb_"+strings.Repeat("z", 26)+"/fs?path=x", 60<<20)
-		}, 150, []int{404, 0}, 0, nil},
+		}, 150, []int{404, 0}, 0, nil, 0},
 		{"12 uploads of 60 MB to a real sandbox", 12, func(i int) (int, string) {
 			return upload(fmt.Sprintf("/v1/sandbox/%s/fs?path=up%d", hostile, i), 60<<20)
-		}, 200, []int{200, 429, 400}, 0, nil},
+		}, 200, []int{200, 429, 400}, 0, nil, 0},
 		// Each holds its slot for 5 s, longer than the 100 take to arrive:
 		// 8 run, 92 are refused.
 		{"100 execs at once against a quota of 8", 100, func(int) (int, string) {
 			st, b := s.do("hostile", "POST", "/v1/sandbox/"+hostile+"/exec", strings.NewReader(`{"command":"sleep 5"}`))
 			return st, string(b)
-		}, 200, []int{200, 429}, 0, map[int]int{200: 8, 429: 92}},
+		}, 200, []int{200, 429}, 0, map[int]int{200: 8, 429: 92}, 0},
 		{"200 event followers", 200, func(i int) (int, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
@@ -204,21 +233,27 @@ func TestHostileTenant(t *testing.T) {
 			defer res.Body.Close()
 			b, _ := io.ReadAll(io.LimitReader(res.Body, 512))
 			return res.StatusCode, string(b)
-		}, 200, []int{200, 429}, 0, map[int]int{200: 8, 429: 192}}, // each follows for 3 s
+		}, 200, []int{200, 429}, 0, map[int]int{200: 8, 429: 192}, 0}, // each follows for 3 s
 		{"typed reads of a 40 MB file, 8 at once", 24, func(int) (int, string) {
 			st, b := s.do("hostile", "POST", "/v1/sandbox/read", strings.NewReader(`{"id":"`+hostile+`","path":"big"}`))
 			return st, string(b[:min(len(b), 200)])
-		}, 200, []int{413, 429}, 0, map[int]int{413: 24}},
+		}, 200, []int{413, 429}, 0, map[int]int{413: 24}, 0},
 		// A REST read streams the file from the sandbox to the client.
+		//
+		// It is the one flood that is A's own work served at full speed
+		// (~300 MB/s: A's cat at its one-core quota, the server's copy and
+		// this process's read take 1.4 of the two cores, measured by the
+		// CPU figures logged), so B shares the core that is left and its
+		// bound is 3× idle: measured 1.8–2.8× (2.7× in CI).
 		{"REST reads of a 40 MB file, 8 at once", 24, func(int) (int, string) {
 			return s.head("hostile", "GET", "/v1/sandbox/"+hostile+"/fs?path=big")
-		}, 200, []int{200, 429}, 0, nil}, // 8 at once fit the quota, but a reader has the whole body before the server's handler returns and frees its slot, so its next read may meet a full quota (a race, not the quota's decision: seen 200:14 429:10 in CI); every refusal must still name its quota
+		}, 200, []int{200, 429}, 0, nil, 3}, // 8 at once fit the quota, but a reader has the whole body before the server's handler returns and frees its slot, so its next read may meet a full quota (a race, not the quota's decision: seen 200:14 429:10 in CI); every refusal must still name its quota
 		// 100 clients ask for the 40 MB file and read none of it: the
 		// server cuts each after the stall bound (499 here: the answer
 		// ended short), which frees A's command slots.
 		{"100 sockets asking for 40 MB and not reading", 100, func(int) (int, string) {
 			return s.notReading("/v1/sandbox/" + hostile + "/fs?path=big")
-		}, 200, []int{429, 499}, 0, map[int]int{499: 8, 429: 92}},
+		}, 200, []int{429, 499}, 0, map[int]int{499: 8, 429: 92}, 0},
 		// Projects up to the quota, one after another: each lease makes a
 		// dev project's volume, kept after the end; the sixth is refused.
 		{"8 dev projects against a quota of 5", 8, func(i int) (int, string) {
@@ -230,17 +265,18 @@ func TestHostileTenant(t *testing.T) {
 				}
 			}
 			return st, string(b)
-		}, 200, []int{201, 403}, 1, map[int]int{201: 5, 403: 3}},
+		}, 200, []int{201, 403}, 1, map[int]int{201: 5, 403: 3}, 0},
 		// Slowloris: 200 connections sending a header byte every 500 ms.
 		// The server cuts each at the stall bound (408 here).
 		{"200 connections trickling their headers", 200, func(int) (int, string) {
 			return s.slowHeaders()
-		}, 200, []int{408}, 0, map[int]int{408: 200}},
+		}, 200, []int{408}, 0, map[int]int{408: 200}, 0},
 	}
 	// The read flood needs a big file.
 	s.do("hostile", "POST", "/v1/sandbox/"+hostile+"/exec", strings.NewReader(`{"command":"head -c 40000000 /dev/zero > big"}`))
 	for _, f := range floods {
 		t.Run(f.name, func(t *testing.T) {
+			srv0, sbs0 := s.cpu()
 			stop := make(chan struct{})
 			collect := s.watch(quiet, stop)
 			var mu sync.Mutex
@@ -275,8 +311,9 @@ func TestHostileTenant(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 			close(stop)
 			w := collect()
-			t.Logf("%s: statuses %v; B/idle %.1fx; peak RSS %.0f MiB; B's exec p50 %v (idle %v) over %d calls; readyz failed %d; e.g. %q",
-				f.name, statuses, float64(testenv.P50(w.lat))/float64(max(1, testenv.P50(idle))), w.peakRSS, testenv.P50(w.lat), testenv.P50(idle), len(w.lat), w.notReady, msgs)
+			srv1, sbs1 := s.cpu()
+			t.Logf("%s: statuses %v; CPU: server %.2f s, sandboxes %.2f s; B/idle %.1fx; peak RSS %.0f MiB; B's exec p50 %v (idle %v) over %d calls; readyz failed %d; e.g. %q",
+				f.name, statuses, srv1-srv0, sbs1-sbs0, float64(testenv.P50(w.lat))/float64(max(1, testenv.P50(idle))), w.peakRSS, testenv.P50(w.lat), testenv.P50(idle), len(w.lat), w.notReady, msgs)
 			if report() {
 				return
 			}
@@ -299,8 +336,9 @@ func TestHostileTenant(t *testing.T) {
 			if w.notReady > 0 || len(w.bad) > 0 {
 				t.Errorf("B was refused or /readyz failed: %d, %q", w.notReady, w.bad)
 			}
-			if p := testenv.P50(w.lat); p > 2*testenv.P50(idle)+5*time.Millisecond {
-				t.Errorf("B's exec p50 %v is over twice its idle %v", p, testenv.P50(idle))
+			slow := cmp.Or(f.slow, 2)
+			if p := testenv.P50(w.lat); p > time.Duration(slow*float64(testenv.P50(idle)))+5*time.Millisecond {
+				t.Errorf("B's exec p50 %v is over %.0f× its idle %v", p, slow, testenv.P50(idle))
 			}
 		})
 	}
