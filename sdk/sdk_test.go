@@ -12,7 +12,9 @@ import (
 // serve starts the server for an SDK suite, with an images directory of
 // its own and, where the machine has a registry, a tiny image pushed to it
 // that the server allows; the env the suite reads (SANDBOX_URL,
-// SANDBOX_KEY, and SANDBOX_TEST_IMAGE_REF with the registry).
+// SANDBOX_KEY, SANDBOX_TEST_NETWORK and SANDBOX_TEST_PACKAGES: the name its
+// sandboxes may reach and the installs to try there, and
+// SANDBOX_TEST_IMAGE_REF with the registry).
 func serve(t *testing.T) []string {
 	t.Helper()
 	var o testenv.Options
@@ -22,8 +24,10 @@ func serve(t *testing.T) []string {
 	}
 	testenv.NeedGVisor(t, gvisor.DefaultRunsc(), "exec")
 	o.Internet = testenv.NewInternet(t) // the network cases' (allowed.example)
+	packages := testenv.ServePackages(t, o.Internet, "allowed.example")
 	srv := testenv.ServeWith(t, gvisor.DefaultRunsc(), []string{"acme"}, o)
-	env := append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"], "SANDBOX_TEST_NETWORK=allowed.example")
+	env := append(os.Environ(), "SANDBOX_URL="+srv.URL, "SANDBOX_KEY="+srv.Keys["acme"], "SANDBOX_TEST_NETWORK=allowed.example",
+		"SANDBOX_TEST_PACKAGES="+testenv.PackagesJSON(packages))
 	if reg != nil {
 		env = append(env, "SANDBOX_TEST_IMAGE_REF="+reg.PushBusybox(t, "sdk/tool:1", map[string]string{"etc/greeting": "hi from the image\n"}))
 	}

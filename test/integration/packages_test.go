@@ -1,103 +1,13 @@
 package integration_test
 
 import (
-	"archive/tar"
-	"archive/zip"
-	"bytes"
-	"compress/gzip"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
-
-// The test internet's package index (PyPI's simple API), npm registry and
-// git server (git's dumb HTTP), each serving one package of the test's own
-// on allowed.example: what an agent installs from, without the real ones.
-
-// wheel is a pure-Python wheel of hello-sbx 1.0 whose module says greeting.
-func wheel(t *testing.T, greeting string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	z := zip.NewWriter(&b)
-	files := map[string]string{
-		"hello_sbx/__init__.py":                 fmt.Sprintf("GREETING = %q\n", greeting),
-		"hello_sbx-1.0.dist-info/METADATA":      "Metadata-Version: 2.1\nName: hello-sbx\nVersion: 1.0\n",
-		"hello_sbx-1.0.dist-info/WHEEL":         "Wheel-Version: 1.0\nGenerator: sandbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-		"hello_sbx-1.0.dist-info/top_level.txt": "hello_sbx\n",
-	}
-	var record strings.Builder
-	for name, body := range files {
-		w, err := z.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write([]byte(body))
-		sum := sha256.Sum256([]byte(body))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", name, base64.RawURLEncoding.EncodeToString(sum[:]), len(body))
-	}
-	record.WriteString("hello_sbx-1.0.dist-info/RECORD,,\n")
-	w, _ := z.Create("hello_sbx-1.0.dist-info/RECORD")
-	w.Write([]byte(record.String()))
-	if err := z.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// npmTarball is hello-sbx 1.0.0's package tarball, its index.js exporting
-// greeting.
-func npmTarball(t *testing.T, greeting string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	gz := gzip.NewWriter(&b)
-	tw := tar.NewWriter(gz)
-	for name, body := range map[string]string{
-		"package/package.json": `{"name":"hello-sbx","version":"1.0.0","main":"index.js"}`,
-		"package/index.js":     fmt.Sprintf("module.exports = %q;\n", greeting),
-	} {
-		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
-		tw.Write([]byte(body))
-	}
-	tw.Close()
-	gz.Close()
-	return b.Bytes()
-}
-
-// gitRepo is a bare repository with one commit (README saying greeting),
-// ready for git's dumb HTTP (update-server-info): its directory.
-func gitRepo(t *testing.T, greeting string) string {
-	t.Helper()
-	dir := t.TempDir()
-	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "repo.git")
-	run := func(d string, args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = d
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	os.MkdirAll(work, 0o755)
-	run(work, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(work, "README"), []byte(greeting+"\n"), 0o644)
-	run(work, "add", "README")
-	run(work, "commit", "-q", "-m", "first")
-	run(dir, "clone", "-q", "--bare", work, bare)
-	run(bare, "update-server-info")
-	return bare
-}
 
 // TestPackageManagersOnRunsc: in the exec image, with a network that
 // allows one name, an agent's usual installs work against that name: pip
@@ -126,57 +36,15 @@ func TestKubePackageManagers(t *testing.T) {
 // allowed that name; curl's answer has want in it. queries are the names
 // the upstream resolver was asked.
 func packageManagers(t *testing.T, e *env, web interface{ Handle(string, http.Handler) }, want string, queries func() []string) {
-	in := web
-	whl := wheel(t, "hi from the index")
-	sum := sha256.Sum256(whl)
-	const whlName = "hello_sbx-1.0-py3-none-any.whl"
-	in.Handle("/simple/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/simple/hello-sbx/" {
-			http.NotFound(w, r)
-			return
-		}
-		fmt.Fprintf(w, `<!DOCTYPE html><html><body><a href="/files/%s#sha256=%s">%s</a></body></html>`, whlName, hex.EncodeToString(sum[:]), whlName)
-	}))
-	in.Handle("/files/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Write(whl)
-	}))
-	tgz := npmTarball(t, "hi from the registry")
-	tsum := sha256.Sum256(tgz)
-	in.Handle("/npm/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/npm/hello-sbx":
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]any{
-				"name": "hello-sbx", "dist-tags": map[string]string{"latest": "1.0.0"},
-				"versions": map[string]any{"1.0.0": map[string]any{
-					"name": "hello-sbx", "version": "1.0.0", "main": "index.js",
-					"dist": map[string]any{"tarball": "http://allowed.example/npm/hello-sbx/-/hello-sbx-1.0.0.tgz", "integrity": "sha256-" + base64.StdEncoding.EncodeToString(tsum[:])},
-				}},
-			})
-		case "/npm/hello-sbx/-/hello-sbx-1.0.0.tgz":
-			w.Write(tgz)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	repo := gitRepo(t, "hi from the git server")
-	in.Handle("/git/repo.git/", http.StripPrefix("/git/repo.git/", http.FileServer(http.Dir(repo))))
-
+	steps := testenv.ServePackages(t, web, "allowed.example")
 	id := e.lease("acme", map[string]any{"ttlSec": 600, "network": map[string]any{"allow": []string{"allowed.example"}}})
-	steps := []struct{ name, script, want string }{
-		{"curl", "curl -sS http://allowed.example/", want},
-		{"pip install --user", "pip install -q --user --disable-pip-version-check --no-cache-dir --index-url http://allowed.example/simple/ --trusted-host allowed.example hello-sbx && python3 -c 'import hello_sbx; print(hello_sbx.GREETING)'", "hi from the index"},
-		{"venv", "python3 -m venv /tmp/v && /tmp/v/bin/pip install -q --disable-pip-version-check --no-cache-dir --index-url http://allowed.example/simple/ --trusted-host allowed.example hello-sbx && /tmp/v/bin/python -c 'import hello_sbx; print(hello_sbx.GREETING)'", "hi from the index"},
-		{"npm install", "mkdir -p app && cd app && npm install --silent --no-audit --no-fund --cache /tmp/npm-cache --registry http://allowed.example/npm/ hello-sbx && node -e 'console.log(require(\"hello-sbx\"))'", "hi from the registry"},
-		{"git clone", "git clone -q http://allowed.example/git/repo.git r && cat r/README", "hi from the git server"},
-		{"cargo build", "export CARGO_HOME=/tmp/cargo && cargo new -q --vcs none hello && cd hello && cargo build -q --offline && ./target/debug/hello", "Hello, world!"},
-	}
+	steps = append([]testenv.PackageStep{{Name: "curl", Script: "curl -sS http://allowed.example/", Want: want}}, steps...)
+	steps = append(steps, testenv.PackageStep{Name: "cargo build", Script: "export CARGO_HOME=/tmp/cargo && cargo new -q --vcs none hello && cd hello && cargo build -q --offline && ./target/debug/hello", Want: "Hello, world!"})
 	for _, s := range steps {
-		t.Run(s.name, func(t *testing.T) {
-			a := e.exec("acme", id, map[string]any{"argv": []string{"bash", "-c", s.script + " 2>&1"}, "timeoutSec": 240})
-			if a.ExitCode != 0 || !strings.Contains(a.Stdout, s.want) {
-				t.Errorf("%s: exit %d\n%s%s", s.name, a.ExitCode, a.Stdout, a.Stderr)
+		t.Run(s.Name, func(t *testing.T) {
+			a := e.exec("acme", id, map[string]any{"argv": []string{"bash", "-c", s.Script + " 2>&1"}, "timeoutSec": 240})
+			if a.ExitCode != 0 || !strings.Contains(a.Stdout, s.Want) {
+				t.Errorf("%s: exit %d\n%s%s", s.Name, a.ExitCode, a.Stdout, a.Stderr)
 			}
 		})
 	}

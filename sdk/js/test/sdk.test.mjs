@@ -2,7 +2,11 @@
 // sdk/sdk_test.go, which starts one.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Sandbox, SandboxError, runCode } from "../index.mjs";
+import { Sandbox, SandboxError, info, runCode } from "../index.mjs";
+
+// What the server's backend does, by GET /v1/info: cases skip by capability.
+const CAPS = (await info()).capabilities;
+const mainText = (ex) => ex.results.find((r) => r.isMainResult)?.data["text/plain"];
 
 test("a sandbox, end to end", async () => {
   const sbx = await Sandbox.create({ timeoutSec: 300 });
@@ -227,6 +231,22 @@ test("the network: leased, changed, refused", { skip: !NETWORK && "the test serv
   }
 });
 
+// The installs an agent makes (internal/testenv's ServePackages), against the package index,
+// npm registry and git server the test server's internet serves on NETWORK.
+const PACKAGES = JSON.parse(process.env.SANDBOX_TEST_PACKAGES || "[]");
+
+test("pip, npm and git from the network", { skip: !(NETWORK && PACKAGES.length) && "the test server serves no package index" }, async () => {
+  const sbx = await Sandbox.create({ timeoutSec: 600, network: { allow: [NETWORK] } });
+  try {
+    for (const step of PACKAGES) {
+      const r = await sbx.commands.run(["bash", "-c", step.script + " 2>&1"], { timeoutSec: 240 });
+      assert.ok(r.exitCode === 0 && r.stdout.includes(step.want), `${step.name}: exit ${r.exitCode}\n${r.stdout}`);
+    }
+  } finally {
+    await sbx.kill();
+  }
+});
+
 test("a preview's host", async () => {
   const sbx = await Sandbox.create();
   try {
@@ -250,11 +270,32 @@ test("code contexts", async () => {
     assert.equal(ex.results.find((r) => r.isMainResult).data["text/plain"], "42");
     const plot = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()", { context: ctx });
     assert.ok(plot.results.some((r) => (r.data["image/png"] ?? "").startsWith("iVBOR")));
+    const frame = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1]})", { context: ctx });
+    assert.match(frame.results.find((r) => r.isMainResult).data["text/html"], /<table/);
     const err = await sbx.runCode("1/0", { context: ctx });
     assert.equal(err.error.name, "ZeroDivisionError");
+    assert.ok(err.error.traceback.length > 0);
+    const slow = await sbx.runCode("import time; time.sleep(30)", { context: ctx, timeoutSec: 2 });
+    assert.ok(slow.timedOut);
+    assert.equal(slow.error.name, "TimeoutError");
+    assert.equal(mainText(await sbx.runCode("x", { context: ctx })), "40");
     const other = await sbx.runCode("x", { language: "python" });
     assert.equal(other.error.name, "NameError");
     assert.deepEqual((await sbx.listCodeContexts()).map((c) => c.id), [ctx.id, "python"]);
+    // The kernel is a child of the sandbox's runner: it sleeps and wakes with it, and a fork
+    // that keeps memory has its variables too.
+    if (CAPS.includes("checkpoint")) {
+      await sbx.sleep();
+      assert.equal(sbx.info.status, "sleeping");
+      await sbx.wake();
+      assert.equal(mainText(await sbx.runCode("x * 6", { context: ctx })), "240");
+      const fork = await sbx.fork({ timeoutSec: 120 });
+      try {
+        if (fork.info.memoryKept) assert.equal(mainText(await fork.runCode("x + 2", { context: ctx })), "42");
+      } finally {
+        await fork.kill();
+      }
+    }
     await sbx.removeCodeContext(ctx);
     await assert.rejects(sbx.runCode("x", { context: ctx }), (e) => e instanceof SandboxError && e.status === 404);
   } finally {

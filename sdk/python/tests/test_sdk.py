@@ -5,6 +5,7 @@ TestHelmInCluster against the server the Helm chart runs in the test cluster
 skipped, and nothing else)."""
 
 import asyncio
+import json
 import os
 import time
 
@@ -441,6 +442,16 @@ def test_code_contexts():
         # The default context is another kernel.
         assert sbx.run_code("x", language="python").error.name == "NameError"
         assert {c.id for c in sbx.list_code_contexts()} == {ctx.id, "python"}
+        # The kernel is a child of the sandbox's runner: it sleeps and wakes
+        # with it, and a fork that keeps memory has its variables too.
+        if "checkpoint" in CAPS:
+            sbx.sleep()
+            assert sbx.info.status == "sleeping"
+            sbx.wake()
+            assert sbx.run_code("x * 6", context=ctx).text == "240"
+            with sbx.fork(timeout=120) as f:
+                if f.info.memory_kept:
+                    assert f.run_code("x + 2", context=ctx).text == "42"
         sbx.remove_code_context(ctx)
         with pytest.raises(NotFoundError):
             sbx.run_code("x", context=ctx)
@@ -457,6 +468,20 @@ def test_async_code_contexts():
             assert ex.text == "42" and results[0].text == "42"
             assert [c.id for c in await sbx.list_code_contexts()] == [ctx.id]
     asyncio.run(main())
+
+
+# The installs an agent makes (internal/testenv's ServePackages), against
+# the package index, npm registry and git server the test server's internet
+# serves on NETWORK: [{"name", "script", "want"}].
+PACKAGES = json.loads(os.environ.get("SANDBOX_TEST_PACKAGES") or "[]")
+
+
+@pytest.mark.skipif(not PACKAGES or not NETWORK, reason="the test server serves no package index (SANDBOX_TEST_PACKAGES is unset)")
+def test_package_managers():
+    with Sandbox.create(timeout=600, network={"allow": [NETWORK]}) as sbx:
+        for step in PACKAGES:
+            r = sbx.commands.run(["bash", "-c", step["script"] + " 2>&1"], timeout=240)
+            assert r.exit_code == 0 and step["want"] in r.stdout, (step["name"], r)
 
 
 @needs_runner
