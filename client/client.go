@@ -90,6 +90,7 @@ type request struct {
 	body         io.Reader
 	contentType  string
 	accept       string
+	lastEventID  string // a server-sent-events stream resumed after this event
 	out          any
 }
 
@@ -140,6 +141,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 			req.Header.Set("Content-Type", "application/json")
 		case r.contentType != "":
 			req.Header.Set("Content-Type", r.contentType)
+		}
+		if r.lastEventID != "" {
+			req.Header.Set("Last-Event-ID", r.lastEventID)
 		}
 		if r.accept != "" {
 			req.Header.Set("Accept", r.accept)

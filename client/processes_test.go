@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -20,15 +21,16 @@ import (
 // (the connection "drops"), and records the Last-Event-ID... of every
 // output request: what the client resumed from.
 type cutting struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	cut  bool
-	from []string
+	next   http.RoundTripper
+	suffix string // of the streams' paths: "" is "/output"
+	mu     sync.Mutex
+	cut    bool
+	from   []string
 }
 
 func (c *cutting) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := c.next.RoundTrip(req)
-	if err != nil || !strings.HasSuffix(req.URL.Path, "/output") || res.Header.Get("Content-Type") != "text/event-stream" {
+	if err != nil || !strings.HasSuffix(req.URL.Path, cmp.Or(c.suffix, "/output")) || res.Header.Get("Content-Type") != "text/event-stream" {
 		return res, err
 	}
 	c.mu.Lock()

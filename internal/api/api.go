@@ -75,7 +75,7 @@ type Files interface {
 	Read(ctx context.Context, id, path string, max int64) (*files.ReadResult, error)
 	ReadTo(ctx context.Context, id, path string, max int64, open func(files.FileHead) (io.Writer, error)) (*files.ReadResult, error)
 	Write(ctx context.Context, id, path string, body io.Reader, size int64) (*files.WriteResult, error)
-	Watch(ctx context.Context, id, path string, recursive bool, ready func(dir string) error, emit func(files.FileEvent) error) error
+	Watch(ctx context.Context, id, path string, recursive bool, resume string, ready func(dir, at string) error, emit func(at string, ev files.FileEvent) error) error
 }
 
 // Quotas is what the quota, usage and follower routes need (internal/usage).
@@ -315,7 +315,9 @@ func (s *Server) routes() {
 			BodyRaw: "application/x-tar, application/gzip, application/octet-stream", Answer: typ[files.ExtractResult](), Query: []string{"path: the directory to extract under (created)"}, Errors: onFiles})
 		s.handle("GET "+p+"/{id}/fs/watch", s.watchFS, doc{Summary: "Changes under a directory as server-sent events while the stream is open (inotify in the sandbox): " +
 			"event created, written (a burst of writes, once it settled), removed or renamed, data {\"type\", \"name\"} with the path under the directory; " +
-			"overflow: changes were missed (the kernel's queue overflowed, or the stream resumed after Last-Event-ID: nothing is replayed). The first event, ready, says the watch is in place. 501 where the backend has no in-sandbox runner",
+			"overflow: changes were missed (the kernel's queue overflowed, or a resumed stream's events are no longer kept). The first event, ready, says the watch is in place. " +
+			"A watch outlives its stream by 30 s: a stream that resumes with Last-Event-ID (an EventSource does by itself) gets the events it missed (the last 1024 are kept), then the live ones; a watch that has ended is begun anew with overflow first. " +
+			"501 where the backend has no in-sandbox runner",
 			AnswerRaw: "text/event-stream", Query: []string{"path: the directory, under the workdir; empty is the workdir", "recursive: 1 to watch its subdirectories too"}, Errors: append(onFiles, 501)})
 		if s.Processes != nil {
 			s.processRoutes(p)

@@ -282,9 +282,9 @@ func onID[Out any](f func(context.Context, string) (Out, error)) func(http.Respo
 
 // watchFS answers a directory's changes as server-sent events until the
 // caller goes: "ready" once the watch is in place, then each change, a
-// ping comment every 15 s of quiet. Ids count the stream's events; a
-// caller resuming after one (Last-Event-ID) gets "overflow" first, since
-// what changed meanwhile is not replayed.
+// ping comment every 15 s of quiet. An id names the watch and a place in
+// it: a caller resuming after one (Last-Event-ID) gets what it missed
+// (files.Watch).
 func (s *Server) watchFS(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	recursive := false
@@ -294,24 +294,14 @@ func (s *Server) watchFS(w http.ResponseWriter, r *http.Request) error {
 			return sandbox.Errorf(sandbox.KindInvalid, "recursive must be 1 or 0")
 		}
 	}
-	var seq int64
-	if last := r.Header.Get("Last-Event-ID"); last != "" {
-		n, err := strconv.ParseInt(last, 10, 64)
-		if err != nil || n < 0 {
-			return sandbox.Errorf(sandbox.KindInvalid, "Last-Event-ID must be an id from this stream")
-		}
-		seq = n
-	}
-	resumed := seq > 0
 	rc := http.NewResponseController(w)
 	var mu sync.Mutex
-	send := func(event string, data any) error {
+	send := func(id, event string, data any) error {
 		mu.Lock()
 		defer mu.Unlock()
-		seq++
 		b, _ := json.Marshal(data)
 		rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", seq, event, b); err != nil {
+		if _, err := fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", id, event, b); err != nil {
 			return err
 		}
 		return rc.Flush()
@@ -319,7 +309,7 @@ func (s *Server) watchFS(w http.ResponseWriter, r *http.Request) error {
 	done := make(chan struct{})
 	defer close(done)
 	started := false
-	err := s.Files.Watch(r.Context(), r.PathValue("id"), q.Get("path"), recursive, func(dir string) error {
+	err := s.Files.Watch(r.Context(), r.PathValue("id"), q.Get("path"), recursive, r.Header.Get("Last-Event-ID"), func(dir, at string) error {
 		started = true
 		startSSE(w)
 		io.WriteString(w, "retry: 1000\n\n")
@@ -339,14 +329,8 @@ func (s *Server) watchFS(w http.ResponseWriter, r *http.Request) error {
 				}
 			}
 		}()
-		if err := send("ready", files.FileEvent{Type: "ready", Name: dir}); err != nil {
-			return err
-		}
-		if resumed {
-			return send("overflow", files.FileEvent{Type: "overflow"})
-		}
-		return nil
-	}, func(ev files.FileEvent) error { return send(ev.Type, ev) })
+		return send(at, "ready", files.FileEvent{Type: "ready", Name: dir})
+	}, func(at string, ev files.FileEvent) error { return send(at, ev.Type, ev) })
 	if started {
 		if err != nil {
 			s.log.Warn("a file watch ended", "sandbox", r.PathValue("id"), "err", err)

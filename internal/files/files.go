@@ -11,6 +11,7 @@ import (
 	pathpkg "path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -413,6 +414,11 @@ type Files struct {
 	// runner watches directories (watch.go); nil: no watch.
 	runner  runtime.Runner
 	backend string
+	// watches are the running watches by id, for the streams that resume
+	// them (watch.go).
+	wmu     sync.Mutex
+	watches map[string]*watch
+	running sync.WaitGroup // the watches' goroutines
 }
 
 // New is the files of sb's sandboxes; zero timeouts take the service's

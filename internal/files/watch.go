@@ -2,9 +2,15 @@ package files
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -26,46 +32,301 @@ func (f *Files) WithRunner(r runtime.Runner, backend string) *Files {
 // 4 KiB on Linux).
 const maxEventLine = 8 << 10
 
+// A watch outlives its stream by watchGrace: a client that comes back
+// with the id of the last event it had (SSE's Last-Event-ID, which a
+// browser's EventSource sends by itself) gets the events it missed, up to
+// watchKeep of them (watchKeepBytes of names), then the live ones. While it
+// waits for its client a watch is still a command of its sandbox: it holds
+// a slot of the org's commands quota and keeps the sandbox awake.
+const (
+	watchGrace     = 30 * time.Second
+	watchKeep      = 1024
+	watchKeepBytes = 256 << 10
+)
+
+// watch is one running `sandbox-runner watch` and the events it said, kept
+// for the streams that follow it.
+type watch struct {
+	id, org, sandbox, path string
+	recursive              bool
+	dir                    string // path resolved in the sandbox
+	cancel                 context.CancelFunc
+
+	mu      sync.Mutex
+	ready   bool
+	events  []FileEvent // the last ones said; events[0] is number first
+	bytes   int         // of their names
+	first   int64       // numbers start at 1
+	changed chan struct{}
+	ended   bool
+	err     error
+	streams int
+	idle    *time.Timer
+}
+
+// at is the id of the stream's place after event n.
+func (w *watch) at(n int64) string { return w.id + "." + strconv.FormatInt(n, 10) }
+
+// broadcast wakes the streams that wait for a change; w.mu is held.
+func (w *watch) broadcast() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+func (w *watch) setReady() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ready = true
+	w.broadcast()
+	return nil
+}
+
+func (w *watch) add(ev FileEvent) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.events = append(w.events, ev)
+	w.bytes += len(ev.Name)
+	for len(w.events) > watchKeep || w.bytes > watchKeepBytes {
+		w.bytes -= len(w.events[0].Name)
+		w.events[0] = FileEvent{}
+		w.events = w.events[1:]
+		w.first++
+	}
+	w.broadcast()
+	return nil
+}
+
+func (w *watch) end(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended, w.err = true, err
+	w.broadcast()
+}
+
 // Watch streams the changes under directory path of sandbox id (and its
 // subdirectories with recursive) to emit until ctx ends or emit fails:
 // inotify in the sandbox, through the runner over the exec channel. ready
-// is called once the watch is in place. While it runs the sandbox is in
-// use, as with any command.
-func (f *Files) Watch(ctx context.Context, id, path string, recursive bool, ready func(dir string) error, emit func(FileEvent) error) error {
+// is called once the watch is in place, with the id of that place; emit
+// with each event and its id. resume is the id of the last event a client
+// had of an earlier stream of the same watch ("" for a new watch): the
+// events after it are sent first, with an overflow event where some are no
+// longer kept; a watch that has ended (past watchGrace, or the server
+// restarted) is begun anew, its overflow first.
+func (f *Files) Watch(ctx context.Context, id, path string, recursive bool, resume string, ready func(dir, at string) error, emit func(at string, ev FileEvent) error) error {
 	if f.runner == nil {
 		return runtime.Unsupported(f.backend, runtime.CapRunner)
 	}
-	sb, work, done, err := f.sb.Use(ctx, id)
+	w, from, missed, err := f.resumeWatch(ctx, id, path, recursive, resume)
 	if err != nil {
 		return err
 	}
-	defer done()
+	if w == nil {
+		if w, err = f.startWatch(ctx, id, path, recursive); err != nil {
+			return err
+		}
+		from = -1
+	}
+	defer f.detach(w)
+	return w.follow(ctx, from, missed, ready, emit)
+}
+
+// resumeWatch finds the watch resume names, attached to one more stream,
+// and the number of the last event its client had. No watch (and no
+// error) when resume is empty or its watch is gone: missed then says
+// whether the client had one.
+func (f *Files) resumeWatch(ctx context.Context, id, path string, recursive bool, resume string) (w *watch, from int64, missed bool, err error) {
+	if resume == "" {
+		return nil, 0, false, nil
+	}
+	wid, n, ok := strings.Cut(resume, ".")
+	from, perr := strconv.ParseInt(n, 10, 64)
+	if !ok || perr != nil || from < 0 || wid == "" {
+		return nil, 0, false, sandbox.Errorf(sandbox.KindInvalid, "Last-Event-ID must be an id from this stream")
+	}
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	w = f.watches[wid]
+	// Another org's, sandbox's or directory's watch is no watch of this
+	// stream's: begun anew, as if it had ended.
+	if w == nil || w.org != org || w.sandbox != id || w.path != path || w.recursive != recursive {
+		return nil, 0, true, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return nil, 0, true, nil
+	}
+	w.streams++
+	if w.idle != nil {
+		w.idle.Stop()
+	}
+	return w, min(from, w.first+int64(len(w.events))-1), false, nil
+}
+
+// startWatch runs a new watch in sandbox id and waits until it is in
+// place (or could not be: no such directory, …).
+func (f *Files) startWatch(ctx context.Context, id, path string, recursive bool) (*watch, error) {
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The watch is the sandbox's work, not the request's: it outlives its
+	// stream by watchGrace.
+	bg := context.WithoutCancel(ctx)
+	sb, work, done, err := f.sb.Use(bg, id)
+	if err != nil {
+		return nil, err
+	}
 	full, err := sandbox.ResolvePath(sb.Workdir, path)
 	if err != nil {
-		return err
+		done()
+		return nil, err
 	}
 	work, cancel := context.WithCancel(work)
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	argv := []string{f.runner.RunnerPath(), "watch", full}
-	if recursive {
+	w := &watch{id: rand.Text()[:16], org: org, sandbox: id, path: path, recursive: recursive, dir: full,
+		cancel: cancel, first: 1, changed: make(chan struct{}), streams: 1}
+	f.running.Add(1)
+	go func() {
+		defer f.running.Done()
+		defer done()
+		defer cancel()
+		err := f.runWatch(bg, work, sb, w)
+		f.wmu.Lock()
+		delete(f.watches, w.id)
+		f.wmu.Unlock()
+		w.end(err)
+	}()
+	w.mu.Lock()
+	for !w.ready && !w.ended {
+		ch := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			cancel()
+			return nil, ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	ready, err := w.ready, w.err
+	w.mu.Unlock()
+	if !ready {
+		return nil, cmp.Or(err, errors.New("the watch ended before it was in place"))
+	}
+	f.wmu.Lock()
+	if f.watches == nil {
+		f.watches = map[string]*watch{}
+	}
+	f.watches[w.id] = w
+	f.wmu.Unlock()
+	return w, nil
+}
+
+// Close ends every watch, the ones waiting for their streams to come back
+// too, and waits for them: the server's shutdown.
+func (f *Files) Close() {
+	f.wmu.Lock()
+	for _, w := range f.watches {
+		w.cancel()
+	}
+	f.wmu.Unlock()
+	f.running.Wait()
+}
+
+// detach ends a stream of w: the last one leaves w running for watchGrace.
+func (f *Files) detach(w *watch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.streams--; w.streams > 0 || w.ended {
+		return
+	}
+	w.idle = time.AfterFunc(watchGrace, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.streams == 0 {
+			w.cancel()
+		}
+	})
+}
+
+// follow streams w from after event number from (-1: from now): ready, an
+// overflow where the client missed events (missed, or no longer kept),
+// then the events.
+func (w *watch) follow(ctx context.Context, from int64, missed bool, ready func(dir, at string) error, emit func(at string, ev FileEvent) error) error {
+	if from < 0 {
+		w.mu.Lock()
+		from = w.first + int64(len(w.events)) - 1
+		w.mu.Unlock()
+	}
+	if err := ready(w.dir, w.at(from)); err != nil {
+		return err
+	}
+	if missed {
+		if err := emit(w.at(from), FileEvent{Type: "overflow"}); err != nil {
+			return err
+		}
+	}
+	next := from + 1
+	for {
+		w.mu.Lock()
+		lost := next < w.first
+		if lost {
+			next = w.first
+		}
+		batch := append([]FileEvent(nil), w.events[next-w.first:]...)
+		ended, err, changed := w.ended, w.err, w.changed
+		w.mu.Unlock()
+		if lost {
+			if err := emit(w.at(next-1), FileEvent{Type: "overflow"}); err != nil {
+				return err
+			}
+		}
+		for _, ev := range batch {
+			if err := emit(w.at(next), ev); err != nil {
+				return err
+			}
+			next++
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		if ended {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil // the caller went: the stream's normal end
+		}
+	}
+}
+
+// runWatch runs the runner's watch of w.dir in sb until work ends.
+func (f *Files) runWatch(ctx, work context.Context, sb *sandbox.Sandbox, w *watch) error {
+	argv := []string{f.runner.RunnerPath(), "watch", w.dir}
+	if w.recursive {
 		argv = append(argv, "-r")
 	}
-	lw := &watchLines{ready: func() error { return ready(full) }, emit: emit, stop: cancel}
+	run, stop := context.WithCancel(work)
+	defer stop()
+	lw := &watchLines{ready: w.setReady, emit: w.add, stop: stop}
 	errb := service.NewOutput(4096)
-	o, err := f.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: runtime.ExecRequest{Argv: argv, Stdout: lw, Stderr: errb}, Metric: "fs_watch"})
+	o, err := f.sb.RunIn(ctx, run, sb, service.Command{ExecRequest: runtime.ExecRequest{Argv: argv, Stdout: lw, Stderr: errb}, Metric: "fs_watch"})
 	switch {
 	case lw.err != nil:
 		return lw.err
-	case ctx.Err() != nil:
-		return nil // the caller went: the watch's normal end
+	case work.Err() != nil:
+		return nil // no stream came back in time, or the sandbox stopped: the watch's normal end
 	case err != nil:
 		return err
 	}
 	switch o.Code {
 	case 4:
-		return sandbox.Errorf(sandbox.KindNotFound, "no such directory: %s", full)
+		return sandbox.Errorf(sandbox.KindNotFound, "no such directory: %s", w.dir)
 	case 5:
 		return sandbox.Errorf(sandbox.KindBadGateway, "this sandbox cannot watch files: %s", firstLine(errb.String()))
 	case 0:

@@ -174,6 +174,7 @@ type Server struct {
 	issuer       *identity.Issuer // nil without an issuer URL
 	stopSessions context.CancelFunc
 	relays       *pool.Pool // nil without a runner
+	files        *files.Files
 }
 
 // Version is what the server says it is (MCP's implementation version,
@@ -255,7 +256,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		relays = pool.New(b.rt, caps.Runner, svc)
 	}
 	previews := preview.NewPreviews(svc, preview.Relay{Pool: relays, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
-	fs := files.Join(svc, files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout).WithRunner(caps.Runner, sandbox.RuntimeGVisor))
+	fsys := files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout).WithRunner(caps.Runner, sandbox.RuntimeGVisor)
+	fs := files.Join(svc, fsys)
 	// The interpreter runs a program through the runner where sandboxes
 	// have one, else through the shell.
 	it := interp.New(fs, cfg.Service.Timeouts(), caps.Runner, log)
@@ -285,7 +287,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	return &Server{
 		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
-		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions, relays: relays,
+		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions, relays: relays, files: fsys,
 		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: cfg.Service.Ceiling, Store: st, Service: svc, Runtime: b.rt, Log: log},
 	}, nil
 }
@@ -414,6 +416,7 @@ func (s *Server) Drain() { s.api.Drain() }
 // Sandboxes keep running: a restart re-adopts them.
 func (s *Server) Close() error {
 	s.api.Close()
+	s.files.Close() // the file watches waiting for their streams
 	if s.relays != nil {
 		s.relays.Close()
 	}

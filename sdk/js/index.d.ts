@@ -199,7 +199,9 @@ export class Sandbox {
     list(path?: string): Promise<string[]>;
     archive(path?: string, opts?: { gzip?: boolean }): Promise<Uint8Array>;
     extract(path: string, data: Uint8Array): Promise<{ path: string; entries: number; bytes: number }>;
-    /** Watch a directory: onEvent gets each change until stop(); resolves once the watch is in place. */
+    /** Watch a directory: onEvent gets each change until stop(); resolves once the watch is in place. A stream
+     * that breaks is resumed after the last event (the server keeps the watch 30 s): the changes of meanwhile come
+     * first, or an "overflow" event where some were lost. */
     watchDir(path: string, onEvent: (e: FilesystemEvent) => void, opts?: { recursive?: boolean }): Promise<{ stop(): void }>;
   };
   pty: { create(opts?: { session?: string }): Promise<Pty> };

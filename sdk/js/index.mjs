@@ -127,27 +127,51 @@ class Files {
    */
   async watchDir(path, onEvent, { recursive = false } = {}) {
     const ac = new AbortController();
-    const res = await this.sbx.http.request("GET", `/v1/sandbox/${this.sbx.id}/fs/watch`, {
-      query: { path, recursive: recursive ? "1" : undefined }, headers: { accept: "text/event-stream" }, signal: ac.signal });
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let buf = "";
+    const query = { path, recursive: recursive ? "1" : undefined };
+    let last = ""; // the id of the last event handed on: a broken stream resumes after it
+    const open = () => this.sbx.http.request("GET", `/v1/sandbox/${this.sbx.id}/fs/watch`, {
+      query, headers: { accept: "text/event-stream", ...(last ? { "last-event-id": last } : {}) }, signal: ac.signal });
     let ready;
     const isReady = new Promise((resolve, reject) => { ready = { resolve, reject }; });
-    const pump = (async () => {
+    let seenReady = false;
+    // One connection's events; true when the server ended the stream (a broken one throws).
+    const read = async (res) => {
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = "";
+      let id = "";
       for (;;) {
         const { value, done } = await reader.read();
-        if (done) return;
+        if (done) return true;
         buf += decoder.decode(value, { stream: true });
         let i;
         while ((i = buf.indexOf("\n")) >= 0) {
           const line = buf.slice(0, i);
           buf = buf.slice(i + 1);
+          if (line.startsWith("id: ")) id = line.slice(4);
           if (!line.startsWith("data: ")) continue;
           const ev = JSON.parse(line.slice(6));
-          if (ev.type === "ready") ready.resolve();
-          else onEvent(ev);
+          last = id;
+          if (ev.type !== "ready") onEvent(ev);
+          else if (!seenReady) { seenReady = true; ready.resolve(); }
         }
+      }
+    };
+    const first = await open();
+    const pump = (async () => {
+      let res = first;
+      for (let failed = 0; ; ) {
+        const before = last;
+        try {
+          if (await read(res)) return;
+        } catch (e) {
+          if (ac.signal.aborted) return;
+          if (last === before && ++failed >= 5) throw e;
+          if (last !== before) failed = 0;
+        }
+        await new Promise((r) => setTimeout(r, 100 << failed));
+        if (ac.signal.aborted) return;
+        res = await open();
       }
     })().catch((e) => { if (!ac.signal.aborted) ready.reject(e); });
     await Promise.race([isReady, pump.then(() => { throw new SandboxError(502, "the watch ended before it was in place"); })]);

@@ -94,14 +94,14 @@ test("the interpreter", async () => {
 // cutFetch breaks the first output stream after its first event, as a
 // dropped connection does, and records the offset each output request
 // asked from; restore() puts fetch back.
-function cutFetch() {
+function cutFetch(suffix = "/output") {
   const real = globalThis.fetch;
   const starts = [];
   globalThis.fetch = async (url, opts) => {
     const res = await real(url, opts);
     const u = new URL(url);
-    if (!u.pathname.endsWith("/output") || res.headers.get("content-type") !== "text/event-stream") return res;
-    starts.push(u.searchParams.get("from") ?? "");
+    if (!u.pathname.endsWith(suffix) || res.headers.get("content-type") !== "text/event-stream") return res;
+    starts.push(u.searchParams.get("from") ?? opts?.headers?.["last-event-id"] ?? "");
     if (starts.length > 1) return res;
     const reader = res.body.getReader();
     let blanks = 2;
@@ -310,11 +310,22 @@ test("a file watch", async () => {
     const seen = [];
     let got;
     const written = new Promise((resolve) => { got = resolve; });
-    const w = await sbx.files.watchDir("build", (e) => { seen.push(`${e.type} ${e.name}`); if (e.type === "written") got(); });
-    await sbx.commands.run("echo done > build/out.txt");
-    await written;
+    // The stream drops after its first event (ready): the watch resumes after it, and what was made
+    // meanwhile comes.
+    const cut = cutFetch("/fs/watch");
+    let w;
+    try {
+      w = await sbx.files.watchDir("build", (e) => { seen.push(`${e.type} ${e.name}`); if (e.type === "written") got(); });
+      await sbx.commands.run("echo done > build/out.txt");
+      await written;
+    } finally {
+      cut.restore();
+    }
     w.stop();
     assert.deepEqual(seen, ["created out.txt", "written out.txt"]);
+    assert.equal(cut.starts.length, 2);
+    assert.equal(cut.starts[0], "");
+    assert.match(cut.starts[1], /^\w+\.\d+$/);
   } finally {
     await sbx.kill();
   }

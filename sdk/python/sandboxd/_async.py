@@ -87,17 +87,24 @@ class AsyncPty:
 
 class AsyncWatchHandle:
     """An open watch (``AsyncSandbox.watch_dir``): an async context manager and an async iterator of
-    FilesystemEvent."""
+    FilesystemEvent. A stream that breaks is resumed after the last event (the server keeps the watch 30 s): the
+    changes of meanwhile come first, or an ``overflow`` event where some were lost."""
 
     def __init__(self, sbx: "AsyncSandbox", path: str, recursive: bool):
-        params = {"path": path}
+        self._sbx = sbx
+        self._params = {"path": path}
         if recursive:
-            params["recursive"] = "1"
-        self._cm = sbx._http.client.stream("GET", f"/v1/sandbox/{sbx.id}/fs/watch", params=params, timeout=None,
-                                           headers={"Accept": "text/event-stream"})
+            self._params["recursive"] = "1"
+        self._last, self._id, self._ready, self._closed = "", "", False, False
+        self._cm: Any = None
         self._lines: Optional[AsyncIterator[str]] = None
 
-    async def __aenter__(self) -> "AsyncWatchHandle":
+    async def _open(self) -> None:
+        headers = {"Accept": "text/event-stream"}
+        if self._last:
+            headers["Last-Event-ID"] = self._last
+        self._cm = self._sbx._http.client.stream("GET", f"/v1/sandbox/{self._sbx.id}/fs/watch", params=self._params,
+                                                 timeout=None, headers=headers)
         res = await self._cm.__aenter__()
         if res.status_code >= 400:
             await res.aread()
@@ -105,6 +112,10 @@ class AsyncWatchHandle:
             await self.aclose()
             raise err
         self._lines = res.aiter_lines()
+        self._id = ""
+
+    async def __aenter__(self) -> "AsyncWatchHandle":
+        await self._open()
         async for ev in self:  # the first event says the watch is in place
             if ev.type == "ready":
                 break
@@ -115,14 +126,39 @@ class AsyncWatchHandle:
 
     async def __anext__(self) -> FilesystemEvent:
         assert self._lines is not None, "enter the watch with async with first"
-        async for line in self._lines:
-            if line.startswith("data: "):
-                d = json.loads(line[6:])
-                return FilesystemEvent(d.get("type", ""), d.get("name", ""))
-        raise StopAsyncIteration
+        failed = 0
+        while True:
+            before = self._last
+            try:
+                async for line in self._lines:
+                    if line.startswith("id: "):
+                        self._id = line[4:].strip()
+                    elif line.startswith("data: "):
+                        d = json.loads(line[6:])
+                        self._last = self._id
+                        if d.get("type") == "ready":
+                            if self._ready:
+                                continue  # a resumed stream's
+                            self._ready = True
+                        return FilesystemEvent(d.get("type", ""), d.get("name", ""))
+                raise StopAsyncIteration  # the server ended the stream
+            except httpx.TransportError:
+                if self._closed:
+                    raise StopAsyncIteration
+                failed = 0 if self._last != before else failed + 1
+                if failed >= 5:
+                    raise SandboxError(502, "the watch's stream broke 5 times in a row")
+                try:
+                    await self._cm.__aexit__(None, None, None)
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1 * 2 ** failed)
+                await self._open()
 
     async def aclose(self) -> None:
-        await self._cm.__aexit__(None, None, None)
+        self._closed = True
+        if self._cm is not None:
+            await self._cm.__aexit__(None, None, None)
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()

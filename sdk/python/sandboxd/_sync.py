@@ -112,16 +112,29 @@ class Commands:
 
 
 class WatchHandle:
-    """An open watch (``files.watch_dir``): an iterator of FilesystemEvent, and a context manager."""
+    """An open watch (``files.watch_dir``): an iterator of FilesystemEvent, and a context manager. A stream that
+    breaks is resumed after the last event (the server keeps the watch 30 s): the changes of meanwhile come
+    first, or an ``overflow`` event where some were lost."""
 
     def __init__(self, sbx: "Sandbox", path: str, recursive: bool):
         import json as _json
 
-        params = {"path": path}
+        self._sbx, self._json = sbx, _json
+        self._params = {"path": path}
         if recursive:
-            params["recursive"] = "1"
-        self._cm = sbx._http.client.stream("GET", f"/v1/sandbox/{sbx.id}/fs/watch", params=params, timeout=None,
-                                           headers={"Accept": "text/event-stream"})
+            self._params["recursive"] = "1"
+        self._last, self._ready, self._closed = "", False, False
+        self._open()
+        for ev in self:  # the first event says the watch is in place
+            if ev.type == "ready":
+                break
+
+    def _open(self) -> None:
+        headers = {"Accept": "text/event-stream"}
+        if self._last:
+            headers["Last-Event-ID"] = self._last
+        self._cm = self._sbx._http.client.stream("GET", f"/v1/sandbox/{self._sbx.id}/fs/watch", params=self._params,
+                                                 timeout=None, headers=headers)
         self._res = self._cm.__enter__()
         if self._res.status_code >= 400:
             self._res.read()
@@ -129,22 +142,43 @@ class WatchHandle:
             self.close()
             raise err
         self._lines = self._res.iter_lines()
-        self._json = _json
-        for ev in self:  # the first event says the watch is in place
-            if ev.type == "ready":
-                break
+        self._id = ""
 
     def __iter__(self) -> Iterator[FilesystemEvent]:
         return self
 
     def __next__(self) -> FilesystemEvent:
-        for line in self._lines:
-            if line.startswith("data: "):
-                d = self._json.loads(line[6:])
-                return FilesystemEvent(d.get("type", ""), d.get("name", ""))
-        raise StopIteration
+        failed = 0
+        while True:
+            before = self._last
+            try:
+                for line in self._lines:
+                    if line.startswith("id: "):
+                        self._id = line[4:].strip()
+                    elif line.startswith("data: "):
+                        d = self._json.loads(line[6:])
+                        self._last = self._id
+                        if d.get("type") == "ready":
+                            if self._ready:
+                                continue  # a resumed stream's
+                            self._ready = True
+                        return FilesystemEvent(d.get("type", ""), d.get("name", ""))
+                raise StopIteration  # the server ended the stream
+            except httpx.TransportError:
+                if self._closed:
+                    raise StopIteration
+                failed = 0 if self._last != before else failed + 1
+                if failed >= 5:
+                    raise SandboxError(502, "the watch's stream broke 5 times in a row")
+                try:
+                    self._cm.__exit__(None, None, None)
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1 * 2 ** failed)
+                self._open()
 
     def close(self) -> None:
+        self._closed = True
         self._cm.__exit__(None, None, None)
 
     def __enter__(self) -> "WatchHandle":

@@ -498,6 +498,64 @@ def test_watch_dir():
         assert seen == [("created", "out.txt"), ("written", "out.txt")]
 
 
+class _CutStream(httpx.SyncByteStream):
+    """A stream that breaks, as a dropped connection does, after its second blank line (the retry hint's,
+    then the first event's)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __iter__(self):
+        buf = b""
+        for chunk in self._inner:
+            buf += chunk
+            i = buf.find(b"\n\n", buf.find(b"\n\n") + 2) if buf.count(b"\n\n") >= 2 else -1
+            if i >= 0:
+                yield buf[:i + 2]
+                raise httpx.ReadError("cut")
+        yield buf
+
+    def close(self):
+        self._inner.close()
+
+
+class _CutWatch(httpx.BaseTransport):
+    """Breaks the first watch stream after its first event; records each watch request's Last-Event-ID."""
+
+    def __init__(self, inner):
+        self._inner, self.resumes = inner, []
+
+    def handle_request(self, request):
+        res = self._inner.handle_request(request)
+        if not request.url.path.endswith("/fs/watch") or res.status_code != 200:
+            return res
+        self.resumes.append(request.headers.get("Last-Event-ID", ""))
+        if len(self.resumes) > 1:
+            return res
+        return httpx.Response(res.status_code, headers=res.headers, stream=_CutStream(res.stream), request=request)
+
+    def close(self):
+        self._inner.close()
+
+
+@needs_runner
+def test_watch_dir_resumes():
+    with Sandbox.create(timeout=300) as sbx:
+        sbx.commands.run("mkdir -p build")
+        cut = _CutWatch(sbx._http.client._transport)
+        sbx._http.client._transport = cut
+        with sbx.files.watch_dir("build") as w:
+            # Made while the stream drops: the resumed stream has it.
+            sbx.commands.run("echo done > build/out.txt")
+            seen = []
+            for ev in w:
+                seen.append((ev.type, ev.name))
+                if ev.type == "written":
+                    break
+        assert seen == [("created", "out.txt"), ("written", "out.txt")]
+        assert len(cut.resumes) == 2 and cut.resumes[0] == "" and "." in cut.resumes[1], cut.resumes
+
+
 def test_org_calls_and_session_files():
     from sandboxd import download_file, info, quotas, session_files, upload_file, usage, volumes
     from sandboxd import async_info, async_quotas, async_session_files
