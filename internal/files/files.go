@@ -401,6 +401,10 @@ func firstLine(s string) string {
 type Sandboxes interface {
 	Use(ctx context.Context, id string) (*sandbox.Sandbox, context.Context, func(), error)
 	RunIn(ctx, work context.Context, sb *sandbox.Sandbox, cmd service.Command) (service.Outcome, error)
+	// Channel is a long-lived exec's context in sb (a watch waiting for
+	// its stream): no command, it keeps nothing awake and ends when the
+	// sandbox sleeps, is stopped or ends.
+	Channel(sb *sandbox.Sandbox) (context.Context, func())
 }
 
 // Files reads and writes a sandbox's files and trees, every one through

@@ -35,9 +35,10 @@ const maxEventLine = 8 << 10
 // A watch outlives its stream by watchGrace: a client that comes back
 // with the id of the last event it had (SSE's Last-Event-ID, which a
 // browser's EventSource sends by itself) gets the events it missed, up to
-// watchKeep of them (watchKeepBytes of names), then the live ones. While it
-// waits for its client a watch is still a command of its sandbox: it holds
-// a slot of the org's commands quota and keeps the sandbox awake.
+// watchKeep of them (watchKeepBytes of names), then the live ones. A stream
+// is a command of its sandbox (a slot of the org's commands quota, and it
+// keeps the sandbox awake); a watch waiting for its stream is not: it runs
+// on the sandbox's channel, so the sandbox may sleep, which ends it.
 const (
 	watchGrace     = 30 * time.Second
 	watchKeep      = 1024
@@ -47,10 +48,10 @@ const (
 // watch is one running `sandbox-runner watch` and the events it said, kept
 // for the streams that follow it.
 type watch struct {
-	id, org, sandbox, path string
-	recursive              bool
-	dir                    string // path resolved in the sandbox
-	cancel                 context.CancelFunc
+	id, sandbox, path string
+	recursive         bool
+	dir               string // path resolved in the sandbox
+	cancel            context.CancelFunc
 
 	mu      sync.Mutex
 	ready   bool
@@ -116,12 +117,18 @@ func (f *Files) Watch(ctx context.Context, id, path string, recursive bool, resu
 	if f.runner == nil {
 		return runtime.Unsupported(f.backend, runtime.CapRunner)
 	}
-	w, from, missed, err := f.resumeWatch(ctx, id, path, recursive, resume)
+	// The stream: a command of the sandbox while it is open.
+	sb, _, done, err := f.sb.Use(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	w, from, missed, err := f.resumeWatch(ctx, sb, path, recursive, resume)
 	if err != nil {
 		return err
 	}
 	if w == nil {
-		if w, err = f.startWatch(ctx, id, path, recursive); err != nil {
+		if w, err = f.startWatch(ctx, sb, path, recursive); err != nil {
 			return err
 		}
 		from = -1
@@ -134,7 +141,7 @@ func (f *Files) Watch(ctx context.Context, id, path string, recursive bool, resu
 // and the number of the last event its client had. No watch (and no
 // error) when resume is empty or its watch is gone: missed then says
 // whether the client had one.
-func (f *Files) resumeWatch(ctx context.Context, id, path string, recursive bool, resume string) (w *watch, from int64, missed bool, err error) {
+func (f *Files) resumeWatch(ctx context.Context, sb *sandbox.Sandbox, path string, recursive bool, resume string) (w *watch, from int64, missed bool, err error) {
 	if resume == "" {
 		return nil, 0, false, nil
 	}
@@ -143,16 +150,13 @@ func (f *Files) resumeWatch(ctx context.Context, id, path string, recursive bool
 	if !ok || perr != nil || from < 0 || wid == "" {
 		return nil, 0, false, sandbox.Errorf(sandbox.KindInvalid, "Last-Event-ID must be an id from this stream")
 	}
-	org, err := sandbox.OrgRequired(ctx)
-	if err != nil {
-		return nil, 0, false, err
-	}
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
 	w = f.watches[wid]
-	// Another org's, sandbox's or directory's watch is no watch of this
-	// stream's: begun anew, as if it had ended.
-	if w == nil || w.org != org || w.sandbox != id || w.path != path || w.recursive != recursive {
+	// Another sandbox's or directory's watch is no watch of this stream's
+	// (the sandbox is the caller's org's: Use said so): begun anew, as if
+	// it had ended.
+	if w == nil || w.sandbox != sb.ID || w.path != path || w.recursive != recursive {
 		return nil, 0, true, nil
 	}
 	w.mu.Lock()
@@ -167,34 +171,25 @@ func (f *Files) resumeWatch(ctx context.Context, id, path string, recursive bool
 	return w, min(from, w.first+int64(len(w.events))-1), false, nil
 }
 
-// startWatch runs a new watch in sandbox id and waits until it is in
-// place (or could not be: no such directory, …).
-func (f *Files) startWatch(ctx context.Context, id, path string, recursive bool) (*watch, error) {
-	org, err := sandbox.OrgRequired(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// The watch is the sandbox's work, not the request's: it outlives its
-	// stream by watchGrace.
-	bg := context.WithoutCancel(ctx)
-	sb, work, done, err := f.sb.Use(bg, id)
-	if err != nil {
-		return nil, err
-	}
+// startWatch runs a new watch in sb, a sandbox in use by the caller, and
+// waits until it is in place (or could not be: no such directory, …).
+func (f *Files) startWatch(ctx context.Context, sb *sandbox.Sandbox, path string, recursive bool) (*watch, error) {
 	full, err := sandbox.ResolvePath(sb.Workdir, path)
 	if err != nil {
-		done()
 		return nil, err
 	}
-	work, cancel := context.WithCancel(work)
-	w := &watch{id: rand.Text()[:16], org: org, sandbox: id, path: path, recursive: recursive, dir: full,
+	// The watch is the sandbox's channel's, not the request's: it outlives
+	// its stream by watchGrace, and a sleep ends it.
+	life, release := f.sb.Channel(sb)
+	life, cancel := context.WithCancel(life)
+	w := &watch{id: rand.Text()[:16], sandbox: sb.ID, path: path, recursive: recursive, dir: full,
 		cancel: cancel, first: 1, changed: make(chan struct{}), streams: 1}
 	f.running.Add(1)
 	go func() {
 		defer f.running.Done()
-		defer done()
+		defer release()
 		defer cancel()
-		err := f.runWatch(bg, work, sb, w)
+		err := f.runWatch(context.WithoutCancel(ctx), life, sb, w)
 		f.wmu.Lock()
 		delete(f.watches, w.id)
 		f.wmu.Unlock()
@@ -320,7 +315,7 @@ func (f *Files) runWatch(ctx, work context.Context, sb *sandbox.Sandbox, w *watc
 	case lw.err != nil:
 		return lw.err
 	case work.Err() != nil:
-		return nil // no stream came back in time, or the sandbox stopped: the watch's normal end
+		return nil // no stream came back in time, or the sandbox sleeps or stopped: the watch's normal end
 	case err != nil:
 		return err
 	}

@@ -121,9 +121,22 @@ func TestWatchDir(t *testing.T) {
 		e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/fs/watch?path=nope", "acme", nil)
 		e.must(http.StatusNotFound, "GET", "/v1/sandbox/"+id+"/fs/watch", "globex", nil)
 		e.must(http.StatusBadRequest, "GET", "/v1/sandbox/"+id+"/fs/watch?path=../../etc", "acme", nil)
-		// The end of the sandbox ends the watches that wait for their
-		// streams (and the streams).
+		bad, _ := http.NewRequest("GET", e.http.URL+"/v1/sandbox/"+id+"/fs/watch?path=out", nil)
+		bad.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+		bad.Header.Set("Last-Event-ID", "not-an-id")
+		if res, err := http.DefaultClient.Do(bad); err != nil || res.StatusCode != http.StatusBadRequest {
+			t.Errorf("a made-up Last-Event-ID: %v %v", res, err)
+		} else {
+			res.Body.Close()
+		}
+		// The streams go; their watches wait for them but keep nothing
+		// awake: the sandbox sleeps at once (which ends them).
 		cancel()
+		for range events {
+		}
+		for range gone {
+		}
+		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/sleep", "acme", nil)
 		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 	})
 }
