@@ -186,6 +186,14 @@ func TestMCP(t *testing.T) {
 		if r, msg := call(t, s, "run_code", map[string]any{"language": "py", "code": "print(6*7)"}); r["stdout"] != "42\n" {
 			t.Fatalf("run_code: %v %s", r, msg)
 		}
+		// In a code context: the variables stay for the session's next run,
+		// and the value of the last expression comes back as a result.
+		first, msg := call(t, s, "run_code", map[string]any{"language": "py", "code": "x = 21", "context": "default"})
+		sess, _ := first["session_id"].(string)
+		r, msg2 := call(t, s, "run_code", map[string]any{"language": "py", "code": "x * 2", "context": "default", "session_id": sess})
+		if results, _ := r["results"].([]any); sess == "" || r["stdout"] != "42\n" || len(results) != 1 {
+			t.Errorf("run_code in a context: %v %s / %v %s", first, msg, r, msg2)
+		}
 		if _, msg := call(t, s, "read", map[string]any{"id": id, "path": "/etc/passwd"}); !strings.HasPrefix(msg, "invalid:") {
 			t.Errorf("read outside the workdir: %q", msg)
 		}
