@@ -111,15 +111,7 @@ func (c *Contexts) create(ctx context.Context, id, ctxID string, req wire.Contex
 	if err != nil {
 		return nil, err
 	}
-	a, err := c.d.Daemon(ctx, id, procwire.Request{Op: "ctxnew", Ctx: ctxID, Kernel: kernels[lang], Dir: dir, Env: env})
-	if err != nil {
-		return nil, refusal(a, ctxID, err)
-	}
-	if a.Context == nil {
-		return nil, nonsense()
-	}
-	v := view(a.Context)
-	return &v, nil
+	return c.one(ctx, id, procwire.Request{Op: "ctxnew", Ctx: ctxID, Kernel: kernels[lang], Dir: dir, Env: env})
 }
 
 // List answers sandbox id's contexts, oldest first.
@@ -142,20 +134,21 @@ func (c *Contexts) List(ctx context.Context, id string) ([]wire.CodeContext, err
 
 // Delete ends a context: its kernel and everything it holds.
 func (c *Contexts) Delete(ctx context.Context, id, ctxID string) (*wire.CodeContext, error) {
-	return c.one(ctx, id, ctxID, "ctxdel")
+	return c.one(ctx, id, procwire.Request{Op: "ctxdel", Ctx: ctxID})
 }
 
 // Interrupt interrupts a context's run (the kernel's SIGINT, as Jupyter's
 // own interrupt): the run ends with a KeyboardInterrupt, the context's
 // state stays.
 func (c *Contexts) Interrupt(ctx context.Context, id, ctxID string) (*wire.CodeContext, error) {
-	return c.one(ctx, id, ctxID, "ctxint")
+	return c.one(ctx, id, procwire.Request{Op: "ctxint", Ctx: ctxID})
 }
 
-func (c *Contexts) one(ctx context.Context, id, ctxID, op string) (*wire.CodeContext, error) {
-	a, err := c.d.Daemon(ctx, id, procwire.Request{Op: op, Ctx: ctxID})
+// one asks the daemon of sandbox id for req, whose answer is one context.
+func (c *Contexts) one(ctx context.Context, id string, req procwire.Request) (*wire.CodeContext, error) {
+	a, err := c.d.Daemon(ctx, id, req)
 	if err != nil {
-		return nil, refusal(a, ctxID, err)
+		return nil, refusal(a, req.Ctx, err)
 	}
 	if a.Context == nil {
 		return nil, nonsense()
