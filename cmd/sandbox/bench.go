@@ -28,7 +28,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var class, command string
 	cf, _, err := verb("bench", "[--sequential N] [--burst M] [--class C] [--command CMD]", args, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&seq, "sequential", 100, "samples one after the other (0: none)")
-		fs.IntVar(&burst, "burst", 0, "samples started at once (0: none); the server's quotas must allow that many live sandboxes")
+		fs.IntVar(&burst, "burst", 0, "samples started at once (0: none); the org's quotas must allow that many live sandboxes, their CPUs and memory (a refusal fails its sample)")
 		fs.StringVar(&class, "class", "exec", "the class leased")
 		fs.StringVar(&command, "command", "node -v", "the first command, run by sh")
 	}, 0, 0)
@@ -38,13 +38,17 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if seq < 0 || burst < 0 || seq+burst == 0 {
 		return fmt.Errorf("sandbox bench: --sequential and --burst are counts, and one must be above 0")
 	}
-	c := cf.c
+	// A refusal is a failed sample with the server's reason: the client's
+	// wait on a Retry-After (30 s for a quota) would be timed as the
+	// lease's, and hide why.
+	c := *cf.c
+	c.Retries = 0
 	var results []benchResult
 	if seq > 0 {
 		r := benchResult{Mode: "sequential", Samples: seq}
 		start := time.Now()
 		for i := range seq {
-			d, err := benchSample(ctx, c, class, command)
+			d, err := benchSample(ctx, &c, class, command)
 			if err != nil {
 				return fmt.Errorf("sequential sample %d: %w", i+1, err)
 			}
@@ -62,7 +66,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		start := time.Now()
 		for range burst {
 			wg.Go(func() {
-				d, err := benchSample(ctx, c, class, command)
+				d, err := benchSample(ctx, &c, class, command)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
