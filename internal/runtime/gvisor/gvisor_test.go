@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -413,4 +414,30 @@ func BenchmarkStats(b *testing.B) {
 		})
 	}
 	r.channel = true
+}
+
+// BenchmarkFirstCommand is the time-to-interactive floor under the API: the
+// runtime's create (runsc run of a new bundle) and the first command in it
+// (`node -v`, the public TTI benchmark's), straight on the runtime, no
+// server, no credential. `sandbox bench --sequential` is the same sample
+// through the API (BENCHMARKS.md has both).
+func BenchmarkFirstCommand(b *testing.B) {
+	r := newRuntime(b)
+	var creates, firsts []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		t0 := time.Now()
+		obj := create(b, r, fmt.Sprintf("sbx-gvisortti%010d", i), fmt.Sprintf("tti%d", i))
+		t1 := time.Now()
+		if err := r.Exec(context.Background(), obj.Name, runtime.ExecRequest{Argv: []string{"node", "-v"}}); err != nil {
+			b.Fatal(err)
+		}
+		creates, firsts = append(creates, t1.Sub(t0)), append(firsts, time.Since(t1))
+		b.StopTimer()
+		r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID})
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(testenv.P50(creates).Microseconds())/1000, "create-p50-ms")
+	b.ReportMetric(float64(testenv.P50(firsts).Microseconds())/1000, "node-v-p50-ms")
 }
