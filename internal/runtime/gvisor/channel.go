@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/sentry/control"
 	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
+	"gvisor.dev/gvisor/pkg/urpc"
 	"gvisor.dev/gvisor/runsc/config"
 	"gvisor.dev/gvisor/runsc/container"
 	"gvisor.dev/gvisor/runsc/specutils"
@@ -170,6 +171,12 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 	}
 
 	pid, err := c.Execute(&config.Config{RootDir: r.root}, args)
+	// A control socket that refused the connection ran nothing (seen once
+	// in a burst of 100 leases): asked again, a few times, shortly.
+	for wait := 10 * time.Millisecond; err != nil && unconnected(err) && wait <= 80*time.Millisecond && ctx.Err() == nil; wait *= 2 {
+		time.Sleep(wait)
+		pid, err = c.Execute(&config.Config{RootDir: r.root}, args)
+	}
 	closeAll(theirs) // the sentry holds its own copies
 	theirs = nil
 	if err != nil {
@@ -177,6 +184,11 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		copies.Wait()
 		if !c.IsSandboxRunning() {
 			return fmt.Errorf("gvisor: exec in %s: the container is not running", name)
+		}
+		if !errors.As(err, new(urpc.RemoteError)) {
+			// The channel failed, not the program: no exit status of the
+			// caller's (the service answers 502).
+			return fmt.Errorf("gvisor: exec in %s: %s", name, strings.ReplaceAll(err.Error(), name, "sandbox"))
 		}
 		// The program could not be started (no such executable, a bad
 		// working directory): the caller's mistake, answered like a
@@ -244,6 +256,12 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		return &runtime.ExitError{Code: w.ws.ExitStatus()}
 	}
 	return nil
+}
+
+// unconnected says err is runsc's failure to connect to a sandbox's
+// control socket (runsc/sandbox's connError): the call was never sent.
+func unconnected(err error) bool {
+	return strings.Contains(err.Error(), "connecting to control server at PID")
 }
 
 // drain waits up to 2 s for the output's copies, then closes our ends,
