@@ -78,6 +78,24 @@ func (r *Runtime) statsChannel(name string) (runtime.Stats, error) {
 	return runtime.Stats{CPUSeconds: float64(d.CPU.Usage.Total) / 1e9, MemoryBytes: int64(d.Memory.Usage.Usage), Processes: int(d.Pids.Current)}, nil
 }
 
+// deleteChannel is `runsc delete --force` in this process: the same
+// container.Load and Destroy (the sandbox and its gofer killed and waited
+// for, their state, filestores and cgroup removed); a container runsc does
+// not know is already gone.
+func (r *Runtime) deleteChannel(name string) error {
+	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("gvisor: delete %s: %w", name, err)
+	}
+	if err := c.Destroy(); err != nil {
+		return fmt.Errorf("gvisor: delete %s: %w", name, err)
+	}
+	return nil
+}
+
 // execChannel runs proc in the container name over its control socket,
 // with req's stdio, terminal and resizes. Its answers are Exec's: nil,
 // *runtime.ExitError (128+n for a signal; 127 with the sentry's reason on

@@ -920,7 +920,11 @@ func (r *Runtime) Delete(ctx context.Context, ref runtime.Ref) error {
 // delete the container the bundle (the only record of it) is kept, so a
 // later Delete or sweep can try again.
 func (r *Runtime) teardown(ctx context.Context, m *meta) error {
-	if _, err := r.runsc(ctx, m.Flags, "delete", "--force", m.Name); err != nil && !strings.Contains(err.Error(), "does not exist") && !strings.Contains(err.Error(), "not found") {
+	if r.channel {
+		if err := r.deleteChannel(m.Name); err != nil {
+			return err
+		}
+	} else if _, err := r.runsc(ctx, m.Flags, "delete", "--force", m.Name); err != nil && !strings.Contains(err.Error(), "does not exist") && !strings.Contains(err.Error(), "not found") {
 		return err
 	}
 	if err := r.releaseVolume(m.Volume); err != nil {

@@ -3,6 +3,7 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -338,6 +339,77 @@ func TestExecBothWays(t *testing.T) {
 		})
 	}
 	r.channel = true
+}
+
+// TestDeleteBothWays: a delete in this process (container.Destroy, what
+// `runsc delete --force` calls) leaves what the CLI's leaves: no sandbox
+// process, no state runsc knows, no cgroup, no bundle.
+func TestDeleteBothWays(t *testing.T) {
+	r := newRuntime(t)
+	for i, channel := range []bool{true, false} {
+		t.Run(map[bool]string{true: "channel", false: "cli"}[channel], func(t *testing.T) {
+			r.channel = channel
+			defer func() { r.channel = true }()
+			obj := create(t, r, fmt.Sprintf("sbx-gvisordelete0000000%d", i), fmt.Sprintf("del%d", i))
+			m, err := r.loadMeta(obj.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := r.runsc(context.Background(), m.Flags, "state", obj.Name)
+			var st runscState
+			if err != nil || json.Unmarshal(out, &st) != nil || st.Pid <= 0 {
+				t.Fatalf("state: %s %v", out, err)
+			}
+			cgroups := []string{filepath.Join(cgroupRoot, "cpu", cgroupParent, obj.Name), filepath.Join(cgroupRoot, "memory", cgroupParent, obj.Name), filepath.Join(cgroupRoot, cgroupParent, obj.Name)}
+			if err := r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+				t.Fatal(err)
+			}
+			// Gone, or a zombie its reaper (the host's init) has yet to wait for.
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", st.Pid)); err == nil {
+				if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) == 0 || f[0] != "Z" {
+					t.Errorf("the sandbox process after the delete: %s", b)
+				}
+			}
+			if _, err := r.runsc(context.Background(), m.Flags, "state", obj.Name); err == nil {
+				t.Errorf("runsc still knows %s", obj.Name)
+			}
+			for _, dir := range append(cgroups, filepath.Join(r.bundles, obj.Name)) {
+				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s after the delete: %v", dir, err)
+				}
+			}
+			if objs, err := r.List(context.Background(), map[string]string{runtime.LabelSandbox: fmt.Sprintf("del%d", i)}); err != nil || len(objs) != 0 {
+				t.Errorf("listed after the delete: %v %v", objs, err)
+			}
+			// A second delete of what is gone: not found, not an error of runsc's.
+			if err := r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}); !errors.Is(err, runtime.ErrNotFound) {
+				t.Errorf("deleting it again: %v", err)
+			}
+		})
+	}
+}
+
+// BenchmarkDelete: a sandbox's delete in this process and through a
+// `runsc delete --force` process, side by side (each iteration's create is
+// not timed).
+func BenchmarkDelete(b *testing.B) {
+	r := newRuntime(b)
+	for _, channel := range []bool{true, false} {
+		b.Run(map[bool]string{true: "channel", false: "runsc-delete"}[channel], func(b *testing.B) {
+			r.channel = channel
+			defer func() { r.channel = true }()
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				i++
+				obj := create(b, r, fmt.Sprintf("sbx-gvisordel%v%09d", map[bool]int{true: 1, false: 0}[channel], i), "bench")
+				b.StartTimer()
+				if err := r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkExec: `true` over the in-process channel and through a
