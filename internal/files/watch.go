@@ -145,10 +145,9 @@ func (f *Files) resumeWatch(ctx context.Context, sb *sandbox.Sandbox, path strin
 	if resume == "" {
 		return nil, 0, false, nil
 	}
-	wid, n, ok := strings.Cut(resume, ".")
-	from, perr := strconv.ParseInt(n, 10, 64)
-	if !ok || perr != nil || from < 0 || wid == "" {
-		return nil, 0, false, sandbox.Errorf(sandbox.KindInvalid, "Last-Event-ID must be an id from this stream")
+	wid, from, err := parseResume(resume)
+	if err != nil {
+		return nil, 0, false, err
 	}
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
@@ -169,6 +168,17 @@ func (f *Files) resumeWatch(ctx context.Context, sb *sandbox.Sandbox, path strin
 		w.idle.Stop()
 	}
 	return w, min(from, w.first+int64(len(w.events))-1), false, nil
+}
+
+// parseResume reads a stream's place, "<watch>.<n>" (the id of its last
+// event), as a client sends it back.
+func parseResume(s string) (watch string, n int64, err error) {
+	watch, num, ok := strings.Cut(s, ".")
+	n, perr := strconv.ParseInt(num, 10, 64)
+	if !ok || perr != nil || n < 0 || watch == "" || len(watch) > 64 {
+		return "", 0, sandbox.Errorf(sandbox.KindInvalid, "Last-Event-ID must be an id from this stream")
+	}
+	return watch, n, nil
 }
 
 // startWatch runs a new watch in sb, a sandbox in use by the caller, and

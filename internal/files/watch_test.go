@@ -62,3 +62,24 @@ func TestWatchKeepsTheLast(t *testing.T) {
 		t.Errorf("a stream whose caller went: %v", err)
 	}
 }
+
+// FuzzParseResume: a client's Last-Event-ID is its own to make up: any
+// string is refused or read as a watch and a place that this server's own
+// id of them reads back as, never a negative place or an empty watch.
+func FuzzParseResume(f *testing.F) {
+	for _, s := range []string{"ABCDEFGHIJKLMNOP.0", "w.1100", ".3", "w.", "w.-1", "w.1.2", "12", "", "w.9223372036854775808"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		w, n, err := parseResume(s)
+		if err != nil {
+			return
+		}
+		if w == "" || n < 0 || strings.Contains(w, ".") {
+			t.Fatalf("%q read as %q, %d", s, w, n)
+		}
+		if w2, n2, err := parseResume((&watch{id: w}).at(n)); err != nil || w2 != w || n2 != n {
+			t.Fatalf("%q read as %q, %d, which reads back as %q, %d, %v", s, w, n, w2, n2, err)
+		}
+	})
+}
