@@ -21,7 +21,7 @@ import (
 
 // browser starts a real headless Chromium (Debian's chromium package),
 // with the extra options (flags) a test needs.
-func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Context, context.CancelFunc) {
+func browser(t testing.TB, extra ...chromedp.ExecAllocatorOption) (context.Context, context.CancelFunc) {
 	t.Helper()
 	path := testenv.NeedBrowser(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
