@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // ProcessRequest is a background process: Argv wins; else Command runs
@@ -67,35 +66,9 @@ type ProcessEvent struct {
 // stream that breaks is resumed after the last event seen, so fn sees
 // each byte once; it gives up when several tries in a row bring nothing.
 func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, from int64, fn func(ProcessEvent) error) error {
-	const tries = 5
-	failed := 0
-	for {
-		last, ended, err := c.outputOnce(ctx, id, pid, from, fn)
-		var h handlerError
-		switch {
-		case ended:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.As(err, &h):
-			return h.err
-		case StatusOf(err) != 0:
-			return err // the server refused: trying again would not help
-		}
-		if last > from {
-			from, failed = last, 0
-		} else if failed++; failed >= tries {
-			if err == nil {
-				err = io.ErrUnexpectedEOF
-			}
-			return fmt.Errorf("client: the output stream of process %d broke %d times in a row: %w", pid, tries, err)
-		}
-		select {
-		case <-time.After(time.Duration(100<<failed) * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return resume(ctx, from, fmt.Sprintf("the output stream of process %d", pid), func(from int64) (int64, bool, error) {
+		return c.outputOnce(ctx, id, pid, from, fn)
+	})
 }
 
 // handlerError is an error of the caller's fn, handed back as it is.

@@ -3,11 +3,8 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"time"
 
 	"github.com/sandboxd/sandbox/wire"
 )
@@ -26,13 +23,12 @@ type FileEvent = wire.FileEvent
 // meanwhile come first, or an overflow event where some were lost; ready
 // comes once.
 func (c *Client) WatchDir(ctx context.Context, id, path string, recursive bool, fn func(FileEvent) error) error {
-	const tries = 5
 	q := url.Values{"path": {path}}
 	if recursive {
 		q.Set("recursive", "1")
 	}
-	last, failed, ready := "", 0, false
-	for {
+	ready := false
+	return resume(ctx, "", "the watch of "+path, func(last string) (string, bool, error) {
 		at, err := c.watchOnce(ctx, id, q, last, func(ev FileEvent) error {
 			if ev.Type == "ready" {
 				if ready {
@@ -42,42 +38,21 @@ func (c *Client) WatchDir(ctx context.Context, id, path string, recursive bool, 
 			}
 			return fn(ev)
 		})
-		var h handlerError
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.As(err, &h):
-			return h.err
-		case StatusOf(err) != 0:
-			return err // the server refused: trying again would not help
-		case err == nil:
-			return nil // the server ended the stream (a broken one ends in an error): the watch ended
-		}
-		if at != "" && at != last {
-			last, failed = at, 0
-		} else if failed++; failed >= tries {
-			if err == nil {
-				err = io.ErrUnexpectedEOF
-			}
-			return fmt.Errorf("client: the watch of %s broke %d times in a row: %w", path, tries, err)
-		}
-		select {
-		case <-time.After(time.Duration(100<<failed) * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		// The server ends a watch's stream only when the watch ends; a
+		// broken one ends in an error.
+		return at, err == nil && ctx.Err() == nil, err
+	})
 }
 
 // watchOnce reads one connection of a watch, resumed after event last when
-// it is set; it returns the id of the last event it read ("" when none).
+// it is set; it returns the id of the last event it read (last when none).
 func (c *Client) watchOnce(ctx context.Context, id string, q url.Values, last string, fn func(FileEvent) error) (string, error) {
 	res, err := c.send(ctx, request{method: "GET", path: "/v1/sandbox/" + esc(id) + "/fs/watch", query: q, accept: "text/event-stream", lastEventID: last})
 	if err != nil {
-		return "", err
+		return last, err
 	}
 	defer res.Body.Close()
-	at := ""
+	at := last
 	err = readSSE(res.Body, 1<<20, func(e sseEvent) error {
 		var ev FileEvent
 		if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
