@@ -8,7 +8,7 @@ import (
 )
 
 // PreviewLink is a signed, expiring link to a port preview: URL is the
-// host form with the link's token (http://{port}-{id}.{preview-domain}/,
+// host form with the link's token (http://{port}-sb-{…}.{preview-domain}/, the id with "-" for its "_",
 // the app at /, on an origin of its own): open it in a browser; the first
 // visit sets a cookie and drops the token from the address. PathURL is the
 // path form (/v1/sandbox/{id}/ports/{port}/ on the API's host) without a

@@ -27,7 +27,7 @@ func TestPreviewLink(t *testing.T) {
 			t.Fatal(err)
 		}
 		port := s.URL[strings.LastIndex(s.URL, ":")+1:]
-		if l.ID != sb.ID || l.Port != 8000 || !strings.HasPrefix(l.URL, "http://8000-"+sb.ID+".localhost:"+port+"/?preview_token=spv2.") ||
+		if l.ID != sb.ID || l.Port != 8000 || !strings.HasPrefix(l.URL, "http://8000-"+strings.Replace(sb.ID, "_", "-", 1)+".localhost:"+port+"/?preview_token=spv2.") ||
 			l.PathURL != s.URL+"/v1/sandbox/"+sb.ID+"/ports/8000/" {
 			t.Errorf("link: %+v", l)
 		}
@@ -40,7 +40,7 @@ func TestPreviewLink(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Body.Close()
-		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://8000-"+sb.ID+".localhost:"+port+"/" || len(res.Cookies()) != 0 {
+		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != "http://8000-"+strings.Replace(sb.ID, "_", "-", 1)+".localhost:"+port+"/" || len(res.Cookies()) != 0 {
 			t.Errorf("the path form without a key: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Header["Set-Cookie"])
 		}
 		if _, err := c.PreviewLink(ctx, "sb_aaaaaaaaaaaaaaaaaaaaaaaaaa", 8000, 0); !client.IsNotFound(err) {

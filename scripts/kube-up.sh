@@ -348,23 +348,18 @@ fi
 # Traefik, the test cluster's ingress controller: the chart's Ingress is
 # proven through it (test/integration TestHelmIngress, which deploys it).
 # Built inside its own module, whose go.mod's replaces a wrapper would lose.
-if need_build traefik "$TRAEFIK wildcard_" traefik; then
+# Stock: a preview host's label is DNS-safe ("8000-sb-…", the id's "_"
+# spelled "-"), which its Ingress wildcard (*.DOMAIN, a label of
+# [a-zA-Z0-9-]) matches.
+if need_build traefik "$TRAEFIK" traefik; then
 	step "go build: Traefik $TRAEFIK (the ingress controller of the chart's tests; ~6 min cold)"
 	mkdir -p "$ROOT/src"
 	src=$(cd "$ROOT/src" && go mod download -json "github.com/traefik/traefik/v3@$TRAEFIK" | grep '"Dir"' | cut -d'"' -f4)
 	[ -n "$src" ] && [ -d "$src" ] || die "go mod download github.com/traefik/traefik/v3@$TRAEFIK gave no source directory"
 	d=$ROOT/src/traefik
 	rm -rf "$d" && cp -r "$src" "$d" && chmod -R u+w "$d"
-	# Its Ingress wildcard (*.DOMAIN) matches a label of [a-zA-Z0-9-] only,
-	# and every preview host's label holds a sandbox id's "_" (8000-sb_…):
-	# patched to let "_" through. Stock Traefik serves the chart's API host
-	# but not its previews' wildcard (docs/kubernetes.md).
-	f=$d/pkg/provider/kubernetes/ingress/kubernetes.go
-	grep -qF '`[a-zA-Z0-9-]+\.`' "$f" || die "Traefik $TRAEFIK: the wildcard pattern to patch is not in $f"
-	sed -i 's/`\[a-zA-Z0-9-\]+\\.`/`[a-zA-Z0-9_-]+\\.`/' "$f"
-	grep -qF '`[a-zA-Z0-9_-]+\.`' "$f" || die "Traefik $TRAEFIK: patching the wildcard pattern failed"
 	(cd "$d" && quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/traefik" ./cmd/traefik)
-	set_stamp traefik "$TRAEFIK wildcard_"
+	set_stamp traefik "$TRAEFIK"
 fi
 
 TOOLS_STAMP="src=$(srchash "$KUBE_SRC/imgtar/main.go" "$KUBE_SRC/pause/main.go")"

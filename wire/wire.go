@@ -161,10 +161,10 @@ func (i *Info) Has(capability string) bool { return slices.Contains(i.Capabiliti
 type PreviewLink struct {
 	ID   string `json:"id"`
 	Port int    `json:"port"`
-	// URL is the host form, http://{port}-{id}.{preview-domain}[:port]/,
+	// URL is the host form, http://{port}-sb-{…}.{preview-domain}[:port]/ (the id, "-" for its "_": a DNS name),
 	// which serves the app at / (what most apps assume), on an origin of
 	// its own: the only form a browser is served.
-	URL string `json:"url" jsonschema:"the host form, {port}-{id}.{preview-domain}: the app at /, on an origin of its own; open it in a browser (the first visit sets a cookie and drops the token from the URL)"`
+	URL string `json:"url" jsonschema:"the host form, {port}-sb-{…}.{preview-domain} (the sandbox id with - for its _): the app at /, on an origin of its own; open it in a browser (the first visit sets a cookie and drops the token from the URL)"`
 	// PathURL is the path form, under the API's own host. It carries no
 	// token: the path form serves API clients with a key only, and sends
 	// a browser to the host form.

@@ -176,7 +176,7 @@ func TestCLI(t *testing.T) {
 
 		// A preview's link; the network (this server allows none: the
 		// server's refusal, in its words, proves what was asked).
-		if out := c.must("preview", sb.ID, "8000", "--ttl", "10m"); !strings.Contains(out, "8000-"+sb.ID+".") || !strings.Contains(out, "/v1/sandbox/"+sb.ID+"/ports/8000/") {
+		if out := c.must("preview", sb.ID, "8000", "--ttl", "10m"); !strings.Contains(out, "8000-"+strings.Replace(sb.ID, "_", "-", 1)+".") || !strings.Contains(out, "/v1/sandbox/"+sb.ID+"/ports/8000/") {
 			t.Errorf("preview: %s", out)
 		}
 		if _, errs, code := c.run("", "preview", sb.ID, "http"); code != 2 || !strings.Contains(errs, "not a port") {

@@ -34,7 +34,7 @@ func (s *Server) portRoutes(p string) {
 		s.raw(m+" "+p+"/{id}/ports/{port}/{path...}", http.HandlerFunc(s.pathPreview), doc{Summary: "A port preview, path form, for API clients with a key (Authorization: Bearer): the request, and its answer, relayed to an HTTP server listening on that port on the sandbox's own loopback " +
 			"(over the exec channel; the sandbox's network stays shut). WebSocket upgrades pass through. The answer is on the API's origin, so it is sandboxed: Content-Security-Policy: sandbox, " +
 			"and the app's Set-Cookie, Service-Worker-Allowed, Access-Control-* and Clear-Site-Data headers are dropped. A browser's navigation, a request with a preview link's token, " +
-			"or one without a key is redirected (307, the token kept) to the host form {port}-{id}.{preview-domain}, the preview's own origin, where links and public ports work. " +
+			"or one without a key is redirected (307, the token kept) to the host form {port}-sb-{…}.{preview-domain}, the preview's own origin, where links and public ports work. " +
 			"The Authorization header never reaches the app. 502 when nothing listens",
 			BodyRaw: "application/octet-stream", AnswerRaw: "application/octet-stream", Query: []string{preview.TokenParam + ": a preview link's token (redirected to the host form with it)"},
 			Errors: []int{400, 401, 404, 409, 429, 501, 502}})
@@ -73,7 +73,7 @@ func badPort(s string) error {
 }
 
 // Handler is the server's whole HTTP face: a request whose Host is a
-// preview host ({port}-{id}.{preview-domain}) is that preview, whatever its
+// preview host ({port}-sb-{…}.{preview-domain}) is that preview, whatever its
 // path, before any API route is looked at; every other request is the
 // API's. Every request carries its origin, from which links are made.
 func (s *Server) Handler() http.Handler {
@@ -97,7 +97,7 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// hostPreview is the host form: the whole of {port}-{id}.{preview-domain},
+// hostPreview is the host form: the whole of {port}-sb-{…}.{preview-domain},
 // an origin of its own, is the app. Access is a key, a link (its first
 // visit sets a host-only cookie), that cookie, or nobody on a public port.
 func (s *Server) hostPreview(w http.ResponseWriter, r *http.Request, id string, port int) {

@@ -10,7 +10,7 @@ import (
 // Config is the operator's settings of port previews.
 type Config struct {
 	// Domain is the preview domain: a request whose Host is
-	// "{port}-{id}.{Domain}" (with any server port) is a preview of that
+	// "{port}-sb-{…}.{Domain}" (Label) (with any server port) is a preview of that
 	// port of that sandbox, served before the API routes. Empty means
 	// DefaultDomain. For previews from other machines, point a wildcard
 	// DNS name (*.previews-example.com) at the server and give
@@ -26,7 +26,7 @@ const DefaultLinkTTL = time.Hour
 
 // RegisterFlags defines the preview flags on fs, writing into c.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Domain, "preview-domain", DefaultDomain, "port previews by host: a request for {port}-{id}.DOMAIN (e.g. http://8000-sb_….localhost:8080/) reaches that port inside that sandbox, "+
+	fs.StringVar(&c.Domain, "preview-domain", DefaultDomain, "port previews by host: a request for {port}-sb-{…}.DOMAIN, the sandbox id with - for its _ (e.g. http://8000-sb-….localhost:8080/), reaches that port inside that sandbox, "+
 		"so apps that assume they are served at / work. The default, localhost, needs no DNS: browsers resolve *.localhost to this machine. "+
 		"For other machines, point a wildcard DNS name (*.previews-example.com) at the server and pass previews-example.com, a registrable domain of its own, not one under the API's (ideally on the Public Suffix List), so that no preview's cookie reaches the API or another preview. "+
 		"Browsers are served previews here only; the path form /v1/sandbox/{id}/ports/{port}/ serves API clients with a key, and sends a browser here")

@@ -1,5 +1,5 @@
 // Package preview is port previews: reading a preview address (the host
-// form "{port}-{id}.{domain}" and the path form's port) out of untrusted
+// form "{port}-{label}.{domain}" and the path form's port) out of untrusted
 // request text; the signed, expiring preview links (an HMAC over org,
 // sandbox and port with a secret the server keeps in its data directory)
 // and their check; and the relay to a port on a sandbox's own loopback,
@@ -40,12 +40,15 @@ func ParsePort(s string) (int, bool) {
 	return p, true
 }
 
-// ParseHost reads a Host header of the host form, "{port}-{id}.{domain}"
+// ParseHost reads a Host header of the host form, "{port}-{label}.{domain}"
 // with an optional ":port" of the server and an optional trailing dot, and
-// returns the sandbox port and id. ok is false for any other host — the
-// API's own name, a name under another domain, a malformed id or port —
-// which the caller then serves as an ordinary API request. Names compare
-// case-insensitively, as DNS does; a sandbox id is lower case.
+// returns the sandbox port and id. The label is the id's DNS-safe spelling
+// (Label: "sb-…"); the id itself ("sb_…", as links made before the label
+// had it) is read too, so an old link keeps working. ok is false for any
+// other host — the API's own name, a name under another domain, a
+// malformed id or port — which the caller then serves as an ordinary API
+// request. Names compare case-insensitively, as DNS does; a sandbox id is
+// lower case.
 func ParseHost(host, domain string) (port int, id string, ok bool) {
 	if domain == "" || len(host) > 253+6 {
 		return 0, "", false
@@ -64,6 +67,9 @@ func ParseHost(host, domain string) (port int, id string, ok bool) {
 	if !found {
 		return 0, "", false
 	}
+	if rest, dashed := strings.CutPrefix(id, labelPrefix); dashed {
+		id = idPrefix + rest
+	}
 	port, ok = ParsePort(ps)
 	if !ok || !sandbox.ValidID(id) {
 		return 0, "", false
@@ -71,10 +77,27 @@ func ParseHost(host, domain string) (port int, id string, ok bool) {
 	return port, id, true
 }
 
+// A sandbox id's "_" is not a letter of a DNS name (RFC 1123 host names:
+// letters, digits and '-'): ingress controllers, certificate authorities
+// and some resolvers refuse such a name, so a host names a sandbox by its
+// label, the id with '-' for its '_'.
+const (
+	idPrefix    = "sb_"
+	labelPrefix = "sb-"
+)
+
+// Label is sandbox id's spelling in a host name: "sb-…" for "sb_…".
+func Label(id string) string {
+	if rest, ok := strings.CutPrefix(id, idPrefix); ok {
+		return labelPrefix + rest
+	}
+	return id
+}
+
 // Host is the host form's name of port on sandbox id under domain, with
 // the server's own port (serverPort, "" for none) kept.
 func Host(port int, id, domain, serverPort string) string {
-	h := strconv.Itoa(port) + "-" + id + "." + strings.TrimSuffix(domain, ".")
+	h := strconv.Itoa(port) + "-" + Label(id) + "." + strings.TrimSuffix(domain, ".")
 	if serverPort != "" {
 		h = net.JoinHostPort(h, serverPort)
 	}

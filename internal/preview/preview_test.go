@@ -12,7 +12,10 @@ import (
 	"time"
 )
 
-const id = "sb_abcdefghijklmnopqrstuvwxyz"
+const (
+	id    = "sb_abcdefghijklmnopqrstuvwxyz"
+	label = "sb-abcdefghijklmnopqrstuvwxyz"
+)
 
 func TestParseHost(t *testing.T) {
 	for _, c := range []struct {
@@ -20,8 +23,10 @@ func TestParseHost(t *testing.T) {
 		port         int
 		id           string
 	}{
-		{"8000-" + id + ".localhost", "localhost", 8000, id},
-		{"8000-" + id + ".localhost:8080", "localhost", 8000, id},
+		{"8000-" + label + ".localhost", "localhost", 8000, id},
+		{"8000-" + label + ".localhost:8080", "localhost", 8000, id},
+		{"8000-SB-ABCDEFGHIJKLMNOPQRSTUVWXYZ.localhost", "localhost", 8000, id},
+		{"8000-" + id + ".localhost", "localhost", 8000, id}, // the id itself, as older links have it
 		{"8000-" + id + ".LOCALHOST.:8080", "localhost", 8000, id},
 		{"8000-SB_ABCDEFGHIJKLMNOPQRSTUVWXYZ.localhost", "localhost", 8000, id}, // DNS is case-blind
 		{"1-" + id + ".preview.example.com", "preview.example.com", 1, id},
@@ -40,6 +45,9 @@ func TestParseHost(t *testing.T) {
 		{"65536-" + id + ".localhost", "localhost", 0, ""},             // out of range
 		{"+80-" + id + ".localhost", "localhost", 0, ""},               // sign
 		{"8000-sb_abc.localhost", "localhost", 0, ""},                  // short id
+		{"8000-sb-abc.localhost", "localhost", 0, ""},                  // short label
+		{"8000-sb--" + id[3:] + ".localhost", "localhost", 0, ""},      // not a label
+		{"8000-" + label + "x.localhost", "localhost", 0, ""},          // long label
 		{"8000-" + id + "x.localhost", "localhost", 0, ""},             // long id
 		{"8000-" + id[:len(id)-1] + "1.localhost", "localhost", 0, ""}, // not base32
 		{"8000" + id + ".localhost", "localhost", 0, ""},               // no dash
@@ -49,6 +57,21 @@ func TestParseHost(t *testing.T) {
 		if port != c.port || got != c.id || ok != (c.id != "") {
 			t.Errorf("ParseHost(%q, %q) = %d %q %v; want %d %q", c.host, c.domain, port, got, ok, c.port, c.id)
 		}
+	}
+}
+
+// TestHostIsDNSName: the name Host makes is letters, digits, '-' and dots
+// only, each label at most 63 bytes (RFC 1123), and parses back.
+func TestHostIsDNSName(t *testing.T) {
+	h := Host(65535, id, "preview.example.com", "")
+	if want := "65535-" + label + ".preview.example.com"; h != want {
+		t.Fatalf("Host = %q; want %q", h, want)
+	}
+	if !ValidDomain(h) {
+		t.Errorf("%q is not a DNS name", h)
+	}
+	if p, got, ok := ParseHost(h, "preview.example.com"); !ok || p != 65535 || got != id {
+		t.Errorf("ParseHost(%q) = %d %q %v", h, p, got, ok)
 	}
 }
 
@@ -167,7 +190,7 @@ func TestLoadKey(t *testing.T) {
 // FuzzParseHost: any Host header parses without panicking, and what it
 // accepts is exactly the canonical name of what it returned.
 func FuzzParseHost(f *testing.F) {
-	for _, s := range []string{"8000-" + id + ".localhost:8080", "localhost", "[::1]:80", "8000-" + id + ".LOCALHOST.", "1-sb_.x", ":", "-.", "65535-" + id + ".a.b"} {
+	for _, s := range []string{"8000-" + id + ".localhost:8080", "localhost", "[::1]:80", "8000-" + id + ".LOCALHOST.", "1-sb_.x", "2-" + label + ".localhost", "3-sb-.x", ":", "-.", "65535-" + id + ".a.b"} {
 		f.Add(s, "localhost")
 	}
 	f.Fuzz(func(t *testing.T, host, domain string) {
@@ -180,6 +203,9 @@ func FuzzParseHost(f *testing.F) {
 		}
 		if port < 1 || port > 65535 || len(got) != len(id) {
 			t.Fatalf("accepted %q as %d %q", host, port, got)
+		}
+		if h := Host(port, got, "localhost", ""); !ValidDomain(h) {
+			t.Fatalf("the canonical name %q of %q is not a DNS name", h, host)
 		}
 		p2, id2, ok2 := ParseHost(Host(port, got, strings.ToLower(domain), ""), domain)
 		if !ok2 || p2 != port || id2 != got {

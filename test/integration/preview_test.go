@@ -205,6 +205,10 @@ func carriesPreviewCredential(s string) bool {
 }
 
 // fetchPreview sends one request with no client-side redirects.
+// hostLabel is sandbox id's spelling in a preview's host name: the id with
+// '-' for its '_' ("sb-…"), a DNS-safe label.
+func hostLabel(id string) string { return strings.Replace(id, "_", "-", 1) }
+
 func fetchPreview(t *testing.T, method, u string, h http.Header) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, u, nil)

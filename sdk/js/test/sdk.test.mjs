@@ -251,7 +251,7 @@ test("a preview's host", async () => {
   const sbx = await Sandbox.create();
   try {
     const url = new URL(await sbx.getHost(8000, { timeoutSec: 600 }));
-    assert.ok(url.hostname.startsWith(`8000-${sbx.id}.`), url.href);
+    assert.ok(url.hostname.startsWith(`8000-${sbx.id.replace("_", "-")}.`), url.href);
     assert.ok(url.searchParams.size > 0, url.href);
   } finally {
     await sbx.kill();

@@ -372,7 +372,7 @@ class Sandbox:
         self.info = SandboxInfo.of(self._http.json("PUT", f"/v1/sandbox/{self.id}/network", json=network_body(policy)))
 
     def get_host(self, port: int, *, timeout: Optional[float] = None) -> str:
-        """The address of ``port``'s preview: the host-form URL (``http://{port}-{id}.{domain}/``, the app
+        """The address of ``port``'s preview: the host-form URL (``http://{port}-sb-{…}.{domain}/``, the id with ``-`` for its ``_``, the app
         at /) with a link token a browser can open; the token is good for ``timeout`` seconds (default an
         hour, never past the lease), and whoever holds the URL opens that port."""
         body = {"ttlSec": int(timeout)} if timeout else {}

@@ -392,7 +392,7 @@ def test_get_host():
         sbx.start_process(["python3", "-m", "http.server", "8000"])
         url = sbx.get_host(8000)
         u = httpx.URL(url)
-        assert u.host.startswith(f"8000-{sbx.id}.") and "token" in str(u.query), url
+        assert u.host.startswith(f"8000-{sbx.id.replace('_', '-', 1)}.") and "token" in str(u.query), url
         # The preview's host is this test's to resolve: ask the server's
         # address with the preview's Host, as a browser resolving it would.
         api = httpx.URL(os.environ["SANDBOX_URL"])
@@ -417,7 +417,7 @@ def test_async_get_host():
     async def go():
         async with await AsyncSandbox.create() as sbx:
             url = await _get_host_async(sbx)
-            assert f"8000-{sbx.id}." in url and "token" in url
+            assert f"8000-{sbx.id.replace('_', '-', 1)}." in url and "token" in url
     asyncio.run(go())
 
 
