@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/creack/pty"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/pkg/sentry/control"
 	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
 	"gvisor.dev/gvisor/pkg/urpc"
@@ -60,6 +62,27 @@ func sameBuild(path string) (bool, string) {
 	return true, ""
 }
 
+// runscLog carries what runsc's packages log in this process (a warning
+// such as "Cannot find if container … exists" when a sandbox died) into the
+// server's log, as one component of it, instead of their own lines on
+// stderr. Their log is process-wide: the first runtime's logger takes it.
+type runscLog struct{ log *slog.Logger }
+
+var runscLogOnce sync.Once
+
+func logRunscTo(l *slog.Logger) { runscLogOnce.Do(func() { log.SetTarget(runscLog{l}) }) }
+
+func (l runscLog) Emit(_ int, level log.Level, _ time.Time, format string, v ...any) {
+	lv := slog.LevelDebug
+	switch level {
+	case log.Warning:
+		lv = slog.LevelWarn
+	case log.Info:
+		lv = slog.LevelInfo
+	}
+	l.log.Log(context.Background(), lv, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "runsc")
+}
+
 // statsChannel is Stats over the control channel: the call `runsc events
 // --stats` makes (container.Event), in this process.
 func (r *Runtime) statsChannel(name string) (runtime.Stats, error) {
@@ -76,6 +99,19 @@ func (r *Runtime) statsChannel(name string) (runtime.Stats, error) {
 	}
 	d := ev.Event.Data
 	return runtime.Stats{CPUSeconds: float64(d.CPU.Usage.Total) / 1e9, MemoryBytes: int64(d.Memory.Usage.Usage), Processes: int(d.Pids.Current)}, nil
+}
+
+// runningChannel is Status's `runsc state` and `runsc ps` in this process:
+// the container loaded (runsc's own load marks it stopped when its sandbox
+// process is gone), and its control server asked for its processes, the
+// real test that the sandbox still answers.
+func (r *Runtime) runningChannel(name string) bool {
+	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	if err != nil || c.Status != container.Running || !c.IsSandboxRunning() {
+		return false
+	}
+	_, err = c.Processes()
+	return err == nil
 }
 
 // deleteChannel is `runsc delete --force` in this process: the same

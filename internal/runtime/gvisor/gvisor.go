@@ -201,6 +201,9 @@ func New(cfg Config) (*Runtime, error) {
 	if r.channel, why = sameBuild(cfg.Runsc); !r.channel && cfg.Log != nil {
 		cfg.Log.Info("gvisor: commands go through `runsc exec` processes, not the in-process channel", "why", why)
 	}
+	if r.channel && cfg.Log != nil {
+		logRunscTo(cfg.Log)
+	}
 	for _, d := range []string{r.root, r.bundles, r.volumes, r.checks} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
@@ -1019,13 +1022,18 @@ func matches(labels, selector map[string]string) bool {
 }
 
 // Status reads one container's state from runsc, and asks the sandbox
-// itself whether it still answers.
+// itself whether it still answers: in this process with the pinned runsc
+// (runningChannel), else with `runsc state` and `runsc ps`.
 func (r *Runtime) Status(ctx context.Context, name string) (runtime.Object, error) {
 	m, err := r.loadMeta(name)
 	if err != nil {
 		return runtime.Object{}, err
 	}
 	obj := runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created}
+	if r.channel {
+		obj.Running = r.runningChannel(name)
+		return obj, nil
+	}
 	out, err := r.runsc(ctx, m.Flags, "state", name)
 	if err != nil {
 		return obj, nil // the bundle exists, the container does not run

@@ -513,3 +513,51 @@ func BenchmarkFirstCommand(b *testing.B) {
 	b.ReportMetric(float64(testenv.P50(creates).Microseconds())/1000, "create-p50-ms")
 	b.ReportMetric(float64(testenv.P50(firsts).Microseconds())/1000, "node-v-p50-ms")
 }
+
+// TestStatusBothWays: Status in process (runningChannel) and through the
+// runsc CLI agree: a started sandbox runs; once the host kills its sandbox
+// process (as a memory cgroup's OOM killer does), it does not, though its
+// state file still says "running".
+func TestStatusBothWays(t *testing.T) {
+	r := newRuntime(t)
+	ctx := context.Background()
+	for i, channel := range []bool{true, false} {
+		t.Run(map[bool]string{true: "channel", false: "cli"}[channel], func(t *testing.T) {
+			r.channel = channel
+			defer func() { r.channel = true }()
+			obj := create(t, r, fmt.Sprintf("sbx-gvisorstatus0000000%d", i), fmt.Sprintf("st%d", i))
+			if st, err := r.Status(ctx, obj.Name); err != nil || !st.Running || st.UID != obj.UID {
+				t.Fatalf("a started sandbox: %+v %v", st, err)
+			}
+			m, err := r.loadMeta(obj.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := r.runsc(ctx, m.Flags, "state", obj.Name)
+			var st runscState
+			if err != nil || json.Unmarshal(out, &st) != nil || st.Pid <= 0 {
+				t.Fatalf("state: %s %v", out, err)
+			}
+			if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, err := r.Status(ctx, obj.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !got.Running {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("a sandbox whose sandbox process was killed still runs")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+				t.Errorf("deleting a killed sandbox: %v", err)
+			}
+		})
+	}
+}
