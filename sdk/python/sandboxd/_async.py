@@ -12,7 +12,7 @@ import websockets
 
 from ._transport import async_transport
 from ._errors import SandboxError, refusal, should_retry
-from ._models import (CodeContext, Execution, FilesystemEvent, context_body, context_id)
+from ._models import (CodeContext, Execution, FilesystemEvent, WatchCursor, context_body, context_id)
 from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
                       exec_body, fork_body, lease_body, network_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 from ._sync import STREAM_TRIES, _config
@@ -91,20 +91,16 @@ class AsyncWatchHandle:
     changes of meanwhile come first, or an ``overflow`` event where some were lost."""
 
     def __init__(self, sbx: "AsyncSandbox", path: str, recursive: bool):
-        self._sbx = sbx
+        self._sbx, self._cursor, self._closed = sbx, WatchCursor(), False
         self._params = {"path": path}
         if recursive:
             self._params["recursive"] = "1"
-        self._last, self._id, self._ready, self._closed = "", "", False, False
         self._cm: Any = None
         self._lines: Optional[AsyncIterator[str]] = None
 
     async def _open(self) -> None:
-        headers = {"Accept": "text/event-stream"}
-        if self._last:
-            headers["Last-Event-ID"] = self._last
         self._cm = self._sbx._http.client.stream("GET", f"/v1/sandbox/{self._sbx.id}/fs/watch", params=self._params,
-                                                 timeout=None, headers=headers)
+                                                 timeout=None, headers=self._cursor.headers())
         res = await self._cm.__aenter__()
         if res.status_code >= 400:
             await res.aread()
@@ -112,7 +108,6 @@ class AsyncWatchHandle:
             await self.aclose()
             raise err
         self._lines = res.aiter_lines()
-        self._id = ""
 
     async def __aenter__(self) -> "AsyncWatchHandle":
         await self._open()
@@ -126,33 +121,22 @@ class AsyncWatchHandle:
 
     async def __anext__(self) -> FilesystemEvent:
         assert self._lines is not None, "enter the watch with async with first"
-        failed = 0
         while True:
-            before = self._last
             try:
                 async for line in self._lines:
-                    if line.startswith("id: "):
-                        self._id = line[4:].strip()
-                    elif line.startswith("data: "):
-                        d = json.loads(line[6:])
-                        self._last = self._id
-                        if d.get("type") == "ready":
-                            if self._ready:
-                                continue  # a resumed stream's
-                            self._ready = True
-                        return FilesystemEvent(d.get("type", ""), d.get("name", ""))
+                    ev = self._cursor.feed(line)
+                    if ev is not None:
+                        return ev
                 raise StopAsyncIteration  # the server ended the stream
             except httpx.TransportError:
                 if self._closed:
                     raise StopAsyncIteration
-                failed = 0 if self._last != before else failed + 1
-                if failed >= 5:
-                    raise SandboxError(502, "the watch's stream broke 5 times in a row")
+                wait = self._cursor.broke()
                 try:
                     await self._cm.__aexit__(None, None, None)
                 except httpx.TransportError:
                     pass
-                await asyncio.sleep(0.1 * 2 ** failed)
+                await asyncio.sleep(wait)
                 await self._open()
 
     async def aclose(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -450,3 +451,46 @@ class FilesystemEvent:
 
     type: str
     name: str = ""
+
+
+class WatchCursor:
+    """A directory watch's place in its event stream, shared by the sync and async handles: it reads the
+    stream's lines into events, keeps the id of the last one for ``Last-Event-ID`` when the stream is opened
+    again, drops a resumed stream's second ``ready``, and counts breaks that brought nothing new."""
+
+    def __init__(self) -> None:
+        self.last, self._id, self._ready, self._stuck = "", "", False, 0
+
+    def headers(self) -> Dict[str, str]:
+        """The headers of a (re)opened stream; it starts without an id of its own."""
+        self._id = ""
+        h = {"Accept": "text/event-stream"}
+        if self.last:
+            h["Last-Event-ID"] = self.last
+        return h
+
+    def feed(self, line: str) -> Optional[FilesystemEvent]:
+        """The event a line completes, or None."""
+        if line.startswith("id: "):
+            self._id = line[4:].strip()
+            return None
+        if not line.startswith("data: "):
+            return None
+        d = json.loads(line[6:])
+        self.last = self._id
+        if d.get("type") == "ready":
+            if self._ready:
+                return None  # a resumed stream's
+            self._ready = True
+        self._stuck = 0
+        return FilesystemEvent(d.get("type", ""), d.get("name", ""))
+
+    def broke(self) -> float:
+        """A stream broke: the seconds to wait before opening it again, or an error after 5 breaks in a row
+        with no event between them."""
+        from ._errors import SandboxError
+
+        self._stuck += 1
+        if self._stuck >= 5:
+            raise SandboxError(502, "the watch's stream broke 5 times in a row")
+        return 0.1 * 2 ** self._stuck

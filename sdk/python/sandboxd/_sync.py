@@ -13,7 +13,7 @@ import httpx
 
 from ._transport import sync_transport
 from ._errors import SandboxError, refusal, should_retry
-from ._models import (CodeContext, Execution, FilesystemEvent, context_body, context_id)
+from ._models import (CodeContext, Execution, FilesystemEvent, WatchCursor, context_body, context_id)
 from ._models import (CommandResult, Event, ImageInfo, OutputStream, ProcessEvent, ProcessInfo, RunCodeResult, SandboxInfo, StreamBroken,
                       exec_body, fork_body, lease_body, network_body, parse_sse, process_body, pull_body, run_code_body, snapshot_body)
 
@@ -117,24 +117,18 @@ class WatchHandle:
     first, or an ``overflow`` event where some were lost."""
 
     def __init__(self, sbx: "Sandbox", path: str, recursive: bool):
-        import json as _json
-
-        self._sbx, self._json = sbx, _json
+        self._sbx, self._cursor, self._closed = sbx, WatchCursor(), False
         self._params = {"path": path}
         if recursive:
             self._params["recursive"] = "1"
-        self._last, self._ready, self._closed = "", False, False
         self._open()
         for ev in self:  # the first event says the watch is in place
             if ev.type == "ready":
                 break
 
     def _open(self) -> None:
-        headers = {"Accept": "text/event-stream"}
-        if self._last:
-            headers["Last-Event-ID"] = self._last
         self._cm = self._sbx._http.client.stream("GET", f"/v1/sandbox/{self._sbx.id}/fs/watch", params=self._params,
-                                                 timeout=None, headers=headers)
+                                                 timeout=None, headers=self._cursor.headers())
         self._res = self._cm.__enter__()
         if self._res.status_code >= 400:
             self._res.read()
@@ -142,39 +136,27 @@ class WatchHandle:
             self.close()
             raise err
         self._lines = self._res.iter_lines()
-        self._id = ""
 
     def __iter__(self) -> Iterator[FilesystemEvent]:
         return self
 
     def __next__(self) -> FilesystemEvent:
-        failed = 0
         while True:
-            before = self._last
             try:
                 for line in self._lines:
-                    if line.startswith("id: "):
-                        self._id = line[4:].strip()
-                    elif line.startswith("data: "):
-                        d = self._json.loads(line[6:])
-                        self._last = self._id
-                        if d.get("type") == "ready":
-                            if self._ready:
-                                continue  # a resumed stream's
-                            self._ready = True
-                        return FilesystemEvent(d.get("type", ""), d.get("name", ""))
+                    ev = self._cursor.feed(line)
+                    if ev is not None:
+                        return ev
                 raise StopIteration  # the server ended the stream
             except httpx.TransportError:
                 if self._closed:
                     raise StopIteration
-                failed = 0 if self._last != before else failed + 1
-                if failed >= 5:
-                    raise SandboxError(502, "the watch's stream broke 5 times in a row")
+                wait = self._cursor.broke()
                 try:
                     self._cm.__exit__(None, None, None)
                 except httpx.TransportError:
                     pass
-                time.sleep(0.1 * 2 ** failed)
+                time.sleep(wait)
                 self._open()
 
     def close(self) -> None:
