@@ -77,7 +77,6 @@ NETPOL=v0.8.0
 NETPOL_QUEUE=100
 COREDNS=v1.15.0
 LOCALPATH=v0.0.30
-TRAEFIK=v3.6.12 # 3.7's lego needs a ucloud-sdk-go version the module proxy does not serve
 POD_GW=10.244.0.1 # the bridge's host end: the apiserver's address for pods
 DNS_IP=10.96.0.10
 
@@ -343,23 +342,6 @@ if need_build local-path "$LP_STAMP" local-path-provisioner; then
 		quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/local-path-provisioner" github.com/rancher/local-path-provisioner
 	)
 	set_stamp local-path "$LP_STAMP"
-fi
-
-# Traefik, the test cluster's ingress controller: the chart's Ingress is
-# proven through it (test/integration TestHelmIngress, which deploys it).
-# Built inside its own module, whose go.mod's replaces a wrapper would lose.
-# Stock: a preview host's label is DNS-safe ("8000-sb-…", the id's "_"
-# spelled "-"), which its Ingress wildcard (*.DOMAIN, a label of
-# [a-zA-Z0-9-]) matches.
-if need_build traefik "$TRAEFIK" traefik; then
-	step "go build: Traefik $TRAEFIK (the ingress controller of the chart's tests; ~6 min cold)"
-	mkdir -p "$ROOT/src"
-	src=$(cd "$ROOT/src" && go mod download -json "github.com/traefik/traefik/v3@$TRAEFIK" | grep '"Dir"' | cut -d'"' -f4)
-	[ -n "$src" ] && [ -d "$src" ] || die "go mod download github.com/traefik/traefik/v3@$TRAEFIK gave no source directory"
-	d=$ROOT/src/traefik
-	rm -rf "$d" && cp -r "$src" "$d" && chmod -R u+w "$d"
-	(cd "$d" && quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/traefik" ./cmd/traefik)
-	set_stamp traefik "$TRAEFIK"
 fi
 
 TOOLS_STAMP="src=$(srchash "$KUBE_SRC/imgtar/main.go" "$KUBE_SRC/pause/main.go")"

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +33,7 @@ const (
 	ingressDomain  = "preview.sbt.test"
 )
 
-// traefik deploys Traefik (built by scripts/kube-up.sh into ROOT/bin,
+// traefik deploys Traefik (built by scripts/traefik.sh into ROOT/bin,
 // imported here as an image) in the release's namespace as the controller
 // of an IngressClass of the test's own, watching that namespace alone,
 // and answers the class and Traefik's Service address (reached from the
@@ -40,8 +42,9 @@ func (r *release) traefik() (class, addr string) {
 	t := r.t
 	t.Helper()
 	bin := filepath.Join(r.root, "bin", "traefik")
+	waitForBuild(t, bin, filepath.Join(r.root, "bin", ".traefik.building"), 20*time.Minute)
 	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, testenv.Kube, "Traefik in the test cluster's ROOT/bin (scripts/kube-up.sh builds it): "+err.Error())
+		testenv.Missing(t, testenv.Kube, "Traefik in the test cluster's ROOT/bin (scripts/traefik.sh builds it): "+err.Error())
 	}
 	rootfs := filepath.Join(r.root, "images", "traefik-rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
@@ -123,6 +126,27 @@ func (r *release) traefik() (class, addr string) {
 	}}, metav1.CreateOptions{})
 	must("service", err)
 	return class, svc.Spec.ClusterIP
+}
+
+// waitForBuild waits up to limit while marker names a live build of bin
+// (scripts/test.sh builds Traefik beside the first suites on a fresh
+// machine, or anew when its version changed); a build that ended without
+// it leaves the caller to say so.
+func waitForBuild(t testing.TB, bin, marker string, limit time.Duration) {
+	t.Helper()
+	deadline, logged := time.Now().Add(limit), false
+	for time.Now().Before(deadline) {
+		raw, err := os.ReadFile(marker)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil {
+			return
+		}
+		if !logged {
+			t.Logf("waiting for %s: its build (pid %d) is still running", bin, pid)
+			logged = true
+		}
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // traefikState is Traefik's pods, their state and log, for a failure.
