@@ -44,7 +44,7 @@ func BenchmarkPreviewHTTP(b *testing.B) {
 	e.sh("acme", id, "echo 'hello from inside' > hello.txt")
 	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
 	e.waitListening("acme", id, 8000)
-	host := "8000-" + id + ".localhost"
+	host := "8000-" + hostLabel(id) + ".localhost"
 
 	b.Run("preview", func(b *testing.B) {
 		var lat latencies

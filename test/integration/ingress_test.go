@@ -231,7 +231,7 @@ func TestHelmIngress(t *testing.T) {
 	e.waitListening("acme", id, 8000)
 	link := e.previewLink("acme", id, 8000, 300)
 	hostURL, _ := link["url"].(string)
-	after := "http://8000-" + id + "." + ingressDomain + "/"
+	after := "http://8000-" + hostLabel(id) + "." + ingressDomain + "/"
 	if !strings.HasPrefix(hostURL, after+"?preview_token=") {
 		t.Fatalf("the link's host form through the ingress: %q, want %s?preview_token=…", hostURL, after)
 	}

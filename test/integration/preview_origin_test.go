@@ -239,7 +239,7 @@ func TestPreviewPathForm(t *testing.T) {
 		id := e.lease("acme", map[string]any{"ttlSec": 600})
 		e.startHostile("acme", id, id, "localhost")
 		key := http.Header{"Authorization": {"Bearer " + e.keys["acme"]}}
-		host := "8000-" + id + ".localhost:" + e.serverPort()
+		host := "8000-" + hostLabel(id) + ".localhost:" + e.serverPort()
 
 		res, body := fetchPreview(t, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/8000/hostile", key)
 		if res.StatusCode != 200 || body != "<script>hostile()</script>" {
@@ -300,7 +300,7 @@ func TestPreviewLinkDiesWithKey(t *testing.T) {
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"ttlSec": 600})
 		e.startHostile("acme", id, id, "localhost")
-		host := "8000-" + id + ".localhost:" + e.serverPort()
+		host := "8000-" + hostLabel(id) + ".localhost:" + e.serverPort()
 		secret, k, err := e.srv.Store.MintKey(t.Context(), "acme", "preview minter", store.ScopeTenant, time.Time{})
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +374,7 @@ func TestPreviewLinkOfTokenOnRunsc(t *testing.T) {
 	if got := int64(link["expiresAt"].(float64)); got > exp || got < exp-5 {
 		t.Errorf("a link minted with a token expiring at %d expires at %d", exp, got)
 	}
-	host := "8000-" + id + ".localhost:" + e.serverPort()
+	host := "8000-" + hostLabel(id) + ".localhost:" + e.serverPort()
 	res, _ := fetchPreview(t, "GET", e.http.URL+"/?preview_token="+linkToken(t, link), http.Header{"Host": {host}})
 	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 || res.Cookies()[0].Expires.Unix() != int64(link["expiresAt"].(float64)) {
 		t.Errorf("the token's link, first visit: %d %v", res.StatusCode, res.Header["Set-Cookie"])

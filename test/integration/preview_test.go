@@ -126,11 +126,11 @@ func TestPreviewInBrowser(t *testing.T) {
 
 		link := e.previewLink("acme", id, 8000, 300)
 		hostURL, pathURL := link["url"].(string), link["pathUrl"].(string)
-		wantHost := "http://8000-" + id + ".localhost:" + e.serverPort() + "/?preview_token="
+		wantHost := "http://8000-" + hostLabel(id) + ".localhost:" + e.serverPort() + "/?preview_token="
 		if !strings.HasPrefix(hostURL, wantHost) || pathURL != e.http.URL+"/v1/sandbox/"+id+"/ports/8000/" {
 			t.Fatalf("link URLs: %q %q", hostURL, pathURL)
 		}
-		hostAfter := "http://8000-" + id + ".localhost:" + e.serverPort() + "/"
+		hostAfter := "http://8000-" + hostLabel(id) + ".localhost:" + e.serverPort() + "/"
 		for _, form := range []struct{ name, url, after string }{
 			{"host form", hostURL, hostAfter},
 			{"path form", pathURL + "?" + hostURL[strings.Index(hostURL, "?")+1:], hostAfter},
@@ -245,7 +245,7 @@ func TestPreviewLinks(t *testing.T) {
 		foreign := e.lease("globex", map[string]any{"ttlSec": 600})
 		srv := e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", echoServer}})
 		e.waitListening("acme", id, 8001)
-		host := "8001-" + id + ".localhost:" + e.serverPort()
+		host := "8001-" + hostLabel(id) + ".localhost:" + e.serverPort()
 		link := e.previewLink("acme", id, 8001, 300)
 		tok := strings.TrimPrefix(link["url"].(string), "http://"+host+"/?preview_token=")
 		if !strings.HasPrefix(tok, "spv2.") {
@@ -307,7 +307,7 @@ func TestPreviewLinks(t *testing.T) {
 			{"no credential", e.http.URL + "/", host, 401},
 			{"expired", e.http.URL + "/?preview_token=" + key.Mint(preview.Claims{Org: "acme", ID: id, Port: 8001, Expires: time.Now().Add(-time.Second)}), host, 401},
 			{"altered", e.http.URL + "/?preview_token=" + altered, host, 401},
-			{"another port", e.http.URL + "/?preview_token=" + tok, "8002-" + id + ".localhost", 401},
+			{"another port", e.http.URL + "/?preview_token=" + tok, "8002-" + hostLabel(id) + ".localhost", 401},
 			{"another sandbox", e.http.URL + "/?preview_token=" + tok, "8001-" + other + ".localhost", 401},
 			{"another org's sandbox", e.http.URL + "/?preview_token=" + tok, "8001-" + foreign + ".localhost", 401},
 			{"signed for an org the sandbox is not of", e.http.URL + "/?preview_token=" + key.Mint(preview.Claims{Org: "globex", ID: id, Port: 8001, Expires: time.Now().Add(time.Minute)}), host, 404},
@@ -361,7 +361,7 @@ func TestPreviewWakes(t *testing.T) {
 		time.Sleep(1100 * time.Millisecond) // lastUsedAt is in seconds
 		link := e.previewLink("acme", id, 8000, 300)
 		tok := link["url"].(string)[strings.Index(link["url"].(string), "preview_token=")+len("preview_token="):]
-		cookie := http.Header{"Cookie": {"sandbox_preview=" + tok}, "Host": {"8000-" + id + ".localhost"}}
+		cookie := http.Header{"Cookie": {"sandbox_preview=" + tok}, "Host": {"8000-" + hostLabel(id) + ".localhost"}}
 		if res, body := fetchPreview(t, "GET", e.http.URL+"/hello.txt", cookie); res.StatusCode != 200 || body != "awake\n" {
 			t.Fatalf("through the link: %d %q", res.StatusCode, body)
 		}
@@ -428,16 +428,17 @@ func TestPreviewPublicOnRunsc(t *testing.T) {
 		url, host string
 		want      int
 	}{
-		{e.http.URL + "/hello.txt", "8000-" + id + ".localhost", 200},
+		{e.http.URL + "/hello.txt", "8000-" + hostLabel(id) + ".localhost", 200},
+		{e.http.URL + "/hello.txt", "8000-" + id + ".localhost", 200}, // the id's own spelling, as older links have it
 		{e.http.URL + "/v1/sandbox/" + id + "/ports/8000/hello.txt", "", 307},
-		{e.http.URL + "/hello.txt", "8001-" + id + ".localhost", 401},
+		{e.http.URL + "/hello.txt", "8001-" + hostLabel(id) + ".localhost", 401},
 	} {
 		if res, body := fetchPreview(t, "GET", c.url, http.Header{"Host": {c.host}}); res.StatusCode != c.want || (c.want == 200 && body != "public\n") {
 			t.Errorf("%s (Host %q) with no credential: %d %q, want %d", c.url, c.host, res.StatusCode, body, c.want)
 		}
 	}
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-	if res, _ := fetchPreview(t, "GET", e.http.URL+"/hello.txt", http.Header{"Host": {"8000-" + id + ".localhost"}}); res.StatusCode != http.StatusUnauthorized {
+	if res, _ := fetchPreview(t, "GET", e.http.URL+"/hello.txt", http.Header{"Host": {"8000-" + hostLabel(id) + ".localhost"}}); res.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a public port after the end: %d", res.StatusCode)
 	}
 }
