@@ -277,7 +277,7 @@ func BenchmarkDensity(b *testing.B) {
 		return float64(lat[len(lat)/2].Microseconds()) / 1000
 	}
 	for b.Loop() {
-		before := memAvailable(b)
+		before, tasksBefore := memAvailable(b), hostTasks(b)
 		first := e.lease("dense-000", nil)
 		at1 := execP50(first, "dense-000")
 		n, at100 := 1, 0.0
@@ -295,14 +295,32 @@ func BenchmarkDensity(b *testing.B) {
 		}
 		time.Sleep(2 * time.Second) // let the sandboxes settle idle
 		perSandbox := float64(before-memAvailable(b)) / float64(n) / (1 << 20)
+		tasks := float64(hostTasks(b)-tasksBefore) / float64(n)
 		atMax := execP50(first, "dense-000")
 		b.ReportMetric(float64(n), "sandboxes")
 		b.ReportMetric(perSandbox, "MiB/sandbox")
+		b.ReportMetric(tasks, "tasks/sandbox")
 		b.ReportMetric(at1, "exec-p50-ms@1")
 		b.ReportMetric(at100, "exec-p50-ms@100")
 		b.ReportMetric(atMax, "exec-p50-ms@max")
 		b.ReportMetric(0, "ns/op")
 	}
+}
+
+// hostTasks is the host's count of tasks (threads), the denominator of
+// /proc/loadavg's fourth field: every idle sandbox holds its sentry's and
+// gofer's threads, which kernel.pid_max bounds host-wide.
+func hostTasks(b *testing.B) int {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var l1, l5, l15 float64
+	var running, total int
+	if _, err := fmt.Sscanf(string(raw), "%f %f %f %d/%d", &l1, &l5, &l15, &running, &total); err != nil {
+		b.Fatalf("/proc/loadavg %q: %v", raw, err)
+	}
+	return total
 }
 
 // memAvailable reads MemAvailable from /proc/meminfo, in bytes.
