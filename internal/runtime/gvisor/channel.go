@@ -73,12 +73,11 @@ var runscLogOnce sync.Once
 func logRunscTo(l *slog.Logger) { runscLogOnce.Do(func() { log.SetTarget(runscLog{l}) }) }
 
 func (l runscLog) Emit(_ int, level log.Level, _ time.Time, format string, v ...any) {
+	// Only runsc's warnings reach the server's log at its default level:
+	// its info lines are the CLI's narration of a start or a delete.
 	lv := slog.LevelDebug
-	switch level {
-	case log.Warning:
+	if level == log.Warning {
 		lv = slog.LevelWarn
-	case log.Info:
-		lv = slog.LevelInfo
 	}
 	l.log.Log(context.Background(), lv, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "runsc")
 }
