@@ -254,6 +254,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	go sessions.Run(sessCtx)
 	if caps.Runner != nil {
 		relays = pool.New(b.rt, caps.Runner, svc)
+		relays.Log = log
 	}
 	previews := preview.NewPreviews(svc, preview.Relay{Pool: relays, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
 	fsys := files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout).WithRunner(caps.Runner, sandbox.RuntimeGVisor)

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -57,6 +58,10 @@ type Pool struct {
 	// API serves the calls code in a sandbox makes on its API socket;
 	// nil: no sandbox has one. Set before the first use.
 	API http.Handler
+	// Log, if set, hears of a relay that ended by itself (not by its
+	// linger, a stop, a sleep or the server's shutdown), with the last
+	// words the runner wrote: every preview of that sandbox broke with it.
+	Log *slog.Logger
 	// Busy says whether a sandbox runs work of its own (a background
 	// process), which keeps a relay with an API socket past its linger.
 	Busy func(ctx context.Context, sb *sandbox.Sandbox) bool
@@ -240,9 +245,12 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 	}
 	outR, outW := io.Pipe()
 	ended := make(chan struct{})
+	stderr := &tail{max: 1024}
+	var execErr error
 	go func() {
 		defer close(ended)
-		err := p.rt.Exec(chctx, sb.Name, runtime.ExecRequest{Argv: []string{p.runner.RunnerPath(), "relay"}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: io.Discard})
+		execErr = p.rt.Exec(chctx, sb.Name, runtime.ExecRequest{Argv: []string{p.runner.RunnerPath(), "relay"}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: stderr})
+		err := execErr
 		if err == nil {
 			err = io.EOF
 		}
@@ -290,10 +298,36 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 		}()
 	}
 	<-ended
+	if chctx.Err() == nil && p.Log != nil {
+		p.Log.Warn("a sandbox's relay ended by itself: its previews' connections broke", "sandbox", sb.ID, "err", execErr, "stderr", stderr.String())
+	}
 	client.Close()
 	conn.Close()
 	release()
 	p.forget(sb.ID, s)
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
 
 // forget drops s from the map, if it is still sb's.

@@ -1,12 +1,17 @@
 package pool
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +32,9 @@ import (
 type inProcess struct {
 	sock   string
 	starts atomic.Int32
+	// die, when closed, ends a running relay by itself, with last words
+	// on its stderr (as a runner that crashed would).
+	die chan struct{}
 }
 
 func (x *inProcess) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
@@ -43,6 +51,12 @@ func (x *inProcess) Exec(ctx context.Context, name string, req runtime.ExecReque
 	select {
 	case err := <-done:
 		return err
+	case <-x.die: // nil: never
+		req.Stdin.(io.Closer).Close()
+		req.Stdout.(io.Closer).Close()
+		<-done
+		io.WriteString(req.Stderr, "sandbox-runner relay: boom\n")
+		return errors.New("exit status 1")
 	case <-ctx.Done():
 		if c, ok := req.Stdin.(io.Closer); ok {
 			c.Close()
@@ -146,5 +160,58 @@ func waitGone(t *testing.T, sock string, within time.Duration) {
 			t.Fatal("the socket outlived the linger")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a log's buffer written from the pool's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestRelayEndedByItself: a relay that ends on its own (its runner died)
+// is logged with its last words; one ended by its linger is not.
+func TestRelayEndedByItself(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	x := &inProcess{sock: filepath.Join(t.TempDir(), "api.sock"), die: make(chan struct{})}
+	p := New(x, runner{}, channels{})
+	p.Linger = 200 * time.Millisecond
+	p.API = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	var logs syncBuffer
+	p.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	defer p.Close()
+	sb := &sandbox.Sandbox{ID: "sb_1", Name: "c1"}
+
+	p.Hold(context.Background(), sb)()
+	waitGone(t, x.sock, 3*p.Linger)
+	time.Sleep(50 * time.Millisecond)
+	if strings.Contains(logs.String(), "ended by itself") {
+		t.Fatalf("a relay ended by its linger was logged: %s", logs.String())
+	}
+
+	release := p.Hold(context.Background(), sb)
+	defer release()
+	close(x.die)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "ended by itself") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a relay that died was not logged: %q", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l := logs.String(); !strings.Contains(l, "boom") || !strings.Contains(l, "sb_1") {
+		t.Errorf("the log line lacks the runner's words or the sandbox: %s", l)
 	}
 }
