@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/keywatch"
 	"github.com/sandboxd/sandbox/internal/pages"
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -288,13 +289,13 @@ func (s *Server) screenSocket(w http.ResponseWriter, r *http.Request) {
 	if k == nil {
 		return
 	}
-	var stderr bytes.Buffer
-	code, err := s.Consoles.Screen(k.ctx, r.PathValue("id"), k.stdin, k, &limitedBuffer{b: &stderr, max: 4096})
+	stderr := capture.New(4096)
+	code, err := s.Consoles.Screen(k.ctx, r.PathValue("id"), k.stdin, k, stderr)
 	switch {
 	case err != nil:
 		k.close(websocket.StatusInternalError, sandbox.Message(err))
 	case code != 0:
-		msg := strings.TrimSpace(stderr.String())
+		msg := strings.TrimSpace(string(stderr.Bytes()))
 		if msg == "" {
 			msg = fmt.Sprintf("the display relay exited (%d)", code)
 		}
@@ -302,16 +303,4 @@ func (s *Server) screenSocket(w http.ResponseWriter, r *http.Request) {
 	default:
 		k.close(websocket.StatusNormalClosure, "the display closed the connection")
 	}
-}
-
-type limitedBuffer struct {
-	b   *bytes.Buffer
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/identity"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -381,36 +382,15 @@ func (k *Keeper) Rewrite(ctx context.Context, sb *sandbox.Sandbox) {
 func (k *Keeper) write(ctx context.Context, sb *sandbox.Sandbox, token string) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	var errBuf limited
-	req := runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, Dir: "/", Stdin: strings.NewReader(token), Stderr: &errBuf}
+	errBuf := capture.New(4 << 10) // a failed write's stderr
+	req := runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, Dir: "/", Stdin: strings.NewReader(token), Stderr: errBuf}
 	if r := k.d.Runner; r != nil {
 		// One static process, no shell in the image needed, and the one
 		// writer trusted to run as the sandbox's root.
 		req.Argv, req.Root = []string{r.RunnerPath(), "credential"}, true
 	}
 	if err := k.d.Exec(wctx, sb.Name, req); err != nil {
-		return errors.New(err.Error() + ": " + errBuf.String())
+		return errors.New(err.Error() + ": " + string(errBuf.Bytes()))
 	}
 	return nil
-}
-
-// limited keeps the first 4 KiB written to it: a failed write's stderr.
-type limited struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := 4<<10 - len(l.b); n > 0 {
-		l.b = append(l.b, p[:min(n, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (l *limited) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.b)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/service"
 	"io"
 	pathpkg "path"
@@ -141,7 +142,7 @@ func (f *Files) ReadTo(ctx context.Context, id, path string, max int64, open fun
 	work, cancel := context.WithCancel(work)
 	defer cancel()
 	out := &headed{open: open, head: FileHead{Path: full, Woken: sb.Woken}, dirMax: MaxFileBytes, stop: cancel}
-	errb := service.NewOutput(4096)
+	errb := capture.New(4096)
 	o, err := f.sb.RunIn(ctx, work, sb, service.Command{
 		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", readScript, "sh", full, strconv.FormatInt(max, 10)}, Stdout: out, Stderr: errb},
 		Timeout:     f.execTimeout, Metric: "fs_read",
@@ -293,7 +294,7 @@ func (f *Files) Write(ctx context.Context, id, path string, body io.Reader, size
 	if size >= 0 {
 		n = strconv.FormatInt(size, 10)
 	}
-	errb := service.NewOutput(4096)
+	errb := capture.New(4096)
 	o, err := f.sb.RunIn(ctx, work, sb, service.Command{
 		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", writeScript, "sh", full, tmp, n}, Stdin: in, Stderr: errb},
 		Timeout:     f.execTimeout, Metric: "fs_write",

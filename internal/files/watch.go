@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/service"
@@ -319,7 +320,7 @@ func (f *Files) runWatch(ctx, work context.Context, sb *sandbox.Sandbox, w *watc
 	run, stop := context.WithCancel(work)
 	defer stop()
 	lw := &watchLines{ready: w.setReady, emit: w.add, stop: stop}
-	errb := service.NewOutput(4096)
+	errb := capture.New(4096)
 	o, err := f.sb.RunIn(ctx, run, sb, service.Command{ExecRequest: runtime.ExecRequest{Argv: argv, Stdout: lw, Stderr: errb}, Metric: "fs_watch"})
 	switch {
 	case lw.err != nil:

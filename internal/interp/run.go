@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/files"
 	"io"
 	"log/slog"
@@ -159,7 +160,7 @@ func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs [
 		return it.inContext(ctx, lang, req, timeout, res)
 	}
 	nonce, dir := Nonce(), RunDir()
-	stdout, stderr := service.NewOutput(service.OutputCap), service.NewOutput(service.OutputCap)
+	stdout, stderr := capture.New(service.OutputCap), capture.New(service.OutputCap)
 	split := NewSplitter(stdout, nonce)
 	cmd := service.Command{ExecRequest: runtime.ExecRequest{Stdout: split, Stderr: stderr}, Timeout: timeout, Metric: "interp_" + lang.Name, Code: true}
 	switch {
@@ -249,7 +250,7 @@ func (it *Interpreter) Files(ctx context.Context, id string) ([]File, error) {
 // answer. The listing's own exit code does not matter (head cuts find
 // short); a listing that could not finish is an error.
 func (it *Interpreter) listFiles(ctx context.Context, id, script string) ([]File, error) {
-	out := service.NewOutput(4 << 20)
+	out := capture.New(4 << 20)
 	o, err := it.sb.Run(ctx, id, service.Command{
 		ExecRequest: runtime.ExecRequest{Argv: []string{"sh", "-c", script}, Stdout: out, Stderr: io.Discard},
 		Timeout:     30 * time.Second,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/service"
 	"github.com/sandboxd/sandbox/wire"
@@ -105,7 +106,7 @@ func (s *Processes) call(ctx context.Context, exec func(runtime.ExecRequest) (se
 	if data != nil {
 		in = io.MultiReader(in, data)
 	}
-	errBuf := service.NewOutput(4 << 10)
+	errBuf := capture.New(4 << 10)
 	o, err := exec(runtime.ExecRequest{Argv: []string{s.runner.RunnerPath(), "proc"}, Dir: "/", Stdin: in, Stdout: out, Stderr: errBuf})
 	if err != nil {
 		return err
@@ -127,7 +128,7 @@ func (s *Processes) ask(ctx, work context.Context, sb *sandbox.Sandbox, req proc
 }
 
 func (s *Processes) askWith(ctx context.Context, exec func(runtime.ExecRequest) (service.Outcome, error), req procRequest, data io.Reader) (*procAnswer, error) {
-	out := service.NewOutput(maxProcAnswer)
+	out := capture.New(maxProcAnswer)
 	if err := s.call(ctx, exec, req, data, out); err != nil {
 		return nil, err
 	}

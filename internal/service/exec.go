@@ -1,14 +1,13 @@
 package service
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/narrate"
 	"github.com/sandboxd/sandbox/internal/redact"
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -66,7 +65,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest, stdout, 
 
 	// runtime → redactor → (answer buffer, narration). The narration writer
 	// drops rather than waits, so a slow log never slows the program.
-	outBuf, errBuf := NewOutput(OutputCap), NewOutput(OutputCap)
+	outBuf, errBuf := capture.New(OutputCap), capture.New(OutputCap)
 	var outW, errW io.Writer = outBuf, errBuf
 	if stdout != nil {
 		outW, errW = stdout, stderr
@@ -220,44 +219,3 @@ func CommandLine(argv []string) string {
 	}
 	return strings.Join(argv, " ")
 }
-
-// Output keeps the first max bytes written to it and counts the rest, so a
-// program's flood neither grows memory nor blocks the program; String says
-// what was dropped.
-type Output struct {
-	buf     bytes.Buffer
-	max     int
-	dropped int64
-}
-
-// NewOutput returns an Output that keeps max bytes.
-func NewOutput(max int) *Output { return &Output{max: max} }
-
-func (c *Output) Write(p []byte) (int, error) {
-	if room := c.max - c.buf.Len(); room > 0 {
-		if len(p) <= room {
-			c.buf.Write(p)
-			return len(p), nil
-		}
-		c.buf.Write(p[:room])
-		c.dropped += int64(len(p) - room)
-		return len(p), nil
-	}
-	c.dropped += int64(len(p))
-	return len(p), nil
-}
-
-// Note appends the service's own line, past the cap.
-func (c *Output) Note(s string) { c.buf.WriteString(s) }
-
-// Bytes are the bytes kept, without the truncation note.
-func (c *Output) Bytes() []byte { return c.buf.Bytes() }
-
-func (c *Output) String() string {
-	if c.dropped > 0 {
-		return c.buf.String() + fmt.Sprintf("\n[sandbox: output truncated, %d more bytes dropped]\n", c.dropped)
-	}
-	return c.buf.String()
-}
-
-var _ io.Writer = (*Output)(nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/wire"
 	"strings"
 
@@ -126,7 +127,7 @@ func (s *Service) seed(ctx context.Context, sb *sandbox.Sandbox) error {
 	if s.d.Library == nil || !image.IsDigest(sb.Image) || !s.d.Library.Seeded(sb.Image) {
 		return nil
 	}
-	errBuf := NewOutput(4 << 10)
+	errBuf := capture.New(4 << 10)
 	// Each entry, not the directory: the workdir's own mount point is not
 	// the sandbox user's to stamp.
 	err := s.d.Runtime.Exec(ctx, sb.Name, runtime.ExecRequest{Argv: []string{"find", "/" + SeedDir, "-mindepth", "1", "-maxdepth", "1", "-exec", "cp", "-a", "{}", sb.Workdir + "/", ";"},
