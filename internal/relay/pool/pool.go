@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/relay"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -245,7 +246,7 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 	}
 	outR, outW := io.Pipe()
 	ended := make(chan struct{})
-	stderr := &tail{max: 1024}
+	stderr := capture.New(1024) // the runner's last words, if it dies
 	var execErr error
 	go func() {
 		defer close(ended)
@@ -305,29 +306,6 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 	conn.Close()
 	release()
 	p.forget(sb.ID, s)
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
 
 // forget drops s from the map, if it is still sb's.

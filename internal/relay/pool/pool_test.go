@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/sandboxd/sandbox/internal/capture"
 	"github.com/sandboxd/sandbox/internal/relay"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
@@ -163,24 +162,6 @@ func waitGone(t *testing.T, sock string, within time.Duration) {
 	}
 }
 
-// syncBuffer is a log's buffer written from the pool's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestRelayEndedByItself: a relay that ends on its own (its runner died)
 // is logged with its last words; one ended by its linger is not.
 func TestRelayEndedByItself(t *testing.T) {
@@ -189,8 +170,8 @@ func TestRelayEndedByItself(t *testing.T) {
 	p := New(x, runner{}, channels{})
 	p.Linger = 200 * time.Millisecond
 	p.API = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
-	var logs syncBuffer
-	p.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	logs := capture.New(1 << 16) // written from the pool's goroutines
+	p.Log = slog.New(slog.NewTextHandler(logs, nil))
 	defer p.Close()
 	sb := &sandbox.Sandbox{ID: "sb_1", Name: "c1"}
 
