@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/internal/warm"
 )
 
 // server is one `sandbox serve` process of the real binary.
@@ -221,9 +222,10 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 			t.Errorf("lease %s unusable after restart: %d %v %v", id, code, res, err)
 		}
 	}
-	// No orphan: the running containers are exactly the running rows (the
-	// first reap and sweep run in the background right after the start).
-	alive := -1
+	// No orphan: the running containers are exactly the running rows and
+	// the warm pool's (the first reap and sweep run in the background right
+	// after the start; the pool deletes the killed server's warm ones).
+	alive, warmed := -1, 0
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		out, err := exec.Command(gvisor.DefaultRunsc(), "--root", root, "list", "--format=json").Output()
 		if err != nil {
@@ -231,18 +233,25 @@ func TestSIGKILLInTheMiddle(t *testing.T) {
 		}
 		var states []struct{ ID, Status string }
 		json.Unmarshal(out, &states)
-		alive = 0
+		alive, warmed = 0, 0
 		for _, s := range states {
-			if s.Status == "running" {
+			if s.Status != "running" {
+				continue
+			}
+			var m struct{ Labels map[string]string }
+			b, _ := os.ReadFile(filepath.Join(data, "runtime", "bundles", s.ID, "meta.json"))
+			if json.Unmarshal(b, &m) == nil && m.Labels[warm.Label] != "" {
+				warmed++
+			} else {
 				alive++
 			}
 		}
-		if alive == running {
+		if alive == running && warmed <= warm.DefaultSize {
 			break
 		}
 	}
-	if alive != running {
-		t.Errorf("%d running containers for %d running rows (rows %v)", alive, running, byID)
+	if alive != running || warmed > warm.DefaultSize {
+		t.Errorf("%d running containers (and %d warm) for %d running rows (rows %v)", alive, warmed, running, byID)
 	}
 	t.Logf("%d leases answered before SIGKILL; after restart %d rows, %d running", len(leased), len(rows), running)
 	c.http.CloseIdleConnections()

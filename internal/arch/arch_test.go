@@ -90,6 +90,9 @@ func TestLayering(t *testing.T) {
 		// backend, and the service does not know it.
 		{"internal/credential", append([]string{"internal/service", "internal/store", "internal/api"}, backends...), false},
 		{"internal/service", []string{"internal/credential"}, false},
+		// The warm pool keeps sandboxes for the service's leases through the
+		// runtime's core alone: no service, store, API or backend.
+		{"internal/warm", append([]string{"internal/service", "internal/store", "internal/api"}, backends...), false},
 		{"internal/mcpserver", backends, false},
 		{"internal/terminal", backends, false},
 		{"internal/interp", backends, false},

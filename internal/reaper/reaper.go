@@ -137,8 +137,11 @@ type Reaper struct {
 	Store   Store
 	Service Service
 	Runtime Runtime // for the orphan sweep; nil sweeps nothing
-	Log     *slog.Logger
-	Now     func() time.Time // nil means time.Now
+	// Keep names the objects the server holds with no row yet (the warm
+	// pool's), which the sweep spares; nil keeps none.
+	Keep func(name string) bool
+	Log  *slog.Logger
+	Now  func() time.Time // nil means time.Now
 
 	mu       sync.Mutex
 	inFlight map[string]bool

@@ -54,7 +54,7 @@ func (r *Reaper) Sweep(ctx context.Context) (deleted int, err error) {
 	}
 	var errs []error
 	for _, o := range objs {
-		if claimed[o.Name] || now().Sub(o.Created) < grace {
+		if claimed[o.Name] || now().Sub(o.Created) < grace || r.Keep != nil && r.Keep(o.Name) {
 			continue
 		}
 		err := r.Runtime.Delete(ctx, runtime.Ref{Name: o.Name, UID: o.UID})

@@ -259,6 +259,17 @@ type Runner interface {
 	RunnerPath() string
 }
 
+// Relabeler replaces an object's labels: a sandbox started ahead of its
+// lease (internal/warm) is given to its org by taking the org's labels.
+// It is no capability a caller sees (the API does not name it): without
+// it, every lease starts its own container.
+type Relabeler interface {
+	// Relabel replaces the labels of the object named by ref.Name, only if
+	// its identity is ref.UID (ErrNotFound, ErrConflict); labels must
+	// include LabelSandbox, unchanged.
+	Relabel(ctx context.Context, ref Ref, labels map[string]string) error
+}
+
 // ErrNoNetwork means the sandbox was created with no network interface.
 var ErrNoNetwork = errors.New("the sandbox was created with no network")
 
@@ -284,6 +295,8 @@ type Capabilities struct {
 	Network      Networker
 	CheckNetwork NetworkChecker
 	Runner       Runner
+	// Relabel is unnamed: nothing a caller can do depends on it.
+	Relabel Relabeler
 }
 
 // Discover finds the capabilities rt implements.
@@ -296,6 +309,7 @@ func Discover(rt Runtime) Capabilities {
 	c.Network, _ = rt.(Networker)
 	c.CheckNetwork, _ = rt.(NetworkChecker)
 	c.Runner, _ = rt.(Runner)
+	c.Relabel, _ = rt.(Relabeler)
 	return c
 }
 

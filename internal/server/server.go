@@ -45,6 +45,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/terminal"
 	"github.com/sandboxd/sandbox/internal/usage"
 	"github.com/sandboxd/sandbox/internal/volumes"
+	"github.com/sandboxd/sandbox/internal/warm"
 )
 
 // Config is what the server needs to start. It composes the
@@ -77,6 +78,7 @@ type Config struct {
 	Identity identity.Config
 	Meter    meter.Config
 	Catalog  catalog.Config
+	Warm     warm.Config
 }
 
 // RegisterFlags defines every server flag on fs, writing into c: the
@@ -95,6 +97,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Identity.RegisterFlags(fs)
 	c.Meter.RegisterFlags(fs)
 	c.Catalog.RegisterFlags(fs)
+	c.Warm.RegisterFlags(fs)
 	c.GVisor.RegisterFlags(fs)
 	c.Kube.RegisterFlags(fs)
 }
@@ -174,6 +177,7 @@ type Server struct {
 	issuer       *identity.Issuer // nil without an issuer URL
 	stopSessions context.CancelFunc
 	relays       *pool.Pool // nil without a runner
+	warm         *warm.Pool // nil where leases start their own
 	files        *files.Files
 }
 
@@ -239,7 +243,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		creds = credential.New(credential.Deps{Exchanger: id.exchanger, Verify: &id.verify, Rows: st,
 			Exec: b.rt.Exec, Runner: caps.Runner, Relays: holds, OperatorOrg: operatorOrg(cfg), Log: log})
 	}
-	svc := service.New(cfg.Service, service.Deps{Capabilities: &caps, ProjectLocks: vols, Commands: cmds, Credentials: creds,
+	// Exec sandboxes started ahead of their leases, where the backend can
+	// give one to its lease (Run keeps the pool full).
+	var warmed *warm.Pool
+	if caps.Relabel != nil {
+		exec := sandbox.MustClass(sandbox.ClassExec)
+		warmed = warm.New(cfg.Warm, b.rt, exec.Name, exec.Image, service.WarmSpec(exec, sandbox.RuntimeGVisor), log)
+		if warmed.Size() == 0 {
+			warmed = nil
+		}
+	}
+	svc := service.New(cfg.Service, service.Deps{Warm: warmPool(warmed), Capabilities: &caps, ProjectLocks: vols, Commands: cmds, Credentials: creds,
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,
 		Meter:      &meter.Meter{Fees: cfg.Meter.Fees, Ledger: st},
 		ImageReady: b.imageReady, Metrics: m, Narrator: sessions, Log: log,
@@ -289,8 +303,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	return &Server{
 		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
 		Store: st, Runtime: b.rt, Service: svc, Metrics: m, Sessions: sessions, stopSessions: stopSessions, relays: relays, files: fsys,
-		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: cfg.Service.Ceiling, Store: st, Service: svc, Runtime: b.rt, Log: log},
+		Reaper: &reaper.Reaper{Config: cfg.Reaper, Ceiling: cfg.Service.Ceiling, Store: st, Service: svc, Runtime: b.rt, Log: log,
+			Keep: warmed.Holds},
+		warm: warmed,
 	}, nil
+}
+
+// warmPool is p as the service's Warm: none when p is nil.
+func warmPool(p *warm.Pool) service.Warm {
+	if p == nil {
+		return nil
+	}
+	return p
 }
 
 // holdFunc is credential.Relays of a function.
@@ -397,12 +421,18 @@ func reconcile(ctx context.Context, st *store.Store, b backend, svc *service.Ser
 	return nil
 }
 
-// Run runs the background work (the reaper) until ctx ends, and returns once
-// it has drained.
+// Run runs the background work (the reaper, the warm pool) until ctx ends,
+// and returns once it has drained.
 func (s *Server) Run(ctx context.Context) {
 	if s.issuer != nil {
 		done := make(chan struct{})
 		go func() { defer close(done); s.issuer.Run(ctx) }()
+		defer func() { <-done }()
+	}
+	if s.warm != nil {
+		// It deletes what it holds when ctx ends, before Run returns.
+		done := make(chan struct{})
+		go func() { defer close(done); s.warm.Run(ctx) }()
 		defer func() { <-done }()
 	}
 	s.Reaper.Run(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/warm"
 	"github.com/sandboxd/sandbox/wire"
 )
 
@@ -173,6 +174,14 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		CreatedAt: now, LastUsedAt: now, ExpiresAt: sandbox.ExpiryFor(class, req.TTLSec, now, now, s.cfg.Ceiling),
 		Metadata: req.Metadata, Network: network, PublicPorts: public,
 	}
+	// A plain lease may take a sandbox started ahead of it: its id and
+	// name become the row's; it is relabelled for the org once the row
+	// names it (adoptWarm).
+	var warmed runtime.Object
+	isWarm := false
+	if from == nil {
+		warmed, isWarm = s.takeWarm(ctx, sb)
+	}
 	sb.Volume = volumeName(org, sb)
 	admit := func(u quota.Use, newProject bool) error { return quota.Check(pol, u, ask(newProject)) }
 	if sb.Project != "" {
@@ -191,6 +200,9 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 		return nil, projectBusy(sb.Project, id)
 	case err != nil:
 		err = quota.Refusal(err) // a racing lease took the room
+		if isWarm {
+			s.dropWarm(warmed)
+		}
 		return nil, err
 	}
 	log := s.log.With("sandbox", sb.ID, "class", sb.Class)
@@ -199,9 +211,12 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	// hangs up: a half-started container is exactly the orphan to avoid.
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StartTimeout)
 	var obj runtime.Object
-	if from == nil {
+	switch {
+	case isWarm:
+		obj, err = s.adoptWarm(startCtx, sb, warmed)
+	case from == nil:
 		obj, err = s.d.Runtime.Create(startCtx, s.spec(sb, ""))
-	} else {
+	default:
 		obj, err = s.forkStart(startCtx, from, sb)
 	}
 	cancel()
@@ -262,7 +277,7 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	if err := s.d.Store.AddUsage(recordCtx, sb.Class, 1, 0); err != nil {
 		log.Error("recording usage", "err", err)
 	}
-	log.Info("sandbox leased", "expiresAt", sb.ExpiresAt)
+	log.Info("sandbox leased", "expiresAt", sb.ExpiresAt, "warm", isWarm)
 	return sb, nil
 }
 
@@ -313,19 +328,84 @@ func volumeName(org string, sb *sandbox.Sandbox) string {
 // spec is the runtime spec of sb: its class limits, labels and volume, and
 // the checkpoint to restore from, if any.
 func (s *Service) spec(sb *sandbox.Sandbox, restore string) runtime.Spec {
+	return specOf(sb, s.specUser(sb), restore)
+}
+
+// labels are the runtime labels of sb.
+func labels(sb *sandbox.Sandbox) map[string]string {
+	return map[string]string{runtime.LabelSandbox: sb.ID, runtime.LabelOrg: sandbox.Slug(sb.Org)}
+}
+
+// WarmSpec is the spec a lease of class would make on its class image
+// with no project and no network, on the runtime named rt, for a sandbox
+// of id and name started ahead of its lease (internal/warm): labelled
+// warm.Label and no org's until the lease takes it (takeWarm).
+func WarmSpec(class sandbox.Class, rt string) warm.Spec {
+	return func(id, name string) runtime.Spec {
+		sb := &sandbox.Sandbox{ID: id, Name: name, Class: class.Name, Image: class.Image, Runtime: rt, Workdir: class.Workdir}
+		sb.Volume = volumeName("", sb)
+		spec := specOf(sb, nil, "")
+		spec.Labels = map[string]string{runtime.LabelSandbox: id, warm.Label: "1"}
+		return spec
+	}
+}
+
+// takeWarm gives sb a sandbox started ahead of it, when its lease is one
+// WarmSpec makes: sb takes its id and name. False leaves sb as it was, to
+// start its own.
+func (s *Service) takeWarm(ctx context.Context, sb *sandbox.Sandbox) (runtime.Object, bool) {
+	if s.d.Warm == nil || s.caps.Relabel == nil || sb.Project != "" || sb.Network != nil || sb.Runtime != s.d.RuntimeName {
+		return runtime.Object{}, false
+	}
+	if sb.Image != sandbox.MustClass(sb.Class).Image {
+		return runtime.Object{}, false
+	}
+	w, ok := s.d.Warm.Take(sb.Class, sb.Image)
+	if !ok {
+		return runtime.Object{}, false
+	}
+	sb.ID, sb.Name = w.ID, w.Object.Name
+	return w.Object, true
+}
+
+// adoptWarm gives the warm sandbox o to sb, whose row names it now: its
+// labels become sb's. One that cannot be relabelled is deleted, and the
+// lease fails like a start that failed. (A server killed between the row
+// and the relabel leaves a pending row on a warm-labelled object, which
+// the recovery relabels before the pool purges what is labelled warm.)
+func (s *Service) adoptWarm(ctx context.Context, sb *sandbox.Sandbox, o runtime.Object) (runtime.Object, error) {
+	if err := s.caps.Relabel.Relabel(ctx, runtime.Ref{Name: o.Name, UID: o.UID}, labels(sb)); err != nil {
+		s.dropWarm(o)
+		return runtime.Object{}, fmt.Errorf("giving a warm sandbox its labels: %w", err)
+	}
+	o.Labels = labels(sb)
+	return o, nil
+}
+
+// dropWarm deletes a warm sandbox its lease did not keep, in the
+// background (the caller's answer does not wait for it).
+func (s *Service) dropWarm(o runtime.Object) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.d.Runtime.Delete(ctx, runtime.Ref{Name: o.Name, UID: o.UID}); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			s.log.Error("deleting a warm sandbox its lease did not keep", "name", o.Name, "err", err)
+		}
+	}()
+}
+
+// specOf is the runtime spec of sb, its user given.
+func specOf(sb *sandbox.Sandbox, user *runtime.User, restore string) runtime.Spec {
 	class := sandbox.MustClass(sb.Class)
 	return runtime.Spec{
-		Name: sb.Name,
-		Labels: map[string]string{
-			runtime.LabelSandbox: sb.ID,
-			runtime.LabelOrg:     sandbox.Slug(sb.Org),
-		},
-		Image: sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
+		Name:   sb.Name,
+		Labels: labels(sb),
+		Image:  sb.Image, Runtime: sb.Runtime, Workdir: sb.Workdir,
 		Volume: runtime.Volume{Name: sb.Volume, Scratch: sb.Project == "", SizeMiB: class.Limits.VolumeMiB},
 		CPUs:   class.Limits.CPUs, MemoryMiB: class.Limits.MemoryMiB, Pids: class.Limits.Pids,
 		RootfsMiB: class.Limits.RootfsMiB, FileMiB: class.Limits.FileMiB,
 		Restore: restore,
-		User:    s.specUser(sb),
+		User:    user,
 		Network: networkRules(sb),
 	}
 }

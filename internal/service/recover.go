@@ -7,6 +7,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/warm"
 )
 
 // RecoverResult counts what Recover found.
@@ -58,6 +59,15 @@ func (s *Service) Recover(ctx context.Context, objs map[string]runtime.Object) (
 			res.Lost++
 			log.Warn("recover: container gone; the sandbox sleeps and wakes fresh on its next use")
 		case sandbox.StatusPending:
+			if alive && obj.Labels[warm.Label] != "" && s.caps.Relabel != nil {
+				// Taken from the warm pool, cut before its relabel: it is
+				// this row's, and must be before the pool purges what is
+				// labelled warm.
+				if err := s.caps.Relabel.Relabel(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}, labels(sb)); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
 			if alive {
 				next := moved(sb, sandbox.StatusRunning)
 				next.UID = obj.UID

@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/store"
+	"github.com/sandboxd/sandbox/internal/warm"
 )
 
 // Store is the part of the store the service needs. Every call is scoped to
@@ -262,6 +263,9 @@ type Deps struct {
 	// Credentials hand each lease its own credential and keep it
 	// (internal/credential); nil hands none.
 	Credentials Credentials
+	// Warm hands out sandboxes started ahead of their leases
+	// (internal/warm); nil, or a backend that cannot relabel, starts each.
+	Warm Warm
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log is where the service logs; nil discards.
@@ -283,6 +287,13 @@ type Credentials interface {
 	Forget(id string)
 	// HoldRelay keeps sb's API socket open while the caller's code runs.
 	HoldRelay(ctx context.Context, sb *sandbox.Sandbox) (release func())
+}
+
+// Warm hands out sandboxes started ahead of their leases, made from
+// WarmSpec (internal/warm).
+type Warm interface {
+	// Take hands out one of class on image, its id and object, or false.
+	Take(class, image string) (warm.Sandbox, bool)
 }
 
 // noCredentials hands none.

@@ -115,6 +115,24 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	return *o, nil
 }
 
+// Relabel replaces an object's labels (runtime.Relabeler).
+func (r *Runtime) Relabel(ctx context.Context, ref runtime.Ref, labels map[string]string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.call("relabel %s", ref.Name)
+	o, ok := r.objs[ref.Name]
+	switch {
+	case !ok:
+		return runtime.ErrNotFound
+	case o.UID != ref.UID:
+		return runtime.ErrConflict
+	case labels[runtime.LabelSandbox] != o.Labels[runtime.LabelSandbox]:
+		return errors.New("fake: relabel must keep the sandbox label")
+	}
+	o.Labels = maps.Clone(labels)
+	return nil
+}
+
 // Exec runs a program through the Program knob.
 func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
 	r.mu.Lock()

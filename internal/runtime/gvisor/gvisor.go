@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -1188,6 +1189,26 @@ func (r *Runtime) Stats(ctx context.Context, name string) (runtime.Stats, error)
 		return runtime.Stats{}, fmt.Errorf("gvisor: runsc events: %w", err)
 	}
 	return runtime.Stats{CPUSeconds: float64(ev.Data.CPU.Usage.Total) / 1e9, MemoryBytes: int64(ev.Data.Memory.Usage.Usage), Processes: int(ev.Data.Pids.Current)}, nil
+}
+
+// Relabel replaces the labels of a container (runtime.Relabeler): they
+// live in its bundle's meta, which List and the recovery read; runsc's
+// own annotations are the start's and are not read back.
+func (r *Runtime) Relabel(ctx context.Context, ref runtime.Ref, labels map[string]string) error {
+	m, err := r.loadMeta(ref.Name)
+	if err != nil {
+		return err
+	}
+	if m.UID != ref.UID {
+		return runtime.ErrConflict
+	}
+	if id := labels[runtime.LabelSandbox]; id == "" || id != m.Labels[runtime.LabelSandbox] {
+		return fmt.Errorf("gvisor: relabel of %s must keep its sandbox label %q", m.Name, m.Labels[runtime.LabelSandbox])
+	}
+	r.mu.Lock()
+	m.Labels = maps.Clone(labels)
+	r.mu.Unlock()
+	return writeJSON(filepath.Join(r.bundles, m.Name, "meta.json"), m)
 }
 
 // SetNetwork replaces the policy of a sandbox created with a network.
