@@ -25,10 +25,22 @@ func credentialMain() int {
 }
 
 func credential(dir string) error {
-	token, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<10))
+	token, err := io.ReadAll(io.LimitReader(os.Stdin, maxCredential))
 	if err != nil {
 		return err
 	}
+	return writeCredential(dir, token)
+}
+
+// maxCredential bounds what is read as a credential.
+const maxCredential = 64 << 10
+
+// writeCredential writes token to dir/token whole, or removes the file
+// when token is empty; as root for $SANDBOX_UID:$SANDBOX_GID (credential),
+// or as the user in a directory that is the user's already (the relay's
+// 'w' stream: /run/sandbox is the user's own memory mount from the start).
+func writeCredential(dir string, token []byte) error {
+	var err error
 	uid, gid := -1, -1
 	if os.Getuid() == 0 {
 		if uid, err = strconv.Atoi(os.Getenv("SANDBOX_UID")); err != nil {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -16,7 +18,8 @@ import (
 // sandbox's own loopback, or to the process daemon (as `sandbox-runner
 // proc` is, without its process start). Asked by the server, it also
 // listens on the sandbox's API socket (apisock.go) and relays each
-// connection made to it the other way.
+// connection made to it the other way, and writes the lease credential
+// the server sends (as the user, into the user's own /run/sandbox).
 func relayMain(args []string) int {
 	if len(args) != 0 {
 		fmt.Fprintln(os.Stderr, "usage: sandbox-runner relay")
@@ -28,6 +31,12 @@ func relayMain(args []string) int {
 		},
 		Procd:  dialProcd,
 		Inward: func() (net.Listener, error) { return listenAPI(apiSocket) },
+		Credential: func(token []byte) error {
+			if os.Getuid() == 0 {
+				return errors.New("the relay runs as root: the credential is written by its own exec")
+			}
+			return writeCredential(filepath.Dir(apiSocket), token)
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-runner relay:", err)

@@ -40,9 +40,14 @@ type Verifier interface {
 // the runtime's own Exec.
 type Exec func(ctx context.Context, name string, req runtime.ExecRequest) error
 
-// Relays hold a sandbox's relay, which carries its API socket.
+// Relays hold a sandbox's relay, which carries its API socket, and write
+// the credential on it.
 type Relays interface {
 	Hold(ctx context.Context, sb *sandbox.Sandbox) (release func())
+	// Credential writes token on sb's relay (empty: removes it), as the
+	// sandbox user into the user's own directory; an error means the
+	// relay cannot, and an exec writes it instead.
+	Credential(ctx context.Context, sb *sandbox.Sandbox, token string) error
 }
 
 // Path is where a sandbox finds its credential: a file of the sandbox
@@ -378,10 +383,20 @@ func (k *Keeper) Rewrite(ctx context.Context, sb *sandbox.Sandbox) {
 }
 
 // write writes token (or, empty, removes the file) over the exec channel:
-// the token is the program's stdin, never an argument.
+// on a stream of the sandbox's relay where it can, else as an exec's
+// stdin, never an argument.
 func (k *Keeper) write(ctx context.Context, sb *sandbox.Sandbox, token string) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	if r := k.d.Relays; r != nil {
+		// On the relay's stream, no process starts: the relay is there
+		// for the API socket anyway (started beside the first write).
+		err := r.Credential(wctx, sb, token)
+		if err == nil {
+			return nil
+		}
+		k.d.Log.Debug("the relay did not write the credential; an exec does", "sandbox", sb.ID, "err", err)
+	}
 	errBuf := capture.New(4 << 10) // a failed write's stderr
 	req := runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, Dir: "/", Stdin: strings.NewReader(token), Stderr: errBuf}
 	if r := k.d.Runner; r != nil {

@@ -30,6 +30,10 @@ type world struct {
 	gate     chan struct{} // when set, each write waits for it
 	n        int
 	relays   int
+	// onRelay writes on the relay's stream (counted in relayWrites);
+	// unset, the relay cannot and an exec writes.
+	onRelay     bool
+	relayWrites int
 }
 
 func (w *world) LeaseCredential(_ context.Context, subject, id string, end time.Time) (*identity.Token, error) {
@@ -81,6 +85,20 @@ func (w *world) Hold(context.Context, *sandbox.Sandbox) func() {
 	w.relays++
 	w.mu.Unlock()
 	return func() {}
+}
+
+func (w *world) Credential(_ context.Context, sb *sandbox.Sandbox, token string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.onRelay {
+		return errors.New("this relay cannot write")
+	}
+	w.relayWrites++
+	if w.file == nil {
+		w.file = map[string]string{}
+	}
+	w.file[sb.Name] = token
+	return nil
 }
 
 func (w *world) in(name string) string {
@@ -274,5 +292,23 @@ func TestRewrite(t *testing.T) {
 	wait(t, k, sb.ID)
 	if len(w.writes) != n {
 		t.Errorf("a rewrite after Forget wrote")
+	}
+}
+
+// TestWriteOnRelay: where the sandbox's relay can write the credential, no
+// exec starts for it, and a removal goes the same way; where it cannot,
+// the exec writes (the tests above).
+func TestWriteOnRelay(t *testing.T) {
+	w, k, sb := setup(t, time.Hour)
+	w.onRelay = true
+	k.Hand(caller("acme", "caller-jwt"), sb, false)
+	wait(t, k, sb.ID)
+	if got := w.in(sb.Name); got != "tok1" || w.relayWrites != 1 || len(w.writes) != 0 {
+		t.Errorf("the sandbox holds %q after %d relay writes and %d execs", got, w.relayWrites, len(w.writes))
+	}
+	k.Hand(caller("operator", "op-jwt"), sb, true) // a fork of it, unprivileged: what it holds goes
+	wait(t, k, sb.ID)
+	if got := w.in(sb.Name); got != "" || w.relayWrites != 2 || len(w.writes) != 0 {
+		t.Errorf("after a removal the sandbox holds %q (%d relay writes, %d execs)", got, w.relayWrites, len(w.writes))
 	}
 }

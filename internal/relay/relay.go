@@ -46,10 +46,12 @@ const (
 	opConnect        = 'c'
 	opProcd          = 'p'
 	opInward         = 'i'
+	opCredential     = 'w'
 	statusOK         = 0
 	statusNoDaemon   = 3
 	statusNoListener = 4
 	statusNoInward   = 5
+	statusFailed     = 6
 )
 
 // hello opens a session, both ways.
@@ -67,6 +69,9 @@ var (
 	// ErrNoInward says the runner cannot listen for the sandbox's own
 	// calls (it predates the API socket, or has nowhere to put it).
 	ErrNoInward = errors.New("the sandbox's runner cannot listen for its API socket")
+	// ErrNoCredential says the runner cannot write the lease credential
+	// (it predates that, or the directory is not the user's).
+	ErrNoCredential = errors.New("the sandbox's runner cannot write the credential")
 )
 
 // Targets are what the runner's end connects a stream to.
@@ -78,7 +83,12 @@ type Targets struct {
 	// Inward listens for the sandbox's own calls to the server (the API
 	// socket); the listener is closed when the server stops asking.
 	Inward func() (net.Listener, error)
+	// Credential writes the lease credential (an empty one removes it).
+	Credential func(token []byte) error
 }
+
+// MaxCredential bounds a credential the runner's end reads.
+const MaxCredential = 64 << 10
 
 // config is both ends' session configuration.
 func config() *yamux.Config {
@@ -150,6 +160,9 @@ func serveStream(s *yamux.Session, st *yamux.Stream, to Targets) {
 	case opInward:
 		serveInward(s, st, to.Inward)
 		return
+	case opCredential:
+		serveCredential(st, to.Credential)
+		return
 	default:
 		return
 	}
@@ -198,6 +211,27 @@ func serveInward(s *yamux.Session, st *yamux.Stream, listen func() (net.Listener
 			splice(out, c)
 		}()
 	}
+}
+
+// serveCredential reads a credential to the stream's end (the server's
+// half-close) and answers whether it was written.
+func serveCredential(st *yamux.Stream, write func([]byte) error) {
+	st.SetReadDeadline(time.Now().Add(10 * time.Second))
+	token, err := io.ReadAll(io.LimitReader(st, MaxCredential+1))
+	switch {
+	case err != nil:
+	case len(token) > MaxCredential:
+		err = errors.New("too long")
+	case write == nil:
+		err = errors.New("no writer")
+	default:
+		err = write(token)
+	}
+	if err != nil {
+		st.Write([]byte{statusFailed})
+		return
+	}
+	st.Write([]byte{statusOK})
 }
 
 // splice copies both ways, passing each direction's end on as a
@@ -270,6 +304,41 @@ func (c *Client) Inward(ctx context.Context) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { st.Close() }, nil
+}
+
+// Credential has the runner write token as the sandbox's lease
+// credential (empty: remove it), on a stream of its own: no process
+// starts. A runner that cannot (it predates this, or the directory is not
+// the user's to write) is ErrNoCredential; the caller writes it by an exec.
+func (c *Client) Credential(ctx context.Context, token []byte) error {
+	if len(token) > MaxCredential {
+		return fmt.Errorf("relay: a credential of %d bytes", len(token))
+	}
+	st, err := c.s.OpenStream()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var status [1]byte
+	_, err = st.Write(append([]byte{opCredential, 0, 0}, token...))
+	if err == nil {
+		err = st.Close() // the end of the credential; the answer still comes
+	}
+	if err == nil {
+		_, err = io.ReadFull(st, status[:])
+	}
+	if !stop() && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err == nil && status[0] != statusOK {
+		err = fmt.Errorf("it answered %d", status[0])
+	}
+	if err != nil {
+		return fmt.Errorf("%w (%v)", ErrNoCredential, err)
+	}
+	return nil
 }
 
 // Accept waits for the next call from inside the sandbox (see Inward): a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -215,5 +216,46 @@ func TestInward(t *testing.T) {
 		if _, err := c.Inward(context.Background()); !errors.Is(err, relay.ErrNoInward) {
 			t.Errorf("no listener: %v", err)
 		}
+	}
+}
+
+// TestCredential: a credential reaches the runner's writer whole (an empty
+// one too: a removal), the writer's failure and a runner with no writer
+// are ErrNoCredential, and one over the bound is refused before it is sent.
+func TestCredential(t *testing.T) {
+	var mu sync.Mutex
+	var got [][]byte
+	fail := false
+	c := pairWith(t, relay.Targets{Credential: func(token []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			return errors.New("read-only")
+		}
+		got = append(got, token)
+		return nil
+	}})
+	ctx := t.Context()
+	big := bytes.Repeat([]byte("x"), relay.MaxCredential)
+	for _, tok := range [][]byte{[]byte("eyJ.a.b"), nil, big} {
+		if err := c.Credential(ctx, tok); err != nil {
+			t.Fatalf("credential of %d bytes: %v", len(tok), err)
+		}
+	}
+	mu.Lock()
+	if len(got) != 3 || string(got[0]) != "eyJ.a.b" || len(got[1]) != 0 || !bytes.Equal(got[2], big) {
+		t.Errorf("written: %d tokens", len(got))
+	}
+	fail = true
+	mu.Unlock()
+	if err := c.Credential(ctx, []byte("t")); !errors.Is(err, relay.ErrNoCredential) {
+		t.Errorf("a failing writer: %v", err)
+	}
+	if err := c.Credential(ctx, append(big, 'x')); err == nil {
+		t.Error("a credential over the bound was sent")
+	}
+	none := pairWith(t, relay.Targets{})
+	if err := none.Credential(ctx, []byte("t")); !errors.Is(err, relay.ErrNoCredential) {
+		t.Errorf("no writer: %v", err)
 	}
 }

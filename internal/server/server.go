@@ -230,12 +230,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// The relays are made on the service (their channels are its); the
 	// service holds them through this, once they are.
 	var relays *pool.Pool // the sandboxes' relays: previews, the process daemon, the API socket
-	holds := holdFunc(func(ctx context.Context, sb *sandbox.Sandbox) func() {
-		if relays == nil {
-			return func() {}
-		}
-		return relays.Hold(ctx, sb)
-	})
+	holds := lateRelays{&relays}
 	// The lease credentials, where an issuer or exchange endpoint makes
 	// them: written with the backend's own exec, after no queue.
 	var creds service.Credentials
@@ -299,6 +294,27 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		// The sandboxes' own calls, made with their lease credentials
 		// on their API sockets, are served like any other.
 		relays.API = h.Handler()
+		if warmed != nil {
+			// A warm sandbox's relay is up before its lease: the lease's
+			// credential is written on it and its first command finds the
+			// API socket without waiting for a relay to start.
+			// It starts in the background: the pool's next start does not
+			// wait for it, and a lease that takes the sandbox sooner waits
+			// for it as any lease does.
+			warmed.Prime = func(ctx context.Context, w warm.Sandbox) func(bool) {
+				sb := &sandbox.Sandbox{ID: w.ID, Name: w.Object.Name, UID: w.Object.UID}
+				held := make(chan func(), 1)
+				go func() { held <- relays.Hold(ctx, sb) }()
+				return func(taken bool) {
+					if taken {
+						go func() { (<-held)() }()
+						return
+					}
+					(<-held)() // ctx has ended, or is about to: Hold returns
+					relays.End(sb)
+				}
+			}
+		}
 	}
 	return &Server{
 		Handler: h.Handler(), api: h, issuer: id.issuer, Auth: auth,
@@ -317,10 +333,23 @@ func warmPool(p *warm.Pool) service.Warm {
 	return p
 }
 
-// holdFunc is credential.Relays of a function.
-type holdFunc func(ctx context.Context, sb *sandbox.Sandbox) func()
+// lateRelays are the credential's Relays: the pool once it is made (after
+// the service, whose channels its relays are), none before.
+type lateRelays struct{ p **pool.Pool }
 
-func (f holdFunc) Hold(ctx context.Context, sb *sandbox.Sandbox) func() { return f(ctx, sb) }
+func (l lateRelays) Hold(ctx context.Context, sb *sandbox.Sandbox) func() {
+	if *l.p == nil {
+		return func() {}
+	}
+	return (*l.p).Hold(ctx, sb)
+}
+
+func (l lateRelays) Credential(ctx context.Context, sb *sandbox.Sandbox, token string) error {
+	if *l.p == nil {
+		return errors.New("no relays")
+	}
+	return (*l.p).Credential(ctx, sb, token)
+}
 
 // BootstrapSubject is the subject recorded beside the bootstrap key.
 const BootstrapSubject = "bootstrap"

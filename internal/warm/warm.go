@@ -34,10 +34,12 @@ import (
 // Label marks a sandbox the pool holds; its lease's relabel drops it.
 const Label = "sandbox.dev/warm"
 
-// DefaultSize is how many sandboxes the pool keeps started: two cover a
-// sequence of leases (one is taken while its successor starts) for ~16 MiB
-// of memory each while idle.
-const DefaultSize = 2
+// DefaultSize is how many sandboxes the pool keeps started: leases one
+// after another at full speed take one every ~150 ms on two cores, while a
+// start under that load takes as long or longer; with two, one lease in
+// eight found none ready (BENCHMARKS.md), with four almost none did. Each
+// costs ~16 MiB while it waits.
+const DefaultSize = 4
 
 // Config is the pool's part of the server's flags.
 type Config struct {
@@ -73,6 +75,8 @@ type Runtime interface {
 type Sandbox struct {
 	ID     string
 	Object runtime.Object
+
+	release func(taken bool) // Prime's
 }
 
 // Spec is the spec of a warm sandbox of id and name: the one its lease
@@ -89,6 +93,12 @@ type Pool struct {
 	// Retry is the first wait after a failed start, doubled up to a minute;
 	// zero means five seconds (a test shortens it).
 	Retry time.Duration
+	// Prime, if set, readies a started sandbox further before it is
+	// handed out (the server starts its relay, so that the lease's first
+	// command does not wait for one); release lets go of what it holds
+	// when the sandbox is taken, and ends it when the sandbox is about to
+	// be deleted. Set before Run.
+	Prime func(ctx context.Context, w Sandbox) (release func(taken bool))
 
 	mu      sync.Mutex
 	ready   []Sandbox
@@ -127,6 +137,7 @@ func (p *Pool) Take(class, image string) (Sandbox, bool) {
 	case p.kick <- struct{}{}:
 	default:
 	}
+	w.let(true)
 	return w, true
 }
 
@@ -154,8 +165,9 @@ func (p *Pool) Ready() int {
 }
 
 // Run deletes the warm sandboxes a previous server left, then keeps the
-// pool full until ctx ends, starting one at a time (a start competes with
-// the leases' own for the cores); then it deletes what it holds.
+// pool full until ctx ends, starting at most two at a time (a start
+// competes with the leases' own for the cores); then it deletes what it
+// holds.
 func (p *Pool) Run(ctx context.Context) {
 	if p.size <= 0 {
 		return
@@ -170,32 +182,44 @@ func (p *Pool) Run(ctx context.Context) {
 		retry = 5 * time.Second
 	}
 	wait := retry
-	for ctx.Err() == nil {
+	var backoff <-chan time.Time // set while a failed start's wait runs
+	done := ctx.Done()
+	results := make(chan error, maxStarting)
+	starting := 0
+	for {
 		p.mu.Lock()
-		short := len(p.ready) < p.size
+		short := len(p.ready)+starting < p.size
 		p.mu.Unlock()
-		if !short {
-			select {
-			case <-ctx.Done():
-			case <-p.kick:
-			}
+		if done != nil && backoff == nil && short && starting < maxStarting {
+			starting++
+			go func() { results <- p.start(ctx) }()
 			continue
 		}
-		if err := p.start(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			p.log.Warn("starting a warm sandbox; leases start their own meanwhile", "err", err, "retryIn", wait)
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, time.Minute)
-			continue
+		if done == nil && starting == 0 {
+			return
 		}
-		wait = retry
+		select {
+		case err := <-results:
+			starting--
+			switch {
+			case err == nil:
+				wait = retry
+			case ctx.Err() == nil && backoff == nil:
+				p.log.Warn("starting a warm sandbox; leases start their own meanwhile", "err", err, "retryIn", wait)
+				backoff = time.After(wait)
+				wait = min(2*wait, time.Minute)
+			}
+		case <-backoff:
+			backoff = nil
+		case <-p.kick:
+		case <-done:
+			done = nil // then wait for the starts under way
+		}
 	}
 }
+
+// maxStarting bounds the starts under way at once.
+const maxStarting = 2
 
 // start starts one warm sandbox and adds it to the ready ones; if ctx
 // ended meanwhile it is deleted instead.
@@ -206,16 +230,28 @@ func (p *Pool) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w := Sandbox{ID: id, Object: obj}
+	if p.Prime != nil {
+		w.release = p.Prime(ctx, w)
+	}
 	p.mu.Lock()
-	if ctx.Err() == nil {
-		p.ready = append(p.ready, Sandbox{ID: id, Object: obj})
-		obj = runtime.Object{}
+	kept := ctx.Err() == nil
+	if kept {
+		p.ready = append(p.ready, w)
 	}
 	p.mu.Unlock()
-	if obj.Name != "" {
+	if !kept {
+		w.let(false)
 		p.delete(obj)
 	}
 	return nil
+}
+
+// let releases what Prime holds of w.
+func (w Sandbox) let(taken bool) {
+	if w.release != nil {
+		w.release(taken)
+	}
 }
 
 // drain stops handing out and deletes what the pool holds.
@@ -226,6 +262,7 @@ func (p *Pool) drain() {
 	p.ready = nil
 	p.mu.Unlock()
 	for _, w := range held {
+		w.let(false)
 		p.delete(w.Object)
 	}
 }

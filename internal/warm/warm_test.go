@@ -130,3 +130,36 @@ func TestPoolOff(t *testing.T) {
 		t.Error("the zero config is not the default size")
 	}
 }
+
+// TestPoolPrime: every sandbox is primed before it is handed out; the one
+// taken is let go of as taken, the ones deleted at the stop as not.
+func TestPoolPrime(t *testing.T) {
+	rt := fake.New()
+	p := warm.New(warm.Config{Size: 2}, rt, "exec", "exec", spec, nil)
+	var mu sync.Mutex
+	primed, taken, dropped := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	p.Prime = func(_ context.Context, w warm.Sandbox) func(bool) {
+		mu.Lock()
+		primed[w.Object.Name] = true
+		mu.Unlock()
+		return func(took bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if took {
+				taken[w.Object.Name] = true
+			} else {
+				dropped[w.Object.Name] = true
+			}
+		}
+	}
+	stop := run(t, p)
+	waitReady(t, p, 2)
+	w, _ := p.Take("exec", "exec")
+	waitReady(t, p, 2)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(primed) != 3 || len(taken) != 1 || !taken[w.Object.Name] || len(dropped) != 2 || dropped[w.Object.Name] {
+		t.Errorf("primed %v, taken %v, dropped %v", primed, taken, dropped)
+	}
+}

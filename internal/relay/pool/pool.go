@@ -116,6 +116,33 @@ func (p *Pool) open(ctx context.Context, sb *sandbox.Sandbox, dial func(*relay.C
 	}
 }
 
+// Credential writes sb's lease credential (empty: removes it) on a stream
+// of sb's relay, started if it has none: no process starts for it. A
+// runner that cannot is relay.ErrNoCredential or relay.ErrNoRelay: the
+// caller writes it by an exec.
+func (p *Pool) Credential(ctx context.Context, sb *sandbox.Sandbox, token string) error {
+	s, err := p.get(sb)
+	if err != nil {
+		return err
+	}
+	return s.client.Credential(ctx, []byte(token))
+}
+
+// End ends sb's relay now: its sandbox is about to go without an end the
+// service's channels hear of (a warm one the server deletes).
+func (p *Pool) End(sb *sandbox.Sandbox) {
+	p.mu.Lock()
+	s := p.m[sb.ID]
+	p.mu.Unlock()
+	if s == nil || s.name != sb.Name {
+		return
+	}
+	<-s.ready
+	if s.err == nil {
+		s.stop()
+	}
+}
+
 // Close ends every relay and waits for their execs to return; an open
 // after it fails.
 func (p *Pool) Close() {
@@ -183,6 +210,9 @@ type session struct {
 	inward    atomic.Bool   // the runner listens on the API socket
 	listening chan struct{} // closed once the runner answered the ask for it
 	busy      func() bool   // Pool.Busy for this sandbox
+	// sb is the sandbox as its holders last named it: a warm sandbox's
+	// relay starts before its lease gives it an org (see get).
+	sb atomic.Pointer[sandbox.Sandbox]
 }
 
 // get is sb's session, started when it has none (or its old one ran in a
@@ -201,6 +231,9 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
 	if s != nil && (s.name != sb.Name || s.ended()) {
 		s = nil
 	}
+	if s != nil && sb.Org != "" && s.sb.Load().Org == "" {
+		s.sb.Store(sb) // a warm sandbox's relay, now its lease's
+	}
 	if s == nil {
 		if p.m == nil {
 			p.m = map[string]*session{}
@@ -210,6 +243,7 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
 			linger = DefaultLinger
 		}
 		s = &session{name: sb.Name, linger: linger, ready: make(chan struct{}), listening: make(chan struct{})}
+		s.sb.Store(sb)
 		p.m[sb.ID] = s
 		p.wg.Add(1)
 		go func() {
@@ -286,7 +320,7 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 		s.busy = func() bool {
 			ctx, cancel := context.WithTimeout(chctx, 30*time.Second)
 			defer cancel()
-			return p.Busy(ctx, sb)
+			return p.Busy(ctx, s.sb.Load())
 		}
 	}
 	s.idle = time.AfterFunc(s.linger, s.lingered)

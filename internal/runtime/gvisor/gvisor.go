@@ -775,6 +775,17 @@ func (r *Runtime) process(m *meta, args, env []string, cwd string) process {
 	}
 }
 
+// credentialMount is /run/sandbox, where the lease credential and the API
+// socket go (credential.Path): the sandbox user's own directory (0700)
+// from the start, in the sandbox's memory and bounded, so that neither
+// the credential's writer nor the relay's listen needs root to make it.
+func (r *Runtime) credentialMount(m *meta) map[string]any {
+	u := r.user(m)
+	return map[string]any{"destination": "/run/sandbox", "type": "tmpfs", "source": "tmpfs",
+		"options": []string{"nosuid", "nodev", "noexec", "mode=0700", "size=1m",
+			"uid=" + strconv.Itoa(u["uid"]), "gid=" + strconv.Itoa(u["gid"])}}
+}
+
 // workdirMount is the class workdir: the project volume bind-mounted from
 // the host, or, for scratch, a tmpfs inside the sandbox bounded by the
 // volume size (its pages count against the sandbox's memory, never against
@@ -826,6 +837,7 @@ func (r *Runtime) ociSpec(rootfs, hostDir string, m *meta, spec runtime.Spec) ma
 			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"nosuid", "noexec", "nodev", "ro"}},
 			{"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "nodev", "mode=1777", tmpSize}},
 			workdirMount(spec, hostDir),
+			r.credentialMount(m),
 		}, append(r.runnerMount(), r.resolvMount(m)...)...),
 		"linux": map[string]any{
 			"namespaces": []map[string]string{
