@@ -67,9 +67,7 @@ func ParseHost(host, domain string) (port int, id string, ok bool) {
 	if !found {
 		return 0, "", false
 	}
-	if rest, dashed := strings.CutPrefix(id, labelPrefix); dashed {
-		id = idPrefix + rest
-	}
+	id = sandbox.FromLabel(id)
 	port, ok = ParsePort(ps)
 	if !ok || !sandbox.ValidID(id) {
 		return 0, "", false
@@ -77,22 +75,8 @@ func ParseHost(host, domain string) (port int, id string, ok bool) {
 	return port, id, true
 }
 
-// A sandbox id's "_" is not a letter of a DNS name (RFC 1123 host names:
-// letters, digits and '-'): ingress controllers, certificate authorities
-// and some resolvers refuse such a name, so a host names a sandbox by its
-// label, the id with '-' for its '_'.
-const (
-	idPrefix    = "sb_"
-	labelPrefix = "sb-"
-)
-
-// Label is sandbox id's spelling in a host name: "sb-…" for "sb_…".
-func Label(id string) string {
-	if rest, ok := strings.CutPrefix(id, idPrefix); ok {
-		return labelPrefix + rest
-	}
-	return id
-}
+// Label is sandbox id's spelling in a host name (sandbox.Label).
+func Label(id string) string { return sandbox.Label(id) }
 
 // Host is the host form's name of port on sandbox id under domain, with
 // the server's own port (serverPort, "" for none) kept.

@@ -137,7 +137,34 @@ var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadd
 
 // NewID mints a public sandbox id: "sb_" and 26 random base32 characters.
 func NewID() string {
-	return "sb_" + randomToken(16)
+	return idPrefix + randomToken(16)
+}
+
+// The id's prefix, and its spelling in a DNS name. A sandbox id's "_" is
+// not a letter of a DNS name (RFC 1123 host names: letters, digits and
+// '-'): ingress controllers, certificate authorities and some resolvers
+// refuse such a name, so a host names a sandbox by its label, the id with
+// '-' for its '_'.
+const (
+	idPrefix    = "sb_"
+	labelPrefix = "sb-"
+)
+
+// Label is id's spelling in a host name: "sb-…" for "sb_…".
+func Label(id string) string {
+	if rest, ok := strings.CutPrefix(id, idPrefix); ok {
+		return labelPrefix + rest
+	}
+	return id
+}
+
+// FromLabel is the id a label names ("sb_…" for "sb-…"); anything else
+// is returned as it is (an id itself, as older links spell it).
+func FromLabel(label string) string {
+	if rest, ok := strings.CutPrefix(label, labelPrefix); ok {
+		return idPrefix + rest
+	}
+	return label
 }
 
 // NewName mints a runtime object name: fixed length (runsc matches ids by

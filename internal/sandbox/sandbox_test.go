@@ -185,3 +185,13 @@ func TestLeaseEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestLabel: a label is a DNS label that names its id back; anything else
+// is read as it is.
+func TestLabel(t *testing.T) {
+	id := NewID()
+	l := Label(id)
+	if strings.Contains(l, "_") || FromLabel(l) != id || FromLabel(id) != id || Label("x_y") != "x_y" {
+		t.Errorf("id %s, label %s, back %s", id, l, FromLabel(l))
+	}
+}

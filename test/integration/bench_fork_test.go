@@ -1,9 +1,17 @@
 package integration_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
+	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
 // BenchmarkFork: POST /fork of an idle exec sandbox until the fork runs,
@@ -21,6 +29,7 @@ func BenchmarkFork(b *testing.B) {
 	}
 	idle := e.lease("acme", nil)
 	b.Run("idle", func(b *testing.B) { measure(b, nil, forkOf(idle)) })
+	b.Run("floor", func(b *testing.B) { forkFloor(b, e) })
 	b.Run("lease", func(b *testing.B) { measure(b, nil, func() func() { return e.leaseTimed(nil) }) })
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+idle, "acme", nil)
 
@@ -38,4 +47,55 @@ func BenchmarkFork(b *testing.B) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	b.Run("500MB", func(b *testing.B) { measure(b, nil, forkOf(big)) })
+}
+
+// forkFloor is the fork's own floor, on the one running sandbox: what the
+// gVisor backend's fork does, with raw runsc and nothing else — `runsc
+// checkpoint --leave-running` of the original beside `runsc create` of a
+// copy of its bundle, then `runsc restore --detach` of the copy from that
+// image. No row, no credential, no HTTP.
+func forkFloor(b *testing.B, e *env) {
+	dir, flags, src := bundleOf(b, e)
+	config, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var spec map[string]any
+	json.Unmarshal(config, &spec)
+	run := func(args ...string) error {
+		cmd := exec.Command(gvisor.DefaultRunsc(), append(slices.Clone(flags), args...)...)
+		devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		defer devnull.Close()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+		return cmd.Run()
+	}
+	var name, bundle, img string
+	setup := func() {
+		name = sandbox.NewName()
+		bundle, img = filepath.Join(e.data, "floor-"+name), filepath.Join(e.data, "floorimg-"+name)
+		os.Mkdir(bundle, 0o700)
+		os.Mkdir(img, 0o700)
+		spec["linux"].(map[string]any)["cgroupsPath"] = "/sandbox/" + name
+		raw, _ := json.Marshal(spec)
+		os.WriteFile(filepath.Join(bundle, "config.json"), raw, 0o600)
+	}
+	measure(b, setup, func() func() {
+		checkpoint := make(chan error, 1)
+		go func() { checkpoint <- run("checkpoint", "--leave-running", "--image-path", img, src) }()
+		err := run("create", "--bundle", bundle, name)
+		if cerr := <-checkpoint; err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = run("restore", "--detach", "--image-path", img, "--bundle", bundle, name)
+		}
+		if err != nil {
+			b.Fatalf("the fork's floor: %v", err)
+		}
+		return func() {
+			run("delete", "--force", name)
+			os.RemoveAll(bundle)
+			os.RemoveAll(img)
+		}
+	})
 }

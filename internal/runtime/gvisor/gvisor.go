@@ -275,13 +275,32 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	if err != nil {
 		return runtime.Object{}, err
 	}
+	if startSem != nil {
+		select {
+		case startSem <- struct{}{}:
+		case <-ctx.Done():
+			cleanup := r.teardown(context.WithoutCancel(ctx), m)
+			return runtime.Object{}, errors.Join(ctx.Err(), cleanup)
+		}
+	}
 	obj, err := r.create(ctx, bundle, rootfs, m, spec)
+	if startSem != nil {
+		<-startSem
+	}
 	if err != nil {
 		cleanup := r.teardown(context.WithoutCancel(ctx), m)
 		return runtime.Object{}, errors.Join(err, cleanup)
 	}
 	return obj, nil
 }
+
+var startSem = func() chan struct{} {
+	n, _ := strconv.Atoi(os.Getenv("SANDBOX_EXP_STARTS"))
+	if n <= 0 {
+		return nil
+	}
+	return make(chan struct{}, n)
+}()
 
 // hasShell refuses a rootfs without /bin/sh: every door runs programs
 // through it, and init (the runner, mounted from the host) would start
