@@ -51,7 +51,7 @@ type Config struct {
 // RegisterFlags binds the pool's flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Size = DefaultSize
-	fs.Var(flagx.Int64Off(&c.Size), "warm-pool", "exec sandboxes kept started ahead of their leases (gvisor), so that a lease of the exec class's image with no project or network skips the container's start; each costs ~16 MiB while it waits; 0 keeps none")
+	fs.Var(flagx.Int64Off(&c.Size), "warm-pool", "gvisor: exec sandboxes kept started ahead of their leases, so that a lease of the exec class's image with no project or network skips the container's start; each costs ~16 MiB while it waits; 0 keeps none")
 }
 
 func (c Config) size() int {

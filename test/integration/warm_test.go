@@ -53,7 +53,7 @@ func waitWarm(t *testing.T, e *env, want int, gone ...string) []string {
 // TestWarmPool, on real gVisor: the server's Run deletes a previous
 // server's warm sandbox and starts its own; a plain lease is handed it
 // (the same id, relabelled for its org, its credential and commands work)
-// while the pool starts a successor; a lease with a network starts its own;
+// while the pool starts a successor; a lease with a project starts its own;
 // the sweep spares what the pool holds; stopping Run deletes the pool's
 // sandboxes and only those.
 func TestWarmPool(t *testing.T) {
@@ -98,9 +98,11 @@ func TestWarmPool(t *testing.T) {
 	}
 	second := waitWarm(t, e, 1, first)[0]
 
-	netd := e.lease("acme", map[string]any{"class": "exec", "network": map[string]any{"allow": []string{}}})
-	if slices.Contains(warmObjects(t, e), second) == false {
-		t.Errorf("a lease with a network took the warm sandbox (%s)", netd)
+	// (A project, not a network: a network with no uplink configured would
+	// put the egress table in this host's namespace.)
+	proj := e.lease("acme", map[string]any{"class": "exec", "project": "p1"})
+	if !slices.Contains(warmObjects(t, e), second) {
+		t.Errorf("a lease with a project took the warm sandbox (%s)", proj)
 	}
 	// A sweep that finds every object old enough spares the pool's.
 	sweep := &reaper.Reaper{Config: reaper.Config{Grace: time.Nanosecond}, Store: e.srv.Reaper.Store, Runtime: e.srv.Reaper.Runtime,
@@ -112,7 +114,7 @@ func TestWarmPool(t *testing.T) {
 	if names := warmObjects(t, e); len(names) != 0 {
 		t.Errorf("warm sandboxes after the stop: %v", names)
 	}
-	for _, sb := range []string{id, netd} {
+	for _, sb := range []string{id, proj} {
 		if r := e.do("GET", "/v1/sandbox/"+sb, "acme", nil); r.Status != 200 || r.JSON(t)["status"] != "running" {
 			t.Errorf("the leased %s after the pool stopped: %d %s", sb, r.Status, r.Body)
 		}
