@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox/internal/egress"
+	"github.com/sandboxd/sandbox/internal/flagx"
 	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
@@ -64,8 +66,60 @@ type Options struct {
 	// other work, the control plane's included (100 is a peer's); zero
 	// means DefaultCPUWeight. See cgroup.go.
 	CPUWeight int
+	// MaxStarts bounds the sandbox starts (a lease's or a wake's `runsc
+	// run` or create and restore) under way at once; more wait their turn.
+	// Zero means DefaultMaxStarts, negative no bound (the flag's 0).
+	MaxStarts int64
 	// Egress is where sandboxes with a network policy reach the world.
 	Egress egress.Options
+}
+
+// DefaultMaxStarts is twice the cores: a hundred leases at once on two
+// cores finished in 16 s with four starts at a time, 18–19 s with eight,
+// and 22–26 s with all of them at once (BENCHMARKS.md), each start's
+// processes and sentry contending with all the others'.
+var DefaultMaxStarts = int64(2 * goruntime.NumCPU())
+
+// startsFlag is --max-starts: "auto" (the zero value: DefaultMaxStarts,
+// which depends on the machine), a number, or 0 for no bound (stored as
+// flagx.Off).
+type startsFlag int64
+
+func (v *startsFlag) String() string {
+	switch {
+	case v == nil || *v == 0:
+		return "auto"
+	case *v < 0:
+		return "0"
+	}
+	return strconv.FormatInt(int64(*v), 10)
+}
+
+func (v *startsFlag) Set(s string) error {
+	if s == "auto" {
+		*v = 0
+		return nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err != nil || n < 0:
+		return fmt.Errorf("not auto or a whole number: %q", s)
+	case n == 0:
+		n = flagx.Off
+	}
+	*v = startsFlag(n)
+	return nil
+}
+
+// maxStarts is o's bound, 0 for none.
+func (o Options) maxStarts() int {
+	switch {
+	case o.MaxStarts == 0:
+		return int(DefaultMaxStarts)
+	case o.MaxStarts < 0:
+		return 0
+	}
+	return int(o.MaxStarts)
 }
 
 // DefaultCPUWeight gives the control plane ten times the sandboxes' claim
@@ -77,6 +131,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Runsc, "runsc", DefaultRunsc(), "gvisor: the runsc binary (env SANDBOX_RUNSC)")
 	fs.StringVar(&o.Platform, "platform", "systrap", "gvisor: runsc's platform, systrap or ptrace (kvm hangs on nested VMs)")
 	fs.IntVar(&o.CPUWeight, "sandbox-cpu-weight", DefaultCPUWeight, "gvisor: the CPU weight (1-10000, a peer's is 100) of all sandboxes together against this server and the host's other work when the CPU is contended")
+	fs.Var((*startsFlag)(&o.MaxStarts), "max-starts", "gvisor: sandbox starts (a lease's or a wake's) under way at once, the rest waiting their turn within --start-timeout: a burst finishes sooner than with all at once; auto is twice the cores, 0 no bound")
 	o.Egress.RegisterFlags(fs)
 }
 
@@ -130,6 +185,8 @@ type Runtime struct {
 	bundles string
 	volumes string
 	checks  string // checkpoints
+
+	starts chan struct{} // a start's turn (Options.MaxStarts); nil: no bound
 
 	mu   sync.Mutex
 	meta map[string]*meta // cached bundle metadata by name
@@ -197,6 +254,9 @@ func New(cfg Config) (*Runtime, error) {
 		volumes: filepath.Join(cfg.StateDir, "volumes"),
 		checks:  filepath.Join(cfg.StateDir, "checkpoints"),
 		meta:    map[string]*meta{},
+	}
+	if n := cfg.maxStarts(); n > 0 {
+		r.starts = make(chan struct{}, n)
 	}
 	var why string
 	if r.channel, why = sameBuild(cfg.Runsc); !r.channel && cfg.Log != nil {
@@ -275,18 +335,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	if err != nil {
 		return runtime.Object{}, err
 	}
-	if startSem != nil {
-		select {
-		case startSem <- struct{}{}:
-		case <-ctx.Done():
-			cleanup := r.teardown(context.WithoutCancel(ctx), m)
-			return runtime.Object{}, errors.Join(ctx.Err(), cleanup)
-		}
+	release, err := r.startTurn(ctx)
+	if err != nil {
+		cleanup := r.teardown(context.WithoutCancel(ctx), m)
+		return runtime.Object{}, errors.Join(err, cleanup)
 	}
 	obj, err := r.create(ctx, bundle, rootfs, m, spec)
-	if startSem != nil {
-		<-startSem
-	}
+	release()
 	if err != nil {
 		cleanup := r.teardown(context.WithoutCancel(ctx), m)
 		return runtime.Object{}, errors.Join(err, cleanup)
@@ -294,13 +349,19 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	return obj, nil
 }
 
-var startSem = func() chan struct{} {
-	n, _ := strconv.Atoi(os.Getenv("SANDBOX_EXP_STARTS"))
-	if n <= 0 {
-		return nil
+// startTurn waits for a start's turn (Options.MaxStarts), or ctx's end;
+// release gives it back.
+func (r *Runtime) startTurn(ctx context.Context) (release func(), err error) {
+	if r.starts == nil {
+		return func() {}, nil
 	}
-	return make(chan struct{}, n)
-}()
+	select {
+	case r.starts <- struct{}{}:
+		return func() { <-r.starts }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("gvisor: waiting for a start's turn: %w", ctx.Err())
+	}
+}
 
 // hasShell refuses a rootfs without /bin/sh: every door runs programs
 // through it, and init (the runner, mounted from the host) would start

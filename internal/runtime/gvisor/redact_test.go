@@ -2,8 +2,11 @@ package gvisor
 
 import (
 	"bytes"
+	"context"
+	"flag"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRedactorAcrossWrites(t *testing.T) {
@@ -20,5 +23,50 @@ func TestRedactorAcrossWrites(t *testing.T) {
 		if out.String() != want {
 			t.Fatalf("split %d: %q, want %q", split, out.String(), want)
 		}
+	}
+}
+
+// TestStartTurns: MaxStarts bounds the starts under way; one more waits
+// until a turn is given back, or its context ends; the flag's 0 (stored
+// negative) is no bound, the zero value the default.
+func TestStartTurns(t *testing.T) {
+	r := &Runtime{starts: make(chan struct{}, (Options{MaxStarts: 2}).maxStarts())}
+	a, _ := r.startTurn(t.Context())
+	b, _ := r.startTurn(t.Context())
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := r.startTurn(ctx); err == nil {
+		t.Fatal("a third start went ahead of a bound of two")
+	}
+	got := make(chan func(), 1)
+	go func() { c, _ := r.startTurn(t.Context()); got <- c }()
+	a()
+	(<-got)()
+	b()
+	if (Options{MaxStarts: -1}).maxStarts() != 0 || (Options{}).maxStarts() != int(DefaultMaxStarts) || DefaultMaxStarts < 2 {
+		t.Error("the bound's defaults")
+	}
+	none := &Runtime{}
+	if release, err := none.startTurn(ctx); err != nil {
+		t.Error(err)
+	} else {
+		release()
+	}
+}
+
+func TestStartsFlag(t *testing.T) {
+	var o Options
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	if d := fs.Lookup("max-starts").DefValue; d != "auto" || o.MaxStarts != 0 {
+		t.Errorf("default %q, stored %d", d, o.MaxStarts)
+	}
+	for in, want := range map[string]int{"3": 3, "0": 0, "auto": int(DefaultMaxStarts)} {
+		if err := fs.Set("max-starts", in); err != nil || o.maxStarts() != want {
+			t.Errorf("--max-starts %s: %d %v", in, o.maxStarts(), err)
+		}
+	}
+	if fs.Set("max-starts", "-1") == nil || fs.Set("max-starts", "many") == nil {
+		t.Error("a bad --max-starts was taken")
 	}
 }
