@@ -28,6 +28,17 @@ ORG=${SANDBOX_ORG:-demo}
 
 SANDBOX_IMAGES=$IMAGES SANDBOX_SDK_DEPS=1 bash scripts/deps.sh
 
+# Every idle sandbox holds ~30 host tasks (its sentry's, gofer's and
+# systrap stubs' threads): the kernel's default pid_max of 32768 (a host
+# whose init is not systemd keeps it) runs out near 1,000 sandboxes, and
+# the host then stalls. systemd's 4194304 is kept; a lower one is raised,
+# now and at boot.
+if [ "$(cat /proc/sys/kernel/pid_max)" -lt 4194304 ]; then
+	log "raising kernel.pid_max to 4194304 (was $(cat /proc/sys/kernel/pid_max)), in /etc/sysctl.d/60-sandbox.conf too"
+	sysctl -q -w kernel.pid_max=4194304
+	printf 'kernel.pid_max = 4194304\n' >/etc/sysctl.d/60-sandbox.conf
+fi
+
 install -d -m 0700 "$DATA"
 log "minting a tenant API key for org $ORG in $DATA"
 KEY=$(bin/sandbox keys create --data "$DATA" --org "$ORG")

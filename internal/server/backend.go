@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -322,10 +323,31 @@ func localImage(dir string) func(string) error {
 	}
 }
 
+// pidMaxWanted is the kernel.pid_max below which a host runs out of task
+// ids before it runs out of memory for idle sandboxes (~30 host tasks
+// each): systemd's default.
+const pidMaxWanted = 4194304
+
+// warnPidMax says so at start when this host's kernel.pid_max is lower
+// (the kernel's own 32768, on a host whose init is not systemd, stalls the
+// host near 1,000 idle sandboxes: BENCHMARKS.md, density).
+func warnPidMax(log *slog.Logger) {
+	raw, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err == nil && n < pidMaxWanted {
+		log.Warn("kernel.pid_max is low for many sandboxes: each idle one holds ~30 host tasks (raise it: sysctl -w kernel.pid_max=4194304; scripts/up.sh does)",
+			"pidMax", n, "sandboxesBeforeItRunsOut", n/32)
+	}
+}
+
 // newBackend builds the backend of cfg.Backend.
 func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, error) {
 	switch cfg.Backend {
 	case "", BackendGVisor:
+		warnPidMax(log)
 		lib := &library{dir: cfg.Images}
 		image.SweepStaging(cfg.Images)
 		bounds, err := cfg.Service.NetworkBounds()
