@@ -128,7 +128,12 @@ func initMain(args []string) int {
 func (d *daemon) reap() {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGCHLD)
-	tick := time.NewTicker(time.Second) // a missed signal is found anyway
+	// A missed signal is found anyway, once a minute. Rarely needed:
+	// signal.Notify keeps one SIGCHLD pending, and every wake leaves no
+	// child unreaped. Each wake of an idle sandbox costs ~1 ms of CPU under
+	// systrap: a tick a second was most of what 300 idle sandboxes used
+	// (17% of two cores; 3.6% with this one).
+	tick := time.NewTicker(time.Minute)
 	for {
 		for {
 			var ws syscall.WaitStatus
