@@ -27,17 +27,25 @@ func BenchmarkCLIExec(b *testing.B) {
 	}
 	var sb struct{ ID string }
 	json.Unmarshal(out, &sb)
-	// The container and its runsc flags, from the bundle the server wrote.
+	// The container and its runsc flags, from the bundle the server wrote
+	// for the lease (the warm pool's are there too).
 	metas, _ := filepath.Glob(filepath.Join(srv.Data, "runtime", "bundles", "*", "meta.json"))
-	if len(metas) != 1 {
-		b.Fatalf("bundles: %v", metas)
+	type bundleMeta struct {
+		Name   string
+		Flags  []string
+		Labels map[string]string
 	}
-	var meta struct {
-		Name  string
-		Flags []string
+	var meta bundleMeta
+	for _, m := range metas {
+		var got bundleMeta
+		raw, _ := os.ReadFile(m)
+		if json.Unmarshal(raw, &got) == nil && got.Labels["sandbox.dev/id"] == sb.ID {
+			meta = got
+		}
 	}
-	raw, _ := os.ReadFile(metas[0])
-	json.Unmarshal(raw, &meta)
+	if meta.Name == "" {
+		b.Fatalf("no bundle of %s among %v", sb.ID, metas)
+	}
 	const rounds = 15
 	timed := func(b *testing.B, name string, args []string) {
 		for b.Loop() {
