@@ -295,24 +295,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		// on their API sockets, are served like any other.
 		relays.API = h.Handler()
 		if warmed != nil {
-			// A warm sandbox's relay is up before its lease: the lease's
-			// credential is written on it and its first command finds the
-			// API socket without waiting for a relay to start.
-			// It starts in the background: the pool's next start does not
+			// A warm sandbox's relay is up before its lease (pool.Warm):
+			// started in the background, so the pool's next start does not
 			// wait for it, and a lease that takes the sandbox sooner waits
 			// for it as any lease does.
 			warmed.Prime = func(ctx context.Context, w warm.Sandbox) func(bool) {
-				sb := &sandbox.Sandbox{ID: w.ID, Name: w.Object.Name, UID: w.Object.UID}
-				held := make(chan func(), 1)
-				go func() { held <- relays.Hold(ctx, sb) }()
-				return func(taken bool) {
-					if taken {
-						go func() { (<-held)() }()
-						return
-					}
-					(<-held)() // ctx has ended, or is about to: Hold returns
-					relays.End(sb)
-				}
+				return relays.Warm(ctx, &sandbox.Sandbox{ID: w.ID, Name: w.Object.Name, UID: w.Object.UID})
 			}
 		}
 	}

@@ -4,13 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 )
 
@@ -62,13 +59,7 @@ func forkFloor(b *testing.B, e *env) {
 	}
 	var spec map[string]any
 	json.Unmarshal(config, &spec)
-	run := func(args ...string) error {
-		cmd := exec.Command(gvisor.DefaultRunsc(), append(slices.Clone(flags), args...)...)
-		devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		defer devnull.Close()
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
-		return cmd.Run()
-	}
+	run := func(args ...string) error { return runscErr(flags, args...) }
 	var name, bundle, img string
 	setup := func() {
 		name = sandbox.NewName()

@@ -66,14 +66,19 @@ func bundleOf(b *testing.B, e *env) (string, []string, string) {
 }
 
 func runsc(b *testing.B, flags []string, args ...string) {
+	if err := runscErr(flags, args...); err != nil {
+		b.Fatalf("runsc %s: %v", strings.Join(args, " "), err)
+	}
+}
+
+// runscErr is runsc for any goroutine: the error, not a Fatal.
+func runscErr(flags []string, args ...string) error {
 	cmd := exec.Command(gvisor.DefaultRunsc(), append(slices.Clone(flags), args...)...)
 	// Files, not pipes, for what a sandbox may inherit.
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	defer devnull.Close()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("runsc %s: %v", strings.Join(args, " "), err)
-	}
+	return cmd.Run()
 }
 
 func benchEnv(b *testing.B) *env { return newEnv(b) }

@@ -128,6 +128,24 @@ func (p *Pool) Credential(ctx context.Context, sb *sandbox.Sandbox, token string
 	return s.client.Credential(ctx, []byte(token))
 }
 
+// Warm starts sb's relay in the background and holds it — a sandbox
+// started ahead of its lease (internal/warm), so that the lease's
+// credential is written on it and its first command finds the API socket.
+// release(true) lets go of it when the sandbox is taken (its lease holds
+// its own); release(false) ends it, before the sandbox is deleted.
+func (p *Pool) Warm(ctx context.Context, sb *sandbox.Sandbox) (release func(taken bool)) {
+	held := make(chan func(), 1)
+	go func() { held <- p.Hold(ctx, sb) }()
+	return func(taken bool) {
+		if taken {
+			go func() { (<-held)() }()
+			return
+		}
+		(<-held)() // ctx has ended, or is about to: Hold returns
+		p.End(sb)
+	}
+}
+
 // End ends sb's relay now: its sandbox is about to go without an end the
 // service's channels hear of (a warm one the server deletes).
 func (p *Pool) End(sb *sandbox.Sandbox) {
