@@ -240,10 +240,10 @@ func TestClient(t *testing.T) {
 		if err != nil || rc.Stdout != "42\n" || len(rc.Files) != 1 {
 			t.Fatalf("run code: %+v %v", rc, err)
 		}
-		if up, err := c.Upload(ctx, rc.SessionID, map[string]io.Reader{"in.txt": strings.NewReader("uploaded")}); err != nil || len(up) != 1 {
+		if up, err := c.Upload(ctx, rc.SandboxID, map[string]io.Reader{"in.txt": strings.NewReader("uploaded")}); err != nil || len(up) != 1 {
 			t.Errorf("upload: %v %v", up, err)
 		}
-		if rd, err := c.Download(ctx, rc.SessionID, "in.txt"); err != nil {
+		if rd, err := c.Download(ctx, rc.SandboxID, "in.txt"); err != nil {
 			t.Errorf("download: %v", err)
 		} else if b, _ := io.ReadAll(rd); string(b) != "uploaded" {
 			t.Errorf("download: %q", b)

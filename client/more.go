@@ -24,8 +24,13 @@ type InputFile = wire.InputFile
 // changed.
 type RunCodeResult = wire.RunCodeResult
 
-// SessionFile is a file of an interpreter session.
-type SessionFile = wire.SessionFile
+// RunFile is a file of the interpreter's working directory in its sandbox.
+type RunFile = wire.RunFile
+
+// SessionFile is the old name of RunFile.
+//
+// Deprecated: use RunFile.
+type SessionFile = RunFile
 
 // RunCode runs a program in the code interpreter.
 func (c *Client) RunCode(ctx context.Context, req RunCodeRequest) (*RunCodeResult, error) {
@@ -33,17 +38,25 @@ func (c *Client) RunCode(ctx context.Context, req RunCodeRequest) (*RunCodeResul
 	return &r, c.do(ctx, request{method: "POST", path: "/v1/exec", in: req, out: &r})
 }
 
-// SessionFiles lists an interpreter session's files.
-func (c *Client) SessionFiles(ctx context.Context, session string) ([]SessionFile, error) {
+// RunFiles lists the files of the interpreter's working directory in
+// sandbox (a RunCodeResult's SandboxID).
+func (c *Client) RunFiles(ctx context.Context, sandbox string) ([]RunFile, error) {
 	var b struct {
-		Files []SessionFile `json:"files"`
+		Files []RunFile `json:"files"`
 	}
-	return b.Files, c.do(ctx, request{method: "GET", path: "/v1/exec/" + esc(session) + "/files", out: &b})
+	return b.Files, c.do(ctx, request{method: "GET", path: "/v1/exec/" + esc(sandbox) + "/files", out: &b})
 }
 
-// Upload writes files (name → content) into a session's workdir in one
-// multipart body, streamed.
-func (c *Client) Upload(ctx context.Context, session string, files map[string]io.Reader) ([]SessionFile, error) {
+// SessionFiles is the old name of RunFiles.
+//
+// Deprecated: use RunFiles.
+func (c *Client) SessionFiles(ctx context.Context, sandbox string) ([]RunFile, error) {
+	return c.RunFiles(ctx, sandbox)
+}
+
+// Upload writes files (name → content) into the interpreter's working
+// directory in sandbox, in one multipart body, streamed.
+func (c *Client) Upload(ctx context.Context, sandbox string, files map[string]io.Reader) ([]RunFile, error) {
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	go func() {
@@ -60,16 +73,16 @@ func (c *Client) Upload(ctx context.Context, session string, files map[string]io
 		pw.CloseWithError(mw.Close())
 	}()
 	var b struct {
-		Files []SessionFile `json:"files"`
+		Files []RunFile `json:"files"`
 	}
-	err := c.do(ctx, request{method: "POST", path: "/v1/exec/" + esc(session) + "/files", body: pr, contentType: mw.FormDataContentType(), out: &b})
+	err := c.do(ctx, request{method: "POST", path: "/v1/exec/" + esc(sandbox) + "/files", body: pr, contentType: mw.FormDataContentType(), out: &b})
 	pr.CloseWithError(io.ErrClosedPipe)
 	return b.Files, err
 }
 
-// Download opens one of a session's files. Close it.
-func (c *Client) Download(ctx context.Context, session, path string) (io.ReadCloser, error) {
-	res, err := c.send(ctx, request{method: "GET", path: "/v1/exec/" + esc(session) + "/files/" + strings.TrimPrefix(path, "/")})
+// Download opens one of the interpreter's files in sandbox. Close it.
+func (c *Client) Download(ctx context.Context, sandbox, path string) (io.ReadCloser, error) {
+	res, err := c.send(ctx, request{method: "GET", path: "/v1/exec/" + esc(sandbox) + "/files/" + strings.TrimPrefix(path, "/")})
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ var operations = map[string]method{
 	"POST /v1/sandbox/{id}/terminal/ticket":          {"TerminalTicket", "pty.create", "AsyncSandbox.pty", "pty.create"},
 	"POST /v1/sandbox/{id}/screen/ticket":            {"TerminalTicket", "Sandbox.screen_url", "AsyncSandbox.screen_url", "Sandbox.screenUrl"},
 	"POST /v1/exec":                                  {"RunCode", "run_code", "async_run_code", "runCode"},
-	"GET /v1/exec/{session}/files":                   {"SessionFiles", "session_files", "async_session_files", "sessionFiles"},
+	"GET /v1/exec/{session}/files":                   {"RunFiles", "session_files", "async_session_files", "sessionFiles"},
 	"POST /v1/exec/{session}/files":                  {"Upload", "upload_file", "async_upload_file", "uploadFile"},
 	"GET /v1/exec/{session}/files/{path}":            {"Download", "download_file", "async_download_file", "downloadFile"},
 	"GET /v1/images":                                 {"Images", "images", "async_images", "images"},

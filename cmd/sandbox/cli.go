@@ -53,7 +53,7 @@ or the file 'sandbox login' writes):
                                             (pause and resume are sleep's and wake's old names)
   sandbox end ID [--purge]                  end a sandbox (--purge drops its project volume)
   sandbox run-code --language py FILE|- [--image NAME]
-                                            run a program in the code interpreter (--image: a new session on that image)
+                                            run a program in the code interpreter (--image: a new sandbox on that image)
   sandbox ctx new ID [--language python|r|javascript|bash] [--cwd D]
                                             open a code context (a Jupyter kernel whose variables persist); prints its id
   sandbox ctx run ID CTX FILE|- [--timeout DUR] [--save DIR]
@@ -510,11 +510,14 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func runCodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var req client.RunCodeRequest
-	cf, rest, err := verb("run-code", "--language L [--session S | --image NAME] FILE|-", args, stderr, func(fs *flag.FlagSet) {
+	cf, rest, err := verb("run-code", "--language L [--sandbox ID | --image NAME] FILE|-", args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&req.Language, "language", "", "one of py js ts bash r php go rs c cpp java d f90 (default: from the file's extension)")
-		fs.StringVar(&req.SessionID, "session", "", "a session of an earlier run, to keep its files")
-		fs.StringVar(&req.Image, "image", "", "for a new session: one of the org's images ('sandbox images') instead of the exec class's")
-		fs.StringVar(&req.Context, "context", "", "py, r, js and bash: run in this code context of the session ('default': the language's default one), whose variables persist between runs")
+		fs.StringVar(&req.SandboxID, "sandbox", "", "the sandbox of an earlier run (its answer's session_id), to keep its files")
+		// --session was this flag's first name; exec's --session names a
+		// narration log, so the interpreter's sandbox is --sandbox now.
+		fs.StringVar(&req.SandboxID, "session", "", "the old name of --sandbox")
+		fs.StringVar(&req.Image, "image", "", "for a new sandbox: one of the org's images ('sandbox images') instead of the exec class's")
+		fs.StringVar(&req.Context, "context", "", "py, r, js and bash: run in this code context of the sandbox ('default': the language's default one), whose variables persist between runs")
 	}, 1, -1)
 	if err != nil {
 		return err
@@ -551,7 +554,7 @@ func runCodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	} else {
 		io.WriteString(stdout, res.Stdout)
 		io.WriteString(stderr, res.Stderr)
-		fmt.Fprintf(stderr, "[session %s]\n", res.SessionID)
+		fmt.Fprintf(stderr, "[sandbox %s]\n", res.SandboxID)
 	}
 	if res.ExitCode != 0 {
 		return exitError{res.ExitCode}

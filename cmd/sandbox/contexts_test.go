@@ -57,10 +57,10 @@ func TestCLIContextsAndWatch(t *testing.T) {
 
 		// run-code --context keeps a session's variables.
 		var first struct {
-			SessionID string `json:"session_id"`
+			SandboxID string `json:"session_id"`
 		}
 		json.Unmarshal([]byte(c.must("run-code", "--language", "py", "--context", "default", "-o", "json", writeFile(t, "y = 6"))), &first)
-		if out := c.must("run-code", "--language", "py", "--context", "default", "--session", first.SessionID, writeFile(t, "y * 7")); out != "42\n" {
+		if out := c.must("run-code", "--language", "py", "--context", "default", "--sandbox", first.SandboxID, writeFile(t, "y * 7")); out != "42\n" {
 			t.Errorf("run-code --context: %q", out)
 		}
 

@@ -61,16 +61,17 @@ func op[In, Out any](f func(context.Context, In) (Out, error)) func(http.Respons
 	}
 }
 
-// interpreter registers POST /v1/exec and the file routes of its sessions.
+// interpreter registers POST /v1/exec and the file routes of its sandboxes (the
+// route's {session} is the wire's first name for the sandbox's id, kept).
 func (s *Server) interpreter() {
 	s.handle("POST /v1/exec", op(s.Ops.RunCode), opDoc(s.Ops.RunCode, "Run a program in one of the interpreter's 13 languages", onLease))
-	s.handle("GET /v1/exec/{session}/files", s.sessionFiles, doc{Summary: "The session's files", Answer: typ[filesBody](), Errors: onSandbox})
-	s.handle("POST /v1/exec/{session}/files", s.uploadFiles, doc{Summary: "Upload files (multipart/form-data) into the session's workdir", BodyRaw: "multipart/form-data", Answer: typ[filesBody](), Errors: onFiles})
-	s.handle("GET /v1/exec/{session}/files/{path...}", s.downloadFile, doc{Summary: "Download one of the session's files", AnswerRaw: "application/octet-stream", Errors: onFiles})
+	s.handle("GET /v1/exec/{session}/files", s.sessionFiles, doc{Summary: "The files of an interpreter sandbox's workdir", Answer: typ[filesBody](), Errors: onSandbox})
+	s.handle("POST /v1/exec/{session}/files", s.uploadFiles, doc{Summary: "Upload files (multipart/form-data) into an interpreter sandbox's workdir", BodyRaw: "multipart/form-data", Answer: typ[filesBody](), Errors: onFiles})
+	s.handle("GET /v1/exec/{session}/files/{path...}", s.downloadFile, doc{Summary: "Download one of an interpreter sandbox's files", AnswerRaw: "application/octet-stream", Errors: onFiles})
 }
 
 type filesBody struct {
-	SessionID string        `json:"session_id"`
+	SandboxID string        `json:"session_id"`
 	Files     []interp.File `json:"files"`
 }
 
@@ -79,7 +80,7 @@ func (s *Server) sessionFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, filesBody{SessionID: r.PathValue("session"), Files: files})
+	writeJSON(w, http.StatusOK, filesBody{SandboxID: r.PathValue("session"), Files: files})
 	return nil
 }
 
@@ -88,7 +89,7 @@ func (s *Server) sessionFiles(w http.ResponseWriter, r *http.Request) error {
 const maxUpload = 256 << 20
 
 // uploadFiles writes every file part of a multipart/form-data body into the
-// session's workdir under the part's file name.
+// sandbox's workdir under the part's file name.
 func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" {
@@ -128,7 +129,7 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 	if len(written) == 0 {
 		return sandbox.Errorf(sandbox.KindInvalid, "no file parts in the body (curl -F file=@name)")
 	}
-	writeJSON(w, http.StatusOK, filesBody{SessionID: id, Files: written})
+	writeJSON(w, http.StatusOK, filesBody{SandboxID: id, Files: written})
 	return nil
 }
 
@@ -160,7 +161,7 @@ func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {
 		return w, nil
 	})
 	if errors.Is(err, files.ErrStreamBroken) {
-		s.log.Warn("a download stopped mid-answer", "session", r.PathValue("session"), "err", err)
+		s.log.Warn("a download stopped mid-answer", "sandbox", r.PathValue("session"), "err", err)
 		return nil
 	}
 	if err != nil {

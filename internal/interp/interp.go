@@ -1,6 +1,6 @@
 // Package interp is the code interpreter: the 13 languages, how each is
 // built and run inside an exec sandbox, how the answer of one run is read
-// back (this file), and its sessions (run.go): a session is an exec
+// back (this file), and its sandboxes (run.go): a run's sandbox is an exec
 // sandbox, leased on the first run and reused while it lives, reached only
 // through the Sandboxes interface the package owns — the service's Run, its
 // one exec primitive, and the lease calls.
@@ -203,7 +203,7 @@ func RunDir() string { return "/tmp/.run." + rand.Text() }
 func Nonce() string { return "sandbox-run-end-" + rand.Text() }
 
 // File is one file a run created or changed, relative to the workdir.
-type File = wire.SessionFile
+type File = wire.RunFile
 
 // Trailer is what the script prints after the nonce.
 type Trailer struct {

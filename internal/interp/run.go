@@ -18,8 +18,8 @@ import (
 	"github.com/sandboxd/sandbox/wire"
 )
 
-// Sandboxes is what the interpreter needs of the service: sessions are exec
-// sandboxes, leased and ended like any other, and a run is one program
+// Sandboxes is what the interpreter needs of the service: its sandboxes are
+// exec sandboxes, leased and ended like any other, and a run is one program
 // through Run, the service's one exec primitive.
 type Sandboxes interface {
 	Lease(ctx context.Context, req service.LeaseRequest) (*sandbox.Sandbox, error)
@@ -31,12 +31,12 @@ type Sandboxes interface {
 
 var _ Sandboxes = files.Joined{}
 
-// Contexts run code in a session's code contexts (internal/contexts).
+// Contexts run code in a sandbox's code contexts (internal/contexts).
 type Contexts interface {
 	Run(ctx context.Context, id, ctxID string, req wire.ContextRunRequest, emit func(wire.ContextEvent) error) (*wire.Execution, error)
 }
 
-// Interpreter runs programs of the 13 languages in sessions.
+// Interpreter runs programs of the 13 languages in exec sandboxes.
 type Interpreter struct {
 	sb       Sandboxes
 	timeouts service.Timeouts
@@ -74,8 +74,8 @@ type Request = wire.RunCodeRequest
 // or bytes in DataBase64.
 type InputFile = wire.InputFile
 
-// Result is a finished run. SessionID is the sandbox that ran it: the
-// caller's when it still ran, a new one otherwise (NewSession says so).
+// Result is a finished run. SandboxID is the sandbox that ran it: the
+// caller's when it still ran, a new one otherwise (NewSandbox says so).
 type Result = wire.RunCodeResult
 
 // maxArgs bounds a run's argument list.
@@ -85,7 +85,7 @@ func unknownLanguage(name string) error {
 	return sandbox.Errorf(sandbox.KindInvalid, "unknown language %q: use one of %s", name, strings.Join(Names(), ", "))
 }
 
-// Run runs a program in the caller's session (a sandbox) or in a new one.
+// Run runs a program in the caller's sandbox (an earlier run's) or in a new one.
 // Every input is checked before a sandbox is leased for it.
 func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
 	lang, ok := Lookup(req.Language)
@@ -130,29 +130,29 @@ func (it *Interpreter) Run(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 
-	res := &Result{SessionID: req.SessionID}
-	if !it.alive(ctx, req.SessionID) {
+	res := &Result{SandboxID: req.SandboxID}
+	if !it.alive(ctx, req.SandboxID) {
 		sb, err := it.sb.Lease(ctx, service.LeaseRequest{Class: sandbox.ClassExec, Image: req.Image})
 		if err != nil {
 			return nil, err
 		}
-		res.SessionID, res.NewSession = sb.ID, true
+		res.SandboxID, res.NewSandbox = sb.ID, true
 	}
 	out, err := it.run(ctx, lang, req, inputs, timeout, res)
-	if err != nil && res.NewSession {
-		// The caller never learns a session that failed on its first run:
+	if err != nil && res.NewSandbox {
+		// The caller never learns a sandbox that failed on its first run:
 		// end it rather than leave it running on the caller's account.
-		if _, eerr := it.sb.End(context.WithoutCancel(ctx), res.SessionID, false); eerr != nil {
-			it.log.Warn("ending a session whose first run failed", "sandbox", res.SessionID, "err", eerr)
+		if _, eerr := it.sb.End(context.WithoutCancel(ctx), res.SandboxID, false); eerr != nil {
+			it.log.Warn("ending an interpreter sandbox whose first run failed", "sandbox", res.SandboxID, "err", eerr)
 		}
 	}
 	return out, err
 }
 
-// run writes the inputs and runs the program in session res.SessionID.
+// run writes the inputs and runs the program in sandbox res.SandboxID.
 func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs []inputFile, timeout time.Duration, res *Result) (*Result, error) {
 	for _, f := range inputs {
-		if _, err := it.sb.Write(ctx, res.SessionID, f.path, strings.NewReader(f.data), int64(len(f.data))); err != nil {
+		if _, err := it.sb.Write(ctx, res.SandboxID, f.path, strings.NewReader(f.data), int64(len(f.data))); err != nil {
 			return nil, err
 		}
 	}
@@ -178,7 +178,7 @@ func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs [
 		cmd.Argv = append([]string{"sh", "-c", lang.Script(), dir}, req.Args...)
 		cmd.Stdin = io.MultiReader(strings.NewReader(nonce+"\n"), strings.NewReader(req.Code))
 	}
-	o, err := it.sb.Run(ctx, res.SessionID, cmd)
+	o, err := it.sb.Run(ctx, res.SandboxID, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +190,8 @@ func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs [
 	} else {
 		// Killed before it could say what changed: ask on its own.
 		var err error
-		if res.Files, err = it.listFiles(ctx, res.SessionID, "d="+shellQuote(dir)+"\n"+ChangedScript); err != nil {
-			it.log.Warn("listing the files of a killed run", "sandbox", res.SessionID, "err", err)
+		if res.Files, err = it.listFiles(ctx, res.SandboxID, "d="+shellQuote(dir)+"\n"+ChangedScript); err != nil {
+			it.log.Warn("listing the files of a killed run", "sandbox", res.SandboxID, "err", err)
 		}
 	}
 	stderr.Note(o.Note(timeout))
@@ -204,7 +204,7 @@ func (it *Interpreter) run(ctx context.Context, lang Lang, req Request, inputs [
 
 // alive reports whether id names a sandbox of the caller that still runs
 // (or sleeps, and wakes on use). Anything else — malformed, ended, another
-// org's, failed — is not a session to reuse.
+// org's, failed — is not a sandbox to reuse.
 func (it *Interpreter) alive(ctx context.Context, id string) bool {
 	if id == "" || !sandbox.ValidID(id) {
 		return false
@@ -240,13 +240,13 @@ func decodeInputs(files []InputFile) ([]inputFile, error) {
 	return out, nil
 }
 
-// Files lists the files of a session's workdir (at most MaxFiles, sorted by
+// Files lists the files of a sandbox's workdir (at most MaxFiles, sorted by
 // path).
 func (it *Interpreter) Files(ctx context.Context, id string) ([]File, error) {
 	return it.listFiles(ctx, id, ListScript)
 }
 
-// listFiles runs a listing script in the session's workdir and parses its
+// listFiles runs a listing script in the sandbox's workdir and parses its
 // answer. The listing's own exit code does not matter (head cuts find
 // short); a listing that could not finish is an error.
 func (it *Interpreter) listFiles(ctx context.Context, id, script string) ([]File, error) {
@@ -273,7 +273,7 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// inContext runs req.Code in a code context of session res.SessionID
+// inContext runs req.Code in a code context of sandbox res.SandboxID
 // ("default": the language's default context) and answers it as a run:
 // the output, then the last expression's value as text; an error's
 // traceback on stderr and exit code 1; the rich results beside.
@@ -282,7 +282,7 @@ func (it *Interpreter) inContext(ctx context.Context, lang Lang, req Request, ti
 	if ctxID == "default" {
 		ctxID = contextLanguages[lang.Name]
 	}
-	ex, err := it.contexts.Run(ctx, res.SessionID, ctxID, wire.ContextRunRequest{Code: req.Code, TimeoutSec: int(timeout.Seconds())}, nil)
+	ex, err := it.contexts.Run(ctx, res.SandboxID, ctxID, wire.ContextRunRequest{Code: req.Code, TimeoutSec: int(timeout.Seconds())}, nil)
 	if err != nil {
 		return nil, err
 	}

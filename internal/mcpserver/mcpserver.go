@@ -38,8 +38,8 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandbox", Version: version}, &mcp.ServerOptions{
 		Instructions: "Lease an isolated sandbox, run commands in it, read and write its files, stop its work and end it. " +
 			"fork copies a running sandbox, memory and all. process_start runs a command in the background (process_output reads its output, process_stdin feeds it, process_signal stops it); preview_link makes a browser link to a server it runs. " +
-			"snapshot saves a sandbox's files as an image that later leases and run_code sessions start from (images lists them). " +
-			"run_code runs a program in one of " + fmt.Sprint(interp.Names()) + " in a session that keeps its files.",
+			"snapshot saves a sandbox's files as an image that later leases and run_code sandboxes start from (images lists them). " +
+			"run_code runs a program in one of " + fmt.Sprint(interp.Names()) + " in a sandbox that keeps its files.",
 		Logger: log,
 	})
 	add(s, "lease", "Lease a sandbox (class exec by default), or pass the id of one of yours to resume it and extend its lease.", o.Lease)
@@ -67,7 +67,7 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 		"and, with workdir, its workdir. A lease or run_code with {\"image\": name} then starts from it. Memory and running processes are not saved (fork copies those).", o.Snapshot)
 	add(s, "images", "List the images your org may lease with {\"image\": name}: its own (scope org: snapshots and pulls), then the server's (scope server).", o.ListImages)
 	add(s, "run_code", "Run a program in one of the interpreter's languages. Pass session_id again to keep the files of earlier runs; "+
-		"an answer with a different session_id means the old session ended.", o.RunCode)
+		"an answer with a different session_id (the sandbox's id) means the old sandbox ended.", o.RunCode)
 
 	// Sessions hold no state of ours; an idle one is dropped after a while
 	// (the client starts a new one) so abandoned sessions do not pile up.

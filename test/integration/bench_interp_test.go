@@ -27,7 +27,7 @@ func (e *env) py(b *testing.B, session string) codeAnswer {
 
 func BenchmarkInterpWarm(b *testing.B) {
 	e := benchEnv(b)
-	session := e.py(b, "").SessionID
+	session := e.py(b, "").SandboxID
 	measure(b, nil, func() func() { e.py(b, session); return nil })
 }
 
@@ -44,7 +44,7 @@ func BenchmarkInterpWarmFloor(b *testing.B) {
 func BenchmarkInterpCold(b *testing.B) {
 	e := benchEnv(b)
 	measure(b, nil, func() func() {
-		id := e.py(b, "").SessionID
+		id := e.py(b, "").SandboxID
 		return func() { e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil) }
 	})
 }

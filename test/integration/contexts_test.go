@@ -211,19 +211,19 @@ func TestExecInContext(t *testing.T) {
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		var first wire.RunCodeResult
 		json.Unmarshal(e.must(http.StatusOK, "POST", "/v1/exec", "acme", map[string]any{"language": "py", "code": "z = 5\nprint('set')", "context": "default"}).Body, &first)
-		if first.SessionID == "" || first.ExitCode != 0 || first.Stdout != "set\n" {
+		if first.SandboxID == "" || first.ExitCode != 0 || first.Stdout != "set\n" {
 			t.Fatalf("first run: %+v", first)
 		}
 		var second wire.RunCodeResult
-		json.Unmarshal(e.must(http.StatusOK, "POST", "/v1/exec", "acme", map[string]any{"language": "py", "code": "z * 2", "context": "default", "session_id": first.SessionID}).Body, &second)
+		json.Unmarshal(e.must(http.StatusOK, "POST", "/v1/exec", "acme", map[string]any{"language": "py", "code": "z * 2", "context": "default", "session_id": first.SandboxID}).Body, &second)
 		if second.Stdout != "10\n" || second.ExitCode != 0 || len(second.Results) != 1 || !second.Results[0].IsMainResult {
 			t.Errorf("second run: %+v", second)
 		}
 		var failed wire.RunCodeResult
-		json.Unmarshal(e.must(http.StatusOK, "POST", "/v1/exec", "acme", map[string]any{"language": "py", "code": "undefined_name", "context": "default", "session_id": first.SessionID}).Body, &failed)
+		json.Unmarshal(e.must(http.StatusOK, "POST", "/v1/exec", "acme", map[string]any{"language": "py", "code": "undefined_name", "context": "default", "session_id": first.SandboxID}).Body, &failed)
 		if failed.ExitCode != 1 || !strings.Contains(failed.Stderr, "NameError") {
 			t.Errorf("a failing run: %+v", failed)
 		}
-		e.must(http.StatusBadRequest, "POST", "/v1/exec", "acme", map[string]any{"language": "go", "code": "package main", "context": "default", "session_id": first.SessionID})
+		e.must(http.StatusBadRequest, "POST", "/v1/exec", "acme", map[string]any{"language": "go", "code": "package main", "context": "default", "session_id": first.SandboxID})
 	})
 }

@@ -10,8 +10,8 @@ import (
 )
 
 type codeAnswer struct {
-	SessionID  string `json:"session_id"`
-	NewSession bool   `json:"newSession"`
+	SandboxID  string `json:"session_id"`
+	NewSandbox bool   `json:"newSession"`
 	ExitCode   int    `json:"exitCode"`
 	Stdout     string `json:"stdout"`
 	Stderr     string `json:"stderr"`
@@ -148,12 +148,12 @@ func conformance(t *testing.T, e *env) {
 			"args": []string{"one", "two words"}, "timeoutSec": 120,
 		})
 		if session == "" {
-			if !a.NewSession || a.SessionID == "" {
+			if !a.NewSandbox || a.SandboxID == "" {
 				t.Fatalf("%s: the first run has no new session: %+v", lang, a)
 			}
-			session = a.SessionID
-		} else if a.SessionID != session || a.NewSession {
-			t.Fatalf("%s: session %q changed to %q", lang, session, a.SessionID)
+			session = a.SandboxID
+		} else if a.SandboxID != session || a.NewSandbox {
+			t.Fatalf("%s: session %q changed to %q", lang, session, a.SandboxID)
 		}
 		if a.Stdout != "args: one,two words\n" || a.ExitCode != 3 {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q", lang, a.ExitCode, a.Stdout, a.Stderr)
@@ -203,10 +203,10 @@ func TestInterpreterSessions(t *testing.T) {
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		a := e.code("acme", map[string]any{"language": "py", "code": "open('keep.txt','w').write('kept')",
 			"files": []map[string]any{{"path": "in/data.csv", "data": "a,b\n"}, {"path": "raw.bin", "dataBase64": "AA3/"}}})
-		s := a.SessionID
+		s := a.SandboxID
 		b := e.code("acme", map[string]any{"language": "bash", "session_id": s,
 			"code": "cat keep.txt; echo; cat in/data.csv; od -An -tx1 raw.bin"})
-		if b.SessionID != s || b.Stdout != "kept\na,b\n 00 0d ff\n" {
+		if b.SandboxID != s || b.Stdout != "kept\na,b\n 00 0d ff\n" {
 			t.Fatalf("second run: %+v", b)
 		}
 		if len(b.Files) != 0 {
@@ -218,7 +218,7 @@ func TestInterpreterSessions(t *testing.T) {
 		}
 		// Another org presenting the id gets a session of its own, not this one.
 		g := e.code("globex", map[string]any{"language": "bash", "session_id": s, "code": "ls"})
-		if g.SessionID == s || !g.NewSession || strings.Contains(g.Stdout, "keep.txt") {
+		if g.SandboxID == s || !g.NewSandbox || strings.Contains(g.Stdout, "keep.txt") {
 			t.Errorf("another org reused the session: %+v", g)
 		}
 		e.must(http.StatusNotFound, "GET", "/v1/exec/"+s+"/files", "globex", nil)
@@ -241,7 +241,7 @@ func TestInterpreterSessions(t *testing.T) {
 		// Ended: the next run gets a new session.
 		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+s, "acme", nil)
 		d := e.code("acme", map[string]any{"language": "bash", "session_id": s, "code": "ls"})
-		if d.SessionID == s || !d.NewSession || d.Stdout != "" {
+		if d.SandboxID == s || !d.NewSandbox || d.Stdout != "" {
 			t.Errorf("ended session: %+v", d)
 		}
 	})
@@ -269,7 +269,7 @@ print(helper.X + 1, sys.argv[1:], sys.stdin.read() == "")
 	if len(a.Files) != 1 || a.Files[0].Path != "late.txt" {
 		t.Errorf("files written by a thread before exit: %+v", a.Files)
 	}
-	s := a.SessionID
+	s := a.SandboxID
 	b := e.code("acme", map[string]any{"language": "py", "session_id": s, "code": "def f():\n    raise ValueError('boom')\nf()\n"})
 	if b.ExitCode != 1 || !strings.Contains(b.Stderr, `main.py", line 3, in <module>`) || !strings.Contains(b.Stderr, "ValueError: boom") ||
 		strings.Contains(b.Stderr, "_sandbox") {

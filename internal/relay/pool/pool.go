@@ -71,10 +71,10 @@ type Pool struct {
 	apiSrv  *http.Server
 
 	mu     sync.Mutex
-	m      map[string]*session // by sandbox id
-	none   map[string]bool     // containers whose runner has no relay, by name/uid
+	m      map[string]*link // by sandbox id
+	none   map[string]bool  // containers whose runner has no relay, by name/uid
 	closed bool
-	wg     sync.WaitGroup // the sessions' exec goroutines
+	wg     sync.WaitGroup // the links' exec goroutines
 }
 
 // New is a pool of relays run over rt with runner, held open by ch.
@@ -108,7 +108,7 @@ func (p *Pool) open(ctx context.Context, sb *sandbox.Sandbox, dial func(*relay.C
 		if err == nil {
 			c, err = s.open(dial)
 		}
-		// A session that ended under us (its sandbox slept and woke, its
+		// A link that ended under us (its sandbox slept and woke, its
 		// relay was killed) is left for a new one, once.
 		if err == nil || try > 0 || errors.Is(err, relay.ErrNoListener) || errors.Is(err, relay.ErrNoDaemon) || errors.Is(err, relay.ErrNoRelay) || ctx.Err() != nil {
 			return c, err
@@ -166,7 +166,7 @@ func (p *Pool) End(sb *sandbox.Sandbox) {
 func (p *Pool) Close() {
 	p.mu.Lock()
 	p.closed = true
-	var all []*session
+	var all []*link
 	for _, s := range p.m {
 		all = append(all, s)
 	}
@@ -212,8 +212,8 @@ func (p *Pool) Hold(ctx context.Context, sb *sandbox.Sandbox) (release func()) {
 	return func() { once.Do(s.closed) }
 }
 
-// session is one sandbox's relay: the exec and the multiplexer over it.
-type session struct {
+// link is one sandbox's relay: the exec and the multiplexer over it.
+type link struct {
 	name   string // the container it runs in
 	linger time.Duration
 	ready  chan struct{}
@@ -233,9 +233,9 @@ type session struct {
 	sb atomic.Pointer[sandbox.Sandbox]
 }
 
-// get is sb's session, started when it has none (or its old one ran in a
+// get is sb's link, started when it has none (or its old one ran in a
 // container since replaced, or ended).
-func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
+func (p *Pool) get(sb *sandbox.Sandbox) (*link, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -254,13 +254,13 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
 	}
 	if s == nil {
 		if p.m == nil {
-			p.m = map[string]*session{}
+			p.m = map[string]*link{}
 		}
 		linger := p.Linger
 		if linger <= 0 {
 			linger = DefaultLinger
 		}
-		s = &session{name: sb.Name, linger: linger, ready: make(chan struct{}), listening: make(chan struct{})}
+		s = &link{name: sb.Name, linger: linger, ready: make(chan struct{}), listening: make(chan struct{})}
 		s.sb.Store(sb)
 		p.m[sb.ID] = s
 		p.wg.Add(1)
@@ -281,7 +281,7 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*session, error) {
 const startTimeout = 30 * time.Second
 
 // run runs sb's relay exec for as long as its channel is held.
-func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
+func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 	chctx, release := p.ch.Channel(sb)
 	fail := func(err error) {
 		release()
@@ -361,7 +361,7 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *session) {
 }
 
 // forget drops s from the map, if it is still sb's.
-func (p *Pool) forget(id string, s *session) {
+func (p *Pool) forget(id string, s *link) {
 	p.mu.Lock()
 	if p.m[id] == s {
 		delete(p.m, id)
@@ -369,7 +369,7 @@ func (p *Pool) forget(id string, s *session) {
 	p.mu.Unlock()
 }
 
-func (s *session) ended() bool {
+func (s *link) ended() bool {
 	select {
 	case <-s.ready:
 	default:
@@ -389,9 +389,9 @@ func (s *session) ended() bool {
 	}
 }
 
-// open opens a connection on the session, which keeps it from its idle
+// open opens a connection on the link, which keeps it from its idle
 // end until the connection closes.
-func (s *session) open(dial func(*relay.Client) (net.Conn, error)) (net.Conn, error) {
+func (s *link) open(dial func(*relay.Client) (net.Conn, error)) (net.Conn, error) {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -405,11 +405,11 @@ func (s *session) open(dial func(*relay.Client) (net.Conn, error)) (net.Conn, er
 		s.closed()
 		return nil, err
 	}
-	return &sessionConn{Conn: c, s: s}, nil
+	return &linkConn{Conn: c, s: s}, nil
 }
 
 // closed counts a connection's end; the last starts the linger.
-func (s *session) closed() {
+func (s *link) closed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nopen--
@@ -418,9 +418,9 @@ func (s *session) closed() {
 	}
 }
 
-// hold counts a command's hold like a connection; false: the session
+// hold counts a command's hold like a connection; false: the link
 // has ended.
-func (s *session) hold() bool {
+func (s *link) hold() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
@@ -431,9 +431,9 @@ func (s *session) hold() bool {
 	return true
 }
 
-// lingered ends the session when nothing opened in the meantime, unless
+// lingered ends the link when nothing opened in the meantime, unless
 // its sandbox's own work may still call through it.
-func (s *session) lingered() {
+func (s *link) lingered() {
 	s.mu.Lock()
 	if s.nopen > 0 || s.stopped {
 		s.mu.Unlock()
@@ -456,7 +456,7 @@ func (s *session) lingered() {
 	}
 }
 
-func (s *session) stop() {
+func (s *link) stop() {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
@@ -469,9 +469,9 @@ func (s *session) stop() {
 const maxInward = 32
 
 // serveAPI asks s's runner to listen on the sandbox's API socket and
-// serves the calls made on it, until the session ends. A runner that
+// serves the calls made on it, until the link ends. A runner that
 // cannot listen (it predates the socket) leaves the sandbox without one.
-func (p *Pool) serveAPI(ctx context.Context, s *session) {
+func (p *Pool) serveAPI(ctx context.Context, s *link) {
 	ictx, cancel := context.WithTimeout(ctx, startTimeout)
 	_, err := s.client.Inward(ictx)
 	cancel()
@@ -494,10 +494,10 @@ func (p *Pool) serveAPI(ctx context.Context, s *session) {
 	p.apiSrv.Serve(&apiListener{s: s, sem: make(chan struct{}, maxInward)})
 }
 
-// apiListener is one session's calls from inside, as the API server
-// accepts them; each open call holds the session like a connection.
+// apiListener is one link's calls from inside, as the API server
+// accepts them; each open call holds the link like a connection.
 type apiListener struct {
-	s   *session
+	s   *link
 	sem chan struct{}
 }
 
@@ -522,7 +522,7 @@ func (l *apiListener) Accept() (net.Conn, error) {
 	}
 }
 
-// Close leaves the session to its own end.
+// Close leaves the link to its own end.
 func (l *apiListener) Close() error   { return nil }
 func (l *apiListener) Addr() net.Addr { return apiAddr{} }
 
@@ -546,28 +546,28 @@ type apiAddr struct{}
 func (apiAddr) Network() string { return "sandbox" }
 func (apiAddr) String() string  { return "sandbox-api-socket" }
 
-// sessionConn is a connection of a session, counted until closed.
-type sessionConn struct {
+// linkConn is a connection of a link, counted until closed.
+type linkConn struct {
 	net.Conn
-	s    *session
+	s    *link
 	once sync.Once
 }
 
-func (c *sessionConn) Close() error {
+func (c *linkConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.s.closed)
 	return err
 }
 
 // CloseWrite passes a half-close on.
-func (c *sessionConn) CloseWrite() error {
+func (c *linkConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
 	return c.Close()
 }
 
-// pipeConn is a session's connection: the exec's stdout to read, its
+// pipeConn is a link's connection: the exec's stdout to read, its
 // stdin to write.
 type pipeConn struct {
 	r *io.PipeReader
