@@ -117,7 +117,7 @@ func Serve(rwc io.ReadWriteCloser, to Targets) error {
 	if _, err := io.WriteString(rwc, hello); err != nil {
 		return err
 	}
-	s, err := yamux.Server(rwc, config())
+	s, err := yamux.Server(newFrames(rwc), config())
 	if err != nil {
 		return err
 	}
@@ -269,7 +269,7 @@ func NewClient(rwc io.ReadWriteCloser) (*Client, error) {
 	if _, err := io.ReadFull(rwc, got); err != nil || string(got) != hello {
 		return nil, fmt.Errorf("%w (it answered %q: %v)", ErrNoRelay, got, err)
 	}
-	s, err := yamux.Client(rwc, config())
+	s, err := yamux.Client(newFrames(rwc), config())
 	if err != nil {
 		return nil, err
 	}
