@@ -412,7 +412,7 @@ func TestConsoleInputIsBounded(t *testing.T) {
 	frame := make([]byte, 1<<20)
 	sent := 0
 	for sent < 96 {
-		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		wctx, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		err := c.Write(wctx, websocket.MessageBinary, frame)
 		wcancel()
 		if err != nil {
