@@ -1,10 +1,14 @@
 package gvisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
+	"time"
 )
 
 // Every sandbox's cgroup is a child of one parent, /sandbox, whose CPU
@@ -53,4 +57,58 @@ func prepareCgroups(weight int) error {
 		return fmt.Errorf("gvisor: cgroup %s: %w", file, err)
 	}
 	return nil
+}
+
+// removeCgroup removes container name's cgroup wherever it is left. runsc
+// removes it on a delete, but a start cut short — its runsc killed with its
+// context, at a server's shutdown say, before it saved the container's
+// state — leaves a cgroup runsc knows nothing of, one per controller. Any
+// process of the sandbox that outlived the cut is killed first. A cgroup
+// that is not there is no error; another container's is never touched (the
+// name is this container's own).
+func removeCgroup(name string) error {
+	var dirs []string
+	if unified() {
+		dirs = []string{filepath.Join(cgroupRoot, cgroupParent, name)}
+	} else {
+		hierarchies, err := os.ReadDir(cgroupRoot)
+		if err != nil {
+			return fmt.Errorf("gvisor: cgroups: %w", err)
+		}
+		for _, h := range hierarchies {
+			dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cgroupParent, name))
+		}
+	}
+	var errs []error
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			continue // not in this hierarchy, or a link to one done already
+		}
+		if err := rmCgroup(d); err != nil {
+			errs = append(errs, fmt.Errorf("gvisor: removing the cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rmCgroup kills what is left in cgroup dir and removes it, waiting up to
+// two seconds for the killed to exit (a cgroup with tasks is busy).
+func rmCgroup(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for _, f := range strings.Fields(string(procs)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -1023,6 +1023,9 @@ func (r *Runtime) teardown(ctx context.Context, m *meta) error {
 	} else if _, err := r.runsc(ctx, m.Flags, "delete", "--force", m.Name); err != nil && !strings.Contains(err.Error(), "does not exist") && !strings.Contains(err.Error(), "not found") {
 		return err
 	}
+	if err := removeCgroup(m.Name); err != nil {
+		return err
+	}
 	if err := r.releaseVolume(m.Volume); err != nil {
 		return err
 	}
