@@ -52,6 +52,11 @@ type RunFile struct {
 	Size int64  `json:"size"`
 }
 
+// SessionFile is the old name of RunFile.
+//
+// Deprecated: use RunFile.
+type SessionFile = RunFile
+
 // Event is one entry of a session log, a named narration log (GET
 // /v1/sessions/{name}/events, one per server-sent event's data).
 type Event struct {

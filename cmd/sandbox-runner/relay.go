@@ -45,7 +45,7 @@ func relayMain(args []string) int {
 	return 0
 }
 
-// stdio is the session's connection: stdin to read, stdout to write.
+// stdio is the relay's connection: stdin to read, stdout to write.
 type stdio struct{}
 
 func (stdio) Read(p []byte) (int, error)  { return os.Stdin.Read(p) }

@@ -65,7 +65,8 @@ func prepareCgroups(weight int) error {
 // state — leaves a cgroup runsc knows nothing of, one per controller. Any
 // process of the sandbox that outlived the cut is killed first. A cgroup
 // that is not there is no error; another container's is never touched (the
-// name is this container's own).
+// name is this container's own, checked by newBundle and loadMeta). Two
+// seconds in all are given to the killed to exit.
 func removeCgroup(name string) error {
 	var dirs []string
 	if unified() {
@@ -79,27 +80,32 @@ func removeCgroup(name string) error {
 			dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cgroupParent, name))
 		}
 	}
+	deadline := time.Now().Add(2 * time.Second)
 	var errs []error
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err != nil {
 			continue // not in this hierarchy, or a link to one done already
 		}
-		if err := rmCgroup(d); err != nil {
+		if err := rmCgroup(d, deadline); err != nil {
 			errs = append(errs, fmt.Errorf("gvisor: removing the cgroup %s: %w", d, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// rmCgroup kills what is left in cgroup dir and removes it, waiting up to
-// two seconds for the killed to exit (a cgroup with tasks is busy).
-func rmCgroup(dir string) error {
-	deadline := time.Now().Add(2 * time.Second)
+// rmCgroup kills what is left in cgroup dir and removes it, waiting until
+// deadline for the killed to exit (a cgroup with tasks is busy). cgroup v2
+// kills the whole cgroup at once (cgroup.kill); v1 has no such file, and
+// its processes are killed by pid.
+func rmCgroup(dir string, deadline time.Time) error {
+	self := os.Getpid()
 	for {
-		procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		for _, f := range strings.Fields(string(procs)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				syscall.Kill(pid, syscall.SIGKILL)
+		if os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0) != nil {
+			procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			for _, f := range strings.Fields(string(procs)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != self {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
 			}
 		}
 		err := syscall.Rmdir(dir)

@@ -42,8 +42,10 @@ func cgroupsOf(t *testing.T, name string) []string {
 // with a live process that runsc never knew.
 func TestCutCreateLeavesNoCgroup(t *testing.T) {
 	r := newRuntime(t)
+	// The /sandbox parent is the host's: names of this run's own.
+	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	for i, cut := range []time.Duration{20 * time.Millisecond, 60 * time.Millisecond, 120 * time.Millisecond, 250 * time.Millisecond} {
-		name := "sbx-cut" + strconv.Itoa(i)
+		name := "sbx-cut" + run + "-" + strconv.Itoa(i)
 		ctx, cancel := context.WithTimeout(context.Background(), cut)
 		obj, err := r.Create(ctx, runtime.Spec{
 			Name: name, Labels: map[string]string{runtime.LabelSandbox: "cut"}, Image: "exec", Workdir: "/mnt/data",
@@ -62,7 +64,7 @@ func TestCutCreateLeavesNoCgroup(t *testing.T) {
 	}
 
 	// A survivor runsc never knew: a process in a cgroup of that name.
-	name := "sbx-cutsurvivor"
+	name := "sbx-cutsurvivor" + run
 	dir := filepath.Join(cgroupRoot, "pids", cgroupParent, name)
 	if unified() {
 		dir = filepath.Join(cgroupRoot, cgroupParent, name)
