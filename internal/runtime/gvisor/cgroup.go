@@ -68,17 +68,9 @@ func prepareCgroups(weight int) error {
 // name is this container's own, checked by newBundle and loadMeta). Two
 // seconds in all are given to the killed to exit.
 func removeCgroup(name string) error {
-	var dirs []string
-	if unified() {
-		dirs = []string{filepath.Join(cgroupRoot, cgroupParent, name)}
-	} else {
-		hierarchies, err := os.ReadDir(cgroupRoot)
-		if err != nil {
-			return fmt.Errorf("gvisor: cgroups: %w", err)
-		}
-		for _, h := range hierarchies {
-			dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cgroupParent, name))
-		}
+	dirs, err := cgroupDirs(name)
+	if err != nil {
+		return err
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	var errs []error
@@ -91,6 +83,24 @@ func removeCgroup(name string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cgroupDirs are where container name's cgroup would be: one directory on
+// cgroup v2, one per mounted hierarchy on v1 (some of them links to others,
+// or not there at all).
+func cgroupDirs(name string) ([]string, error) {
+	if unified() {
+		return []string{filepath.Join(cgroupRoot, cgroupParent, name)}, nil
+	}
+	hierarchies, err := os.ReadDir(cgroupRoot)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: cgroups: %w", err)
+	}
+	var dirs []string
+	for _, h := range hierarchies {
+		dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cgroupParent, name))
+	}
+	return dirs, nil
 }
 
 // rmCgroup kills what is left in cgroup dir and removes it, waiting until

@@ -15,21 +15,14 @@ import (
 // cgroupsOf lists container name's cgroup directories that exist.
 func cgroupsOf(t *testing.T, name string) []string {
 	t.Helper()
-	var found []string
-	roots := []string{filepath.Join(cgroupRoot, cgroupParent)}
-	if !unified() {
-		hs, err := os.ReadDir(cgroupRoot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots = nil
-		for _, h := range hs {
-			roots = append(roots, filepath.Join(cgroupRoot, h.Name(), cgroupParent))
-		}
+	dirs, err := cgroupDirs(name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, r := range roots {
-		if _, err := os.Stat(filepath.Join(r, name)); err == nil {
-			found = append(found, filepath.Join(r, name))
+	var found []string
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil {
+			found = append(found, d)
 		}
 	}
 	return found
