@@ -116,12 +116,14 @@ log "go: $gobin ($(cd / && GOTOOLCHAIN=local go env GOVERSION)); toolchain for t
 
 # --- binary and images --------------------------------------------------------
 
-log "go build -o bin/sandbox ./cmd/sandbox (in $repo)"
-go build -o bin/sandbox ./cmd/sandbox
-# The interpreter's in-sandbox runner: static (it runs on the image's libc,
-# not the host's), found by `sandbox serve` beside bin/sandbox.
-log "go build -o bin/sandbox-runner ./cmd/sandbox-runner (static)"
-CGO_ENABLED=0 go build -trimpath -o bin/sandbox-runner ./cmd/sandbox-runner
+# Both static and trimmed: the in-sandbox runner must be (it runs on the
+# image's libc, not the host's; `sandbox serve` finds it beside
+# bin/sandbox), and the server is built the way everything else builds this
+# module (scripts/test.sh, the tests' own builds, scripts/server-image.sh),
+# so that Go's cache compiles each package once: on a fresh machine a second
+# set of flags cost a second cold compile of the server's ~1200 packages.
+log "go build -trimpath -o bin/ ./cmd/sandbox ./cmd/sandbox-runner (static; in $repo)"
+CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/sandbox ./cmd/sandbox-runner
 
 # The three class images at once, beside the runsc build below: each is
 # mostly downloads and dpkg (one after another they took 13.8 minutes on a
@@ -152,9 +154,18 @@ if [ -n "${SANDBOX_RUNSC:-}" ] && [ "$SANDBOX_RUNSC" != "$RUNSC" ]; then
 elif [ -x "$RUNSC" ]; then
 	log "runsc: $RUNSC present"
 else
-	log "runsc: building gvisor.dev/gvisor/runsc@$RUNSC_VERSION (takes ~3 min and ~800 MB RAM)"
+	# Built in this module, whose go.mod requires gVisor at the same version
+	# (TestPinnedRunscIsLinked): the server links runsc's own packages
+	# for its exec channel, and built with the same flags they are compiled
+	# once for both. A `go install runsc@version` of gVisor's own module
+	# compiled the sentry a second time (~3 CPU minutes on a fresh machine)
+	# for a runsc whose only difference is patch versions of x/sys and a few
+	# other dependencies: the ones the server's copy of the same code uses.
+	log "runsc: building gvisor.dev/gvisor/runsc $RUNSC_VERSION in this module (the server's packages, already compiled, plus runsc's own)"
+	grep -q "^[[:space:]]*gvisor.dev/gvisor $RUNSC_VERSION\$" go.mod ||
+		die "go.mod does not require gvisor.dev/gvisor $RUNSC_VERSION, the version PinnedRunsc names"
 	tmp=$(mktemp -d)
-	(cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp/bin" go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION")
+	CGO_ENABLED=0 go build -trimpath -o "$tmp/bin/runsc" gvisor.dev/gvisor/runsc
 	"$tmp/bin/runsc" --version >/dev/null || die "the built runsc does not run"
 	install -d -m 0755 "$(dirname "$RUNSC")"
 	install -m 0755 "$tmp/bin/runsc" "$RUNSC.new"

@@ -70,6 +70,10 @@ gobin=$(find_go) || die "no Go >= 1.21 found after scripts/deps.sh"
 PATH="$(dirname "$gobin"):$PATH"
 export PATH
 export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+# The build settings of every other build of this module (deps.sh, the
+# tests' own go builds, server-image.sh): one compile of each package in
+# Go's cache serves vet, the tests and the binaries they build.
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 
 # gofmt of the toolchain go.mod selects, not whatever gofmt is on PATH.
 gofmt="$(go env GOROOT)/bin/gofmt"
@@ -153,8 +157,11 @@ require=gvisor,browser,registry
 [ -n "$helm" ] && require=$require,helm
 export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_KUBE_ROOT=${kubeconfig:+$KROOT} SANDBOX_TEST_HELM=$helm SANDBOX_TEST_REQUIRE=$require
 
-log "go test -count=1 -timeout 60m $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
-go test -count=1 -timeout 60m "$@" "${pkgs[@]}"
+# -parallel 4: the tests that call t.Parallel() (test/integration's
+# parallel_test.go says which and why) mostly wait on something real; four
+# at a time keep the two cores busy without starving the sandboxes.
+log "go test -count=1 -timeout 60m -parallel 4 $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
+go test -count=1 -timeout 60m -parallel 4 "$@" "${pkgs[@]}"
 if [ "$load" = 1 ]; then
 	log "go test -count=1 $* ./load/ (the hostile-tenant suite, alone on the machine)"
 	go test -count=1 -timeout 20m "$@" ./load/
