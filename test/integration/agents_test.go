@@ -140,6 +140,7 @@ func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) 
 // the tools, and leases, runs, reads, writes, stops and ends; another org's
 // key sees not_found, and no tool's schema can name an org or a credential.
 func TestMCP(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		s, err := e.mcpSession(ctx, "acme")

@@ -53,6 +53,7 @@ func TestAuthRequired(t *testing.T) {
 }
 
 func TestExecSandboxLifecycle(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		before := time.Now()
 		r := e.must(http.StatusCreated, "POST", "/v1/sandbox", "acme", map[string]any{"ttlSec": 120})
@@ -654,6 +655,7 @@ func TestMeterUsageAndMetrics(t *testing.T) {
 }
 
 func TestSleepAndWake(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"project": "nap"})
 		e.sh("acme", id, "echo in-volume > v.txt; echo in-overlay > /home/user/o.txt; echo in-tmp > /tmp/t.txt")

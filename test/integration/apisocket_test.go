@@ -27,6 +27,7 @@ func apiCall(path string, withToken bool) string {
 // sandbox user's alone; a background process calls it too, past the
 // relay's linger with no command in flight.
 func TestAPISocket(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"ttlSec": 300})
 		other := e.lease("acme", map[string]any{"ttlSec": 300})

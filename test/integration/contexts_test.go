@@ -43,6 +43,7 @@ func mainText(ex wire.Execution) string {
 // interrupts without losing the state, contexts are independent, and a
 // context survives sleep and is carried by a fork where memory is kept.
 func TestCodeContexts(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", nil)
 		r := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/contexts", "acme", map[string]any{"language": "python"})

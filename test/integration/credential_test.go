@@ -413,6 +413,7 @@ func TestLeaseCredentialForkOnRunsc(t *testing.T) {
 // wake from memory when the credential was refreshed while the sandbox
 // slept (the memory holds the one from before the sleep).
 func TestLeaseCredentialAfterWakeOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	t.Run("cold", func(t *testing.T) {
 		// The credential lives as long as the lease: no refresh writes it.
 		e := newEnv(t)

@@ -135,6 +135,7 @@ func TestFork(t *testing.T) {
 // TestForkProject: a project sandbox's fork needs a new project,
 // which gets a copy of the volume; the two volumes then diverge.
 func TestForkProject(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackendsWith(t, server.Config{}, []string{"dev"}, func(t *testing.T, e *env) {
 		orig := e.lease("acme", map[string]any{"class": "dev", "project": "one"})
 		e.sh("acme", orig, "mkdir -p src && echo v1 > src/a && head -c 1000000 /dev/urandom > blob && sha256sum blob > sum")

@@ -315,6 +315,7 @@ func TestImagePullWithAuth(t *testing.T) {
 // as an image of the org, leased again, and used by an interpreter
 // session.
 func TestSnapshotOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	images := imagesWithClasses(t)
 	e := newEnvConfig(t, server.Config{Images: images})
 	id := e.lease("acme", nil)
@@ -457,6 +458,7 @@ func (e *env) lastOutput(org, id string, pid int) string {
 // the whole room, each image's listed size is its charge, and what the
 // images take on disk is within what was charged.
 func TestSnapshotQuotaOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	images := imagesWithClasses(t)
 	e := newEnvConfig(t, server.Config{Images: images})
 	base, err := filepath.EvalSymlinks(filepath.Join(images, "exec"))

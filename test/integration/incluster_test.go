@@ -507,6 +507,7 @@ func version(t *testing.T, url string) string {
 //   - so does the server pod killed outright (--grace-period=0 --force);
 //   - helm uninstall leaves no sandbox pod, claim, volume or RBAC behind.
 func TestHelmInCluster(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	r := newRelease(t)
 	// A registry the server's pod and the node both reach (in a network
 	// namespace of the test's, routed from the pods): the SDK pulls an
@@ -585,7 +586,7 @@ func TestHelmInCluster(t *testing.T) {
 	inflight := make(chan execAnswer, 1)
 	go func() {
 		defer close(inflight)
-		body, _ := json.Marshal(map[string]any{"command": "sleep 8; echo finished", "timeoutSec": 60})
+		body, _ := json.Marshal(map[string]any{"command": "sleep 15; echo finished", "timeoutSec": 60})
 		req, _ := http.NewRequest("POST", url+"/v1/sandbox/"+w.ticker+"/exec", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
 		res, err := http.DefaultClient.Do(req)

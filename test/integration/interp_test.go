@@ -134,6 +134,7 @@ end program hello`,
 // It runs twice: with the in-sandbox runner, and through the shell script a
 // server without it uses.
 func TestInterpreterConformance(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	t.Run("runner", func(t *testing.T) { conformance(t, newEnv(t)) })
 	t.Run("sh", func(t *testing.T) { conformance(t, newEnvConfig(t, server.Config{Runner: "none"})) })
 	t.Run("kube", func(t *testing.T) { e, _, _ := newKubeRunnerEnv(t); conformance(t, e) })

@@ -15,6 +15,7 @@ import (
 // a crate. Nothing else is reached (the policy holds: the real indexes are
 // not asked).
 func TestPackageManagersOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, in := newEgressEnv(t, 0)
 	packageManagers(t, e, in, "hello allowed.example", in.Queries)
 }

@@ -91,7 +91,8 @@ func (e *env) serverPort() string {
 // waitListening waits until port answers through the path form.
 func (e *env) waitListening(org, id string, port int) {
 	e.t.Helper()
-	for range 100 {
+	for range 300 { // 30 s: the tests beside it (parallel_test.go) slow a start
+
 		req, _ := http.NewRequest("GET", fmt.Sprintf("%s/v1/sandbox/%s/ports/%d/", e.http.URL, id, port), nil)
 		req.Header.Set("Authorization", "Bearer "+e.keys[org])
 		if e.host != "" {
@@ -117,6 +118,7 @@ func (e *env) waitListening(org, id string, port int) {
 // its own cookie but never the preview's, and a reload works on the
 // cookie alone.
 func TestPreviewInBrowser(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"ttlSec": 600})
 		e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", devServer}})

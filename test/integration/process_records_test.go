@@ -56,6 +56,7 @@ func (e *env) startInside(id string, n int, argv string) {
 // rounds — leave store.MaxProcessRecords records, the ended and forgotten
 // ones pruned first; the running ones are never pruned.
 func TestProcessRecordsBoundedOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e := newEnv(t)
 	id := e.lease("acme", map[string]any{"ttlSec": 1200})
 	max := store.MaxProcessRecords

@@ -211,6 +211,7 @@ func TestLiveGaugeAfterRestart(t *testing.T) {
 // leaves it running again at its next start, and the crashed fork's
 // checkpoint is gone.
 func TestRestartResumesAForkInterrupted(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e := newEnv(t)
 	id := e.lease("acme", nil)
 	e.sh("acme", id, "echo kept > f")

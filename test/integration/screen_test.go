@@ -18,6 +18,7 @@ import (
 // loading the screen page, connects and shows non-black pixels from the
 // desktop.
 func TestScreen(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e := newEnv(t, "desktop")
 	id := e.lease("acme", map[string]any{"class": "desktop", "project": "desk", "ttlSec": 300})
 

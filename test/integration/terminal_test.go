@@ -88,6 +88,7 @@ func dialStatus(res *http.Response) int {
 // a tmux session survives a disconnect and is re-attached with a second
 // ticket; a connected terminal extends the lease.
 func TestTerminal(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackendsWith(t, server.Config{}, []string{"dev"}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"class": "dev", "project": "term", "ttlSec": 60})
 		before := unixTime(t, e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)["expiresAt"])

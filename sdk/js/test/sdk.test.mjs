@@ -13,7 +13,7 @@ test("a sandbox, end to end", async () => {
   try {
     assert.equal(sbx.info.kind, "sandbox");
     assert.equal(sbx.info.status, "running");
-    assert.ok(sbx.info.expiresAt - Date.now() / 1000 > 290);
+    assert.ok(sbx.info.expiresAt - Date.now() / 1000 > 240); // a lease within a minute, on a busy machine too
 
     let r = await sbx.commands.run("read x; echo got-$x; exit 3", { stdin: "hi\n" });
     assert.deepEqual([r.exitCode, r.stdout], [3, "got-hi\n"]);

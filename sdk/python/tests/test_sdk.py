@@ -33,7 +33,7 @@ needs_diff = pytest.mark.skipif("rootfs-diff" not in CAPS or BACKEND == "kube",
 def test_sync_sandbox():
     with Sandbox.create(timeout=300) as sbx:
         assert sbx.info.kind == "sandbox" and sbx.info.status == "running"
-        assert sbx.info.expires_at - time.time() > 290
+        assert sbx.info.expires_at - time.time() > 240  # a lease within a minute, on a busy machine too
 
         r = sbx.commands.run("read x; echo got-$x; exit 3", stdin="hi\n")
         assert (r.exit_code, r.stdout) == (3, "got-hi\n")
