@@ -92,10 +92,15 @@ go vet ./...
 # them (below): its floods take the machine's CPU and would make the timing
 # of the suites running beside it meaningless.
 mapfile -t pkgs < <(go list ./... | grep -v '/load$')
-# go test starts packages (-p: one per core) in the order given: the longest
-# suite (test/integration, ~20 of the ~30 minutes) first, so the rest run
-# beside it instead of before it (last, it started ~9 minutes in).
-mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | grep '/test/integration$'; printf '%s\n' "${pkgs[@]}" | grep -v '/test/integration$')
+# go test starts packages (-p at a time) in the order given: the longest
+# suites first (their seconds alone, warm: test/integration ~850 with its
+# parallel tests, the kube runtime ~350, the SDKs, the client and the CLI
+# ~180 each), so the short ones fill in beside them instead of one long
+# suite starting last (test/integration, last, began ~9 minutes in).
+long='/test/integration$|/internal/runtime/kube$|/sdk$|/client$|/cmd/sandbox$'
+mapfile -t pkgs < <(for p in test/integration internal/runtime/kube sdk client cmd/sandbox; do
+	printf '%s\n' "${pkgs[@]}" | grep "/$p\$" || true
+done; printf '%s\n' "${pkgs[@]}" | grep -Ev "$long")
 load=1
 for a in "$@"; do
 	case $a in
@@ -157,11 +162,13 @@ require=gvisor,browser,registry
 [ -n "$helm" ] && require=$require,helm
 export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_TEST_KUBE_ROOT=${kubeconfig:+$KROOT} SANDBOX_TEST_HELM=$helm SANDBOX_TEST_REQUIRE=$require
 
-# -parallel 4: the tests that call t.Parallel() (test/integration's
-# parallel_test.go says which and why) mostly wait on something real; four
-# at a time keep the two cores busy without starving the sandboxes.
-log "go test -count=1 -timeout 60m -parallel 4 $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
-go test -count=1 -timeout 60m -parallel 4 "$@" "${pkgs[@]}"
+# The suites mostly wait on something real (a pod, a sandbox's boot, a
+# timeout that proves a refusal): alone, test/integration left the two
+# cores 60% idle. So three packages at a time (-p 3), and within one up to
+# four tests that call t.Parallel() (test/integration's parallel_test.go
+# says which and why).
+log "go test -count=1 -timeout 60m -p 3 -parallel 4 $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
+go test -count=1 -timeout 60m -p 3 -parallel 4 "$@" "${pkgs[@]}"
 if [ "$load" = 1 ]; then
 	log "go test -count=1 $* ./load/ (the hostile-tenant suite, alone on the machine)"
 	go test -count=1 -timeout 20m "$@" ./load/

@@ -19,6 +19,7 @@ import (
 // TestTypedOps drives lease, run, read, write, stop and end over
 // POST /v1/sandbox/{op}, with ids and paths in the body.
 func TestTypedOps(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		sb := e.must(http.StatusOK, "POST", "/v1/sandbox/lease", "acme", map[string]any{"ttlSec": 120}).JSON(t)
 		id := sb["id"].(string)
@@ -321,6 +322,7 @@ func (s *statusError) Error() string { return http.StatusText(s.code) }
 // ends; a secret split across two writes is redacted in the stream and in
 // the answer; a late joiner gets the backlog; sessions are per org.
 func TestNarration(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

@@ -177,6 +177,7 @@ func TestExecSandboxLifecycle(t *testing.T) {
 }
 
 func TestLeaseChecks(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e := newEnv(t, "dev")
 	for _, tc := range []struct {
 		name string
@@ -259,6 +260,7 @@ func TestLeaseChecks(t *testing.T) {
 }
 
 func TestFiles(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", nil)
 		fs := func(p string) string { return "/v1/sandbox/" + id + "/fs?path=" + url.QueryEscape(p) }
@@ -331,6 +333,7 @@ func TestFiles(t *testing.T) {
 }
 
 func TestCrossOrgIsNotFound(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"project": "secret"})
 		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=s.txt", "acme", "acme's secret")
@@ -371,6 +374,7 @@ func TestCrossOrgIsNotFound(t *testing.T) {
 }
 
 func TestVolumeKeptOnEndDroppedOnPurge(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e := newEnv(t, "dev")
 	id := e.lease("acme", map[string]any{"class": "dev", "project": "site"})
 	sb := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id, "acme", nil).JSON(t)
@@ -540,6 +544,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 }
 
 func TestStopCancelsWorkNotTheSandbox(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", nil)
 		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/fs?path=log.txt", "acme", "before\n")
@@ -590,6 +595,7 @@ func TestStopCancelsWorkNotTheSandbox(t *testing.T) {
 }
 
 func TestMeterUsageAndMetrics(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	// Fees as --fee exec=3 gives them: exec costs 3 cents, dev is free.
 	e := newEnvConfig(t, server.Config{Meter: meter.Config{Fees: meter.Fees{ByClass: map[string]int64{"exec": 3}}}}, "dev")
 
@@ -744,6 +750,7 @@ func TestSleepAndWake(t *testing.T) {
 }
 
 func TestReaperSleepsIdleSandboxes(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e := newEnvConfig(t, server.Config{Reaper: reaper.Config{IdleAfter: time.Second}})
 	idle := e.lease("acme", nil)
 	busy := e.lease("acme", nil)

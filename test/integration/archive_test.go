@@ -52,6 +52,7 @@ func makeTar(t *testing.T, entries []entry, gz bool) []byte {
 // other links as they will be on disk), a path through a link or a device
 // is refused whole, with nothing written (not even its staging directory).
 func TestArchive(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", nil)
 		bin := string([]byte{0, 255, 1, '\n', 0xc3})

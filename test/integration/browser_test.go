@@ -80,6 +80,7 @@ func typeText(text string) chromedp.Action[chromedp.Void] {
 // in the DOM; framed by a page of another (allowed) origin, the page posts
 // {source: "sandbox-term", ready: true} to its parent once live.
 func TestTerminalInBrowser(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	var parentBody string
 	parent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")

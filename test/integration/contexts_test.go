@@ -209,6 +209,7 @@ func TestCodeContexts(t *testing.T) {
 // TestExecInContext: /v1/exec (and so the MCP tool run_code) with a context
 // keeps variables between runs of a session, with rich results beside.
 func TestExecInContext(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		var first wire.RunCodeResult
 		json.Unmarshal(e.must(http.StatusOK, "POST", "/v1/exec", "acme", map[string]any{"language": "py", "code": "z = 5\nprint('set')", "context": "default"}).Body, &first)

@@ -29,6 +29,7 @@ import (
 // credential of the second server's, that this server takes because it
 // trusts that issuer — bound to the sandbox, ending with the lease.
 func TestLeaseCredentialExchangedElsewhereOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	idp := testenv.NewOIDCProvider(t)
 	raw := make([]byte, 32)
 	rand.Read(raw)

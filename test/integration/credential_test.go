@@ -123,6 +123,7 @@ func (e *env) exchange(form url.Values, basic ...string) (int, map[string]any) {
 // caller's key, is in a spec, an environment, a file of the data
 // directory or an answer.
 func TestLeaseCredentialOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e := newEnv(t)
 	id := e.lease("acme", map[string]any{"ttlSec": 600})
 	other := e.lease("acme", map[string]any{"ttlSec": 600})

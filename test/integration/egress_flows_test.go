@@ -203,6 +203,7 @@ func nameProbeIn(e *env, id string, checks ...[]any) []string {
 // judged by its own Host: a second request for a refused name gets a 403
 // and the connection's end.
 func TestEgressDenyByNameOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, _ := newEgressEnv(t, 0)
 	id := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"internet"}, "deny": []string{"x.example"}}})
 	checks := [][]any{

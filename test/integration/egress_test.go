@@ -98,6 +98,7 @@ func leftovers(t *testing.T, e *env, in *testenv.Internet) []string {
 // neighbours and other resolvers are never reached; a live change takes
 // effect; nothing is left after the end.
 func TestEgressOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, in := newEgressEnv(t, 0)
 
 	named := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example", "rebind.example"}}})
@@ -309,6 +310,7 @@ func TestEgressRestartAndSweep(t *testing.T) {
 // gets a network of its own under the original's policy; both reach what
 // the policy allows and nothing else, and both ends leave nothing.
 func TestEgressAcrossSleepAndForkOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, in := newEgressEnv(t, 0)
 	id := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example"}}})
 	checks := [][]any{c("http", "http://allowed.example/"), c("http", "http://other.example/"), c("tcp", testenv.RawIP, 80)}
@@ -667,6 +669,7 @@ func inject(t *testing.T, ns string, src netip.Addr, dstMAC net.HardwareAddr, na
 // the uplink's link-local address on the sandbox's own link, where the
 // stand-in control API listens.
 func TestEgressSpoofAndIPv6OnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, in := newEgressEnv(t, 0)
 	narrow := e.lease("acme", map[string]any{"network": map[string]any{"allow": []string{"allowed.example"}}})
 	key := onlyNetns(t, e)
@@ -706,7 +709,7 @@ func TestEgressSpoofAndIPv6OnRunsc(t *testing.T) {
 	inject(t, ns, other, upMAC, "spoofed-canary.example.")
 	before := count("allowed.example.")
 	inject(t, ns, own, upMAC, "allowed.example.")
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for count("allowed.example.") == before && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

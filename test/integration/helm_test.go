@@ -581,6 +581,7 @@ func TestHelmTemplate(t *testing.T) {
 // in values.yaml with its default and its help, so the chart cannot fall
 // behind a new flag silently.
 func TestChartFlags(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	bin := filepath.Join(t.TempDir(), "sandbox")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/sandbox")
 	build.Dir = "../.."
@@ -705,6 +706,7 @@ func TestChartRenderedKube(t *testing.T) {
 // leaves out those another installer made (the RuntimeClass) and keeps
 // those of its own release (the namespace, annotated as Helm does).
 func TestHelmDryRunServer(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	helm := testenv.NeedHelm(t)
 	kubeconfig := testenv.NeedKube(t)
 	c := kubeClient(t)

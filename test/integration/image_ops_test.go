@@ -14,6 +14,7 @@ import (
 // a sandbox's files saved as an image, listed for its org alone, leased
 // again; bad input refused.
 func TestImageOps(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e := newEnvConfig(t, server.Config{Images: imagesWithClasses(t)})
 	id := e.lease("acme", nil)
 	e.sh("acme", id, "mkdir -p ~/.config && echo typed > ~/.config/made-by && echo in-work > w.txt")

@@ -198,6 +198,7 @@ func viaIngress(t *testing.T, addr, host, path, key string) (int, string) {
 // WebSocket through Traefik, the token dropped, the preview's credential
 // never reaching the app.
 func TestHelmIngress(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	r := newRelease(t)
 	class, addr := r.traefik()
 	r.flags = []string{"--set", "ingress.enabled=true", "--set", "ingress.className=" + class,

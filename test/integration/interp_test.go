@@ -201,6 +201,7 @@ func TestInterpreterRefusals(t *testing.T) {
 // diagnostics on stderr, an ended session (or another org's) yields a new
 // one, and upload/download/list work on the session.
 func TestInterpreterSessions(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		a := e.code("acme", map[string]any{"language": "py", "code": "open('keep.txt','w').write('kept')",
 			"files": []map[string]any{{"path": "in/data.csv", "data": "a,b\n"}, {"path": "raw.bin", "dataBase64": "AA3/"}}})

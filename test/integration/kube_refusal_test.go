@@ -50,6 +50,7 @@ func newKubeEnvSlowStart(t *testing.T, storageClass string) (*env, func() int) {
 // would bind it) is answered at once with the cluster's reason and what is
 // missing, leaves no pod, and is kept as an error row saying the same.
 func TestKubeUnboundClaim(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, pods := newKubeEnvSlowStart(t, "sbt-nobody-serves-this")
 	start := time.Now()
 	r := e.do("POST", "/v1/sandbox", "acme", map[string]any{"class": "dev", "project": "nopv", "ttlSec": 300})

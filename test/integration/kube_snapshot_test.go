@@ -29,6 +29,7 @@ func runnerImage(t testing.TB) string { return testenv.RunnerImage(t) }
 // layer pushed is the one the checks passed: a setuid bit and a FIFO the
 // sandbox made are not in the image the nodes pull.
 func TestKubeSnapshotRunnerAndLayer(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	reg := testenv.NeedRegistry(t, false)
 	cfg := server.Config{Images: imagesWithClasses(t)}
 	cfg.Catalog.Allow = []string{reg.Host}

@@ -69,6 +69,7 @@ func newKubeEnvConfig(t testing.TB, cfg server.Config) (*env, kubernetes.Interfa
 // side: the RuntimeClass, no service-account token, the labels, the
 // security context, the pod gone after end.
 func TestKubeAPI(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, c, ns := newKubeEnv(t)
 	ctx := context.Background()
 	id := e.lease("acme", map[string]any{"ttlSec": 300})
@@ -245,6 +246,7 @@ func projectClaim(org, project string) string {
 // claimed one is kept); a project volume is a PVC of the deterministic
 // name that outlives its sandbox and goes with purge.
 func TestKubeSweepAndVolumes(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, c, ns := newKubeEnv(t)
 	ctx := context.Background()
 
@@ -340,6 +342,7 @@ func withProjectVolume(t *testing.T, c kubernetes.Interface, ns, org, project st
 // TestKubeScreen: a desktop pod's display, relayed over a non-tty exec
 // subresource stream: the VNC server's RFB handshake arrives intact.
 func TestKubeScreen(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	e, c, ns := newKubeEnv(t)
 	withProjectVolume(t, c, ns, "acme", "desk")
 	id := e.lease("acme", map[string]any{"class": "desktop", "project": "desk", "ttlSec": 300})
@@ -376,6 +379,7 @@ func TestKubeRefusesAMissingRuntimeClass(t *testing.T) {
 // node from the registry; snapshot and private registries are refused
 // clearly.
 func TestKubeImage(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	reg := testenv.NeedRegistry(t, false)
 	cfg := server.Config{Images: imagesWithClasses(t)}
 	cfg.Catalog.Allow = []string{reg.Host}

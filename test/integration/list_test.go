@@ -11,6 +11,7 @@ import (
 // TestListPages: keyset pages of the listing, newest first, with a cursor
 // that only this server's own answers satisfy.
 func TestListPages(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		var ids []string
 		for range 3 {

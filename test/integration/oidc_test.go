@@ -27,6 +27,7 @@ import (
 // thing wrong with it.
 
 func TestOIDCCallers(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	p := testenv.NewOIDCProvider(t)
 	onBackends(t, server.Config{Identity: identity.Config{Issuers: []string{p.Issuer()}}}, func(t *testing.T, e *env) { oidcCallers(t, e, p) })
 }
@@ -241,6 +242,7 @@ func unsigned(t *testing.T, header, claims map[string]any) string {
 // (--oidc-audience) and another org claim (--oidc-org-claim); each
 // issuer's keys verify its own tokens only.
 func TestOIDCConfigured(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	p, q := testenv.NewOIDCProvider(t), testenv.NewOIDCProvider(t)
 	onBackends(t, server.Config{Identity: identity.Config{Issuers: []string{p.Issuer(), q.Issuer()},
 		Audience: "platform", OrgClaim: "tenant"}}, func(t *testing.T, e *env) { oidcConfigured(t, e, p, q) })

@@ -101,6 +101,7 @@ func linkToken(t *testing.T, link map[string]any) string {
 // cannot read globex's preview, and no cookie it sets — by header or by
 // script — is one the browser sends the API.
 func TestPreviewOffAPIOriginInBrowser(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"ttlSec": 600})
 		foreign := e.lease("globex", map[string]any{"ttlSec": 600})
@@ -171,6 +172,7 @@ func TestPreviewOffAPIOriginInBrowser(t *testing.T) {
 // preview domain or its parent reaches neither globex's preview nor the
 // API: the server keeps every app cookie host-only.
 func TestPreviewCookieDomainInBrowserOnRunsc(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	const domain = "preview.sandbox.test"
 	e := newEnvConfig(t, server.Config{Preview: preview.Config{Domain: domain}})
 	id := e.lease("acme", map[string]any{"ttlSec": 600})
@@ -235,6 +237,7 @@ func TestPreviewCookieDomainInBrowserOnRunsc(t *testing.T) {
 // navigation, a request without a key, or a link's token on the path form
 // is redirected to the host form, the token along and no credential added.
 func TestPreviewPathForm(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"ttlSec": 600})
 		e.startHostile("acme", id, id, "localhost")

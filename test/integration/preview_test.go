@@ -241,6 +241,7 @@ func fetchPreview(t *testing.T, method, u string, h http.Header) (*http.Response
 // sandbox ends. Neither the key nor the preview cookie reaches the app; a
 // stopped listener is a 502 (a page for a browser, JSON otherwise).
 func TestPreviewLinks(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"ttlSec": 600})
 		other := e.lease("acme", map[string]any{"ttlSec": 600})
@@ -354,6 +355,7 @@ func TestPreviewLinks(t *testing.T) {
 // lastUsedAt (what the idle sleep reads) and wakes a sleeping sandbox, the
 // server inside answering again from the memory the sleep kept.
 func TestPreviewWakes(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", map[string]any{"ttlSec": 600})
 		e.sh("acme", id, "echo awake > hello.txt")
@@ -374,7 +376,7 @@ func TestPreviewWakes(t *testing.T) {
 		// The relay of the last request ends just after its answer; until
 		// then it is work in flight, which a sleep waits for.
 		var r resp
-		for range 50 {
+		for range 150 {
 			if r = e.do("POST", "/v1/sandbox/"+id+"/pause", "acme", nil); r.Status != http.StatusConflict {
 				break
 			}

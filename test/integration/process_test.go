@@ -299,6 +299,7 @@ func TestProcessKeepsSandboxAwake(t *testing.T) {
 // TestProcessTTY: a tty process sees its terminal's size, and a
 // resize reaches it.
 func TestProcessTTY(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		id := e.lease("acme", nil)
 		p := e.startProcess("acme", id, map[string]any{"command": "stty size; read x; stty size", "tty": true, "cols": 100, "rows": 30})
@@ -306,7 +307,7 @@ func TestProcessTTY(t *testing.T) {
 		// The first size is read before the resize (on a loaded machine the
 		// resize once won the race and the first stty saw it).
 		for i := 0; e.process("acme", id, p.Pid).OutputBytes == 0; i++ {
-			if i == 100 {
+			if i == 300 {
 				t.Fatal("the first stty printed nothing")
 			}
 			time.Sleep(50 * time.Millisecond)

@@ -13,6 +13,7 @@ import (
 // background sleeper at least) — and its disks as df inside sees them; a
 // sleeping one is not woken to be read (409); another org's is a 404.
 func TestStats(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
 		e.need(t, runtime.CapStats, "CPU, memory and processes are the backend's count")
 		id := e.lease("acme", nil)
