@@ -123,7 +123,7 @@ func (s *Processes) call(ctx context.Context, exec func(runtime.ExecRequest) (se
 // ask is call for a one-answer request of a caller's work.
 func (s *Processes) ask(ctx, work context.Context, sb *sandbox.Sandbox, req procRequest, data io.Reader) (*procAnswer, error) {
 	return s.askWith(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
-		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Metric: "process", Exec: s.viaRelay(sb)})
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Metric: "process", Exec: s.viaRelay(sb, data != nil)})
 	}, req, data)
 }
 
@@ -607,7 +607,7 @@ func (s *Processes) ProcessOutput(ctx context.Context, id string, pid int, from 
 		parsed <- err
 	}()
 	a, err := s.askWith(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
-		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Exec: s.viaRelay(sb)})
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Exec: s.viaRelay(sb, false)})
 	}, procRequest{Op: "boot"}, nil)
 	if err != nil {
 		pw.Close()
@@ -616,7 +616,7 @@ func (s *Processes) ProcessOutput(ctx context.Context, id string, pid int, from 
 	}
 	boot = a.Boot
 	err = s.call(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
-		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Exec: s.viaRelay(sb)})
+		return s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Exec: s.viaRelay(sb, false)})
 	}, procRequest{Op: "output", Pid: pid, From: from, Follow: follow}, nil, pw)
 	pw.Close()
 	perr := <-parsed
@@ -790,7 +790,16 @@ func New(sb Sandboxes, st Store, rt Execer, runner runtime.Runner, relays *pool.
 // of the sandbox's relay (internal/relay/pool), which costs no process
 // start, in place of an exec of `sandbox-runner proc`. A relay that cannot
 // start falls back to that exec.
-func (s *Processes) viaRelay(sb *sandbox.Sandbox) func(context.Context, string, runtime.ExecRequest) error {
+//
+// The stream's sending half is closed after the request only when the
+// daemon reads data to its end (withData: stdin for a process); the
+// answer follows at once. Any other request is one line, and its answer
+// may take minutes (a kernel's start on a busy machine, a context's run, an
+// output followed): a half-closed stream whose other end has not closed is
+// dropped by yamux after its StreamCloseTimeout (30 s), and a dropped
+// stream reads as a clean end, an empty answer. Held open, the stream
+// closes whole once the answer has ended, or when ctx does.
+func (s *Processes) viaRelay(sb *sandbox.Sandbox, withData bool) func(context.Context, string, runtime.ExecRequest) error {
 	if s.relays == nil {
 		return nil
 	}
@@ -816,7 +825,9 @@ func (s *Processes) viaRelay(sb *sandbox.Sandbox) func(context.Context, string, 
 			if req.Stdin != nil {
 				io.Copy(c, req.Stdin)
 			}
-			c.(interface{ CloseWrite() error }).CloseWrite()
+			if withData {
+				c.(interface{ CloseWrite() error }).CloseWrite()
+			}
 		}()
 		_, err = io.Copy(req.Stdout, c)
 		if ctx.Err() != nil {
@@ -862,7 +873,7 @@ func (s *Processes) DaemonStream(ctx context.Context, id string, req procwire.Re
 	}
 	defer done()
 	return s.call(ctx, func(r runtime.ExecRequest) (service.Outcome, error) {
-		o, err := s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Metric: "context", Exec: s.viaRelay(sb), Code: true, Timeout: limit})
+		o, err := s.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: r, Metric: "context", Exec: s.viaRelay(sb, false), Code: true, Timeout: limit})
 		if err == nil && o.TimedOut {
 			return o, sandbox.Errorf(sandbox.KindTimeout, "the run did not end %s after it began, though its kernel was interrupted", limit)
 		}
