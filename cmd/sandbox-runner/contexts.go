@@ -202,8 +202,8 @@ func (d *daemon) ctxNew(req request) answer {
 // ctxRun runs req.Code in its context and streams the driver's events to
 // c, one JSON line each, ending with the "end" event. The driver's lines
 // are read to the end even when c has gone, so the next run starts clean;
-// a caller that went away (a write fails: it closes only its writing half
-// after the request) interrupts the kernel.
+// a caller that went away (a write fails: the server closes its stream, or
+// ends the exec, when its caller goes) interrupts the kernel.
 func (d *daemon) ctxRun(c net.Conn, req request) {
 	enc := json.NewEncoder(c)
 	d.mu.Lock()

@@ -50,7 +50,7 @@ const (
 	maxFinished = 128
 	pingEvery   = 15 * time.Second
 	drainGrace  = time.Second
-	maxRequest  = 1 << 20
+	maxRequest  = procwire.MaxRequest
 )
 
 // The wire types are the server's too (internal/procwire).

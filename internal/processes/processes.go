@@ -102,6 +102,9 @@ func daemonError(pid int, msg string) error {
 // runtime directly where the sandbox's lock is held.
 func (s *Processes) call(ctx context.Context, exec func(runtime.ExecRequest) (service.Outcome, error), req procRequest, data io.Reader, out io.Writer) error {
 	line, _ := json.Marshal(req)
+	if len(line) >= procwire.MaxRequest {
+		return sandbox.Errorf(sandbox.KindInvalid, "the call is %d bytes as the sandbox's process daemon reads it (its code, command, environment or stdin as JSON); the most is %d", len(line), procwire.MaxRequest-1)
+	}
 	in := io.Reader(bytes.NewReader(append(line, '\n')))
 	if data != nil {
 		in = io.MultiReader(in, data)

@@ -77,6 +77,21 @@ func TestProcesses(t *testing.T) {
 	if _, err := p.StartProcess(acme, sb.ID, processes.ProcessRequest{}); sandbox.KindOf(err) != sandbox.KindInvalid {
 		t.Errorf("no argv: %v", err)
 	}
+	// A call longer than the daemon reads is refused here: sent, its rest
+	// would wait for a reader that has stopped reading.
+	starts := func() (n int) {
+		for _, r := range asked {
+			if r.Op == "start" {
+				n++
+			}
+		}
+		return n
+	}
+	before := starts()
+	if _, err := p.StartProcess(acme, sb.ID, processes.ProcessRequest{Argv: []string{"echo", strings.Repeat("x", procwire.MaxRequest)}}); sandbox.KindOf(err) != sandbox.KindInvalid ||
+		!strings.Contains(err.Error(), "the most is") || starts() != before {
+		t.Errorf("a start longer than the daemon reads: %v (sent: %v)", err, starts() != before)
+	}
 	if _, err := p.StartProcess(org("globex"), sb.ID, processes.ProcessRequest{Argv: []string{"true"}}); sandbox.KindOf(err) != sandbox.KindNotFound {
 		t.Errorf("another org: %v", err)
 	}

@@ -11,6 +11,11 @@ package procwire
 
 import "encoding/json"
 
+// MaxRequest bounds a request line as the daemon reads it. The server
+// refuses a longer one before sending it: the daemon would answer "request
+// too long" without reading the rest, and the rest would wait for a reader.
+const MaxRequest = 1 << 20
+
 // Request is one call to the daemon.
 type Request struct {
 	Op         string   `json:"op"`

@@ -117,7 +117,14 @@ func Serve(rwc io.ReadWriteCloser, to Targets) error {
 	if _, err := io.WriteString(rwc, hello); err != nil {
 		return err
 	}
-	s, err := yamux.Server(newFrames(rwc), config())
+	// The runner's end keeps no close timer: it half-closes a stream when
+	// the answer has ended, and the server closes every stream it opened once
+	// it has read it, however slowly its own caller drains the last window;
+	// a timer here dropped that tail after 30 s. The server's end keeps its
+	// timer: it is the one guarding against a runner that never closes.
+	cfg := config()
+	cfg.StreamCloseTimeout = 0
+	s, err := yamux.Server(newFrames(rwc), cfg)
 	if err != nil {
 		return err
 	}
