@@ -346,7 +346,6 @@ func TestEgressAcrossSleepAndForkOnRunsc(t *testing.T) {
 // concurrent connections (a sandbox must not hold the host's conntrack
 // table), and a closed one frees its place.
 func TestEgressConnectionBoundOnRunsc(t *testing.T) {
-	t.Parallel() // see parallel_test.go
 	in := testenv.NewInternet(t)
 	var cfg server.Config
 	cfg.GVisor.Egress.Uplink, cfg.GVisor.Egress.DNS, cfg.GVisor.Egress.MaxConns = in.Uplink, in.DNS, 8
