@@ -97,10 +97,10 @@ mapfile -t pkgs < <(go list ./... | grep -v '/load$')
 # parallel tests, the kube runtime ~350, the SDKs, the client and the CLI
 # ~180 each), so the short ones fill in beside them instead of one long
 # suite starting last (test/integration, last, began ~9 minutes in).
-long='/test/integration$|/internal/runtime/kube$|/sdk$|/client$|/cmd/sandbox$'
-mapfile -t pkgs < <(for p in test/integration internal/runtime/kube sdk client cmd/sandbox; do
+long=(test/integration internal/runtime/kube sdk client cmd/sandbox)
+mapfile -t pkgs < <(for p in "${long[@]}"; do
 	printf '%s\n' "${pkgs[@]}" | grep "/$p\$" || true
-done; printf '%s\n' "${pkgs[@]}" | grep -Ev "$long")
+done; printf '%s\n' "${pkgs[@]}" | grep -Ev "/($(IFS='|'; echo "${long[*]}"))\$")
 load=1
 for a in "$@"; do
 	case $a in
