@@ -62,6 +62,14 @@
 #                       apt, no cluster. scripts/test.sh runs it beside
 #                       scripts/deps.sh on a fresh machine, where the builds
 #                       are most of the half hour a cold cluster takes
+#   KUBE_UP_ONLY=containerd  start containerd alone (and import the pause
+#                       image) from binaries already built, and stop: exit
+#                       code 3 when containerd, ctr, imgtar or pause is not
+#                       built yet. It takes the start lock, not the build's,
+#                       so scripts/test.sh imports the class images with it
+#                       while a KUBE_UP_BUILD_ONLY=1 run builds Kubernetes
+#                       (those four are that run's first builds); a later
+#                       full run finds containerd running and starts the rest
 set -euo pipefail
 
 K8S=v1.37.2
@@ -102,8 +110,23 @@ KUBE_SRC=$REPO/scripts/kube
 
 mkdir -p "$ROOT"/{bin,src,logs,etc,var,run,pki,images,cni,go}
 chmod 0700 "$ROOT/pki" "$ROOT/etc"
-exec 9>"$ROOT/run/kube-up.lock"
-flock -n 9 || die "another kube-up.sh is running on $ROOT"
+build_only=${KUBE_UP_BUILD_ONLY:-0}
+only=${KUBE_UP_ONLY:-}
+case $only in "" | containerd) ;; *) die "KUBE_UP_ONLY=$only: the one part known is containerd" ;; esac
+# A build (KUBE_UP_BUILD_ONLY=1) and a start take different locks, so that
+# containerd can start (KUBE_UP_ONLY=containerd) while Kubernetes builds; a
+# full run takes both.
+if [ "$build_only" = 1 ]; then
+	exec 9>"$ROOT/run/kube-build.lock"
+	flock -n 9 || die "another build of kube-up.sh is running on $ROOT"
+else
+	exec 9>"$ROOT/run/kube-up.lock"
+	flock -n 9 || die "another kube-up.sh is running on $ROOT"
+	if [ -z "$only" ]; then
+		exec 7>"$ROOT/run/kube-build.lock"
+		flock -n 7 || die "a build of kube-up.sh (KUBE_UP_BUILD_ONLY=1) is running on $ROOT: wait for it"
+	fi
+fi
 
 # ---------------------------------------------------------------- Go
 . "$REPO/scripts/lib.sh"
@@ -123,7 +146,6 @@ fi
 srchash() { cat "$@" | sha256sum | cut -c1-16; }
 
 # ---------------------------------------------------------------- apt
-build_only=${KUBE_UP_BUILD_ONLY:-0}
 pkgs=(runc etcd-server containernetworking-plugins iproute2 iptables openssl util-linux busybox-static)
 missing=()
 for p in "${pkgs[@]}"; do
@@ -143,34 +165,73 @@ fi
 done
 
 # ---------------------------------------------------------------- builds
-K8S_BINS=(kube-apiserver kubelet kube-scheduler kube-controller-manager)
-[ "${KUBE_UP_KUBECTL:-1}" = 0 ] || K8S_BINS+=(kubectl)
-K8S_STAMP="$K8S staging=$STAGING"
-KC_STAMP="$K8S_STAMP src=$(srchash "$KUBE_SRC/kubecheck/main.go")"
+# containerd, ctr and imgtar first: with them, scripts/test.sh imports the
+# class images (KUBE_UP_ONLY=containerd, below) while Kubernetes still builds.
+CTRD_BINS=(containerd containerd-shim-runc-v2 ctr)
+TOOLS_STAMP="src=$(srchash "$KUBE_SRC/imgtar/main.go" "$KUBE_SRC/pause/main.go")"
+builds() {
+	if need_build containerd "$CTRD" "${CTRD_BINS[@]}"; then
+		step "go build: containerd $CTRD"
+		d=$ROOT/src/containerd
+		mkdir -p "$d"
+		(
+			cd "$d"
+			printf 'module sandboxkube/containerd\n\ngo 1.26.0\n\nrequire github.com/containerd/containerd/v2 %s\n' "$CTRD" >go.mod
+			{
+				printf '//go:build tools\n\npackage tools\n\nimport (\n'
+				printf '\t_ "github.com/containerd/containerd/v2/cmd/%s"\n' "${CTRD_BINS[@]}"
+				printf ')\n'
+			} >tools.go
+			quiet go mod tidy
+			pkgs=()
+			for b in "${CTRD_BINS[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$b"); done
+			quiet go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+				-ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD" -o "$ROOT/bin/" "${pkgs[@]}"
+		)
+		set_stamp containerd "$CTRD"
+	else
+		step "containerd $CTRD binaries up to date"
+	fi
 
-# k8s_module: ROOT/src/k8s, a module requiring k8s.io/kubernetes with every
-# staging module replaced by its published version.
-k8s_module() {
-	local d=$ROOT/src/k8s mod
-	mkdir -p "$d/cmd/kubecheck"
-	cp "$KUBE_SRC/kubecheck/main.go" "$d/cmd/kubecheck/main.go"
-	(
-		cd "$d"
-		quiet go mod download "k8s.io/kubernetes@$K8S"
-		mod=$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$K8S.mod
-		[ -s "$mod" ] || die "no $mod after go mod download"
-		{
-			printf 'module sandboxkube/k8s\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S"
-			grep '=> ./staging/' "$mod" | awk -v v="$STAGING" '{printf "\t%s => %s %s\n", $1, $1, v}'
-			printf ')\n'
-		} >go.mod
-		{
-			printf '//go:build tools\n\npackage tools\n\nimport (\n'
-			printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl
-			printf ')\n'
-		} >tools.go
-		quiet go mod tidy
-	)
+	if need_build tools "$TOOLS_STAMP" imgtar pause; then
+		step "go build: imgtar, pause (scripts/kube)"
+		for t in imgtar pause; do
+			mkdir -p "$ROOT/src/$t"
+			cp "$KUBE_SRC/$t/main.go" "$ROOT/src/$t/main.go"
+			printf 'module sandboxkube/%s\n\ngo 1.21\n' "$t" >"$ROOT/src/$t/go.mod"
+			(cd "$ROOT/src/$t" && quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/$t" .)
+		done
+		set_stamp tools "$TOOLS_STAMP"
+	fi
+
+	K8S_BINS=(kube-apiserver kubelet kube-scheduler kube-controller-manager)
+	[ "${KUBE_UP_KUBECTL:-1}" = 0 ] || K8S_BINS+=(kubectl)
+	K8S_STAMP="$K8S staging=$STAGING"
+	KC_STAMP="$K8S_STAMP src=$(srchash "$KUBE_SRC/kubecheck/main.go")"
+
+	# k8s_module: ROOT/src/k8s, a module requiring k8s.io/kubernetes with every
+	# staging module replaced by its published version.
+	k8s_module() {
+		local d=$ROOT/src/k8s mod
+		mkdir -p "$d/cmd/kubecheck"
+		cp "$KUBE_SRC/kubecheck/main.go" "$d/cmd/kubecheck/main.go"
+		(
+			cd "$d"
+			quiet go mod download "k8s.io/kubernetes@$K8S"
+			mod=$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$K8S.mod
+			[ -s "$mod" ] || die "no $mod after go mod download"
+			{
+				printf 'module sandboxkube/k8s\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S"
+				grep '=> ./staging/' "$mod" | awk -v v="$STAGING" '{printf "\t%s => %s %s\n", $1, $1, v}'
+				printf ')\n'
+			} >go.mod
+			{
+				printf '//go:build tools\n\npackage tools\n\nimport (\n'
+				printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl
+				printf ')\n'
+			} >tools.go
+			quiet go mod tidy
+		)
 }
 
 if need_build k8s "$K8S_STAMP" "${K8S_BINS[@]}" || need_build kubecheck "$KC_STAMP" kubecheck ||
@@ -205,30 +266,6 @@ if need_build kubecheck "$KC_STAMP" kubecheck; then
 	step "go build: kubecheck (scripts/kube/kubecheck)"
 	(cd "$ROOT/src/k8s" && quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/kubecheck" ./cmd/kubecheck)
 	set_stamp kubecheck "$KC_STAMP"
-fi
-
-CTRD_BINS=(containerd containerd-shim-runc-v2 ctr)
-if need_build containerd "$CTRD" "${CTRD_BINS[@]}"; then
-	step "go build: containerd $CTRD"
-	d=$ROOT/src/containerd
-	mkdir -p "$d"
-	(
-		cd "$d"
-		printf 'module sandboxkube/containerd\n\ngo 1.26.0\n\nrequire github.com/containerd/containerd/v2 %s\n' "$CTRD" >go.mod
-		{
-			printf '//go:build tools\n\npackage tools\n\nimport (\n'
-			printf '\t_ "github.com/containerd/containerd/v2/cmd/%s"\n' "${CTRD_BINS[@]}"
-			printf ')\n'
-		} >tools.go
-		quiet go mod tidy
-		pkgs=()
-		for b in "${CTRD_BINS[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$b"); done
-		quiet go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
-			-ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD" -o "$ROOT/bin/" "${pkgs[@]}"
-	)
-	set_stamp containerd "$CTRD"
-else
-	step "containerd $CTRD binaries up to date"
 fi
 
 GV_STAMP="$GVISOR oom-best-effort-1"
@@ -351,17 +388,15 @@ if need_build local-path "$LP_STAMP" local-path-provisioner; then
 	)
 	set_stamp local-path "$LP_STAMP"
 fi
-
-TOOLS_STAMP="src=$(srchash "$KUBE_SRC/imgtar/main.go" "$KUBE_SRC/pause/main.go")"
-if need_build tools "$TOOLS_STAMP" imgtar pause; then
-	step "go build: imgtar, pause (scripts/kube)"
-	for t in imgtar pause; do
-		mkdir -p "$ROOT/src/$t"
-		cp "$KUBE_SRC/$t/main.go" "$ROOT/src/$t/main.go"
-		printf 'module sandboxkube/%s\n\ngo 1.21\n' "$t" >"$ROOT/src/$t/go.mod"
-		(cd "$ROOT/src/$t" && quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/$t" .)
-	done
-	set_stamp tools "$TOOLS_STAMP"
+}
+if [ "$only" = containerd ]; then
+	# Nothing is built here: a build may be under way beside this run.
+	if need_build containerd "$CTRD" "${CTRD_BINS[@]}" || need_build tools "$TOOLS_STAMP" imgtar pause; then
+		printf '[kube-up] containerd, ctr, imgtar or pause is not built yet (KUBE_UP_ONLY=containerd builds nothing)\n' >&2
+		exit 3
+	fi
+else
+	builds
 fi
 
 if [ "$build_only" = 1 ]; then
@@ -528,13 +563,13 @@ start() {
 		return 0
 	fi
 	printf '\n==== %s start %s\n' "$(date -u +%FT%TZ)" "$*" >>"$ROOT/logs/$name.log"
-	# Own session (survives the caller's terminal), without the lock's fd 9.
+	# Own session (survives the caller's terminal), without the locks' fds 9, 7.
 	# The process writes its own pid before it becomes the program: under job
 	# control a background job leads its process group, so setsid forks and
 	# $! is a parent that exits at once.
 	local pidf=$ROOT/run/$name.pid
 	rm -f "$pidf"
-	setsid sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$pidf" "$@" >>"$ROOT/logs/$name.log" 2>&1 </dev/null 9>&- &
+	setsid sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$pidf" "$@" >>"$ROOT/logs/$name.log" 2>&1 </dev/null 9>&- 7>&- &
 	for _ in $(seq 50); do
 		[ -s "$pidf" ] && break
 		sleep 0.1
@@ -557,22 +592,24 @@ for port in 2379 2380 6443 10249 10250 10256 10257 10259; do
 done
 
 cd "$ROOT"
-start etcd etcd --name sandbox-kube --data-dir "$ROOT/var/etcd" \
-	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-	--initial-cluster sandbox-kube=http://127.0.0.1:2380
-# Every address (the pods reach it on the bridge, which comes up with the
-# first pod); the host guard keeps the port shut to anything but loopback
-# and the pods. The kubernetes Service's endpoint is the bridge's address.
-start apiserver "$ROOT/bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
-	--bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$POD_GW" \
-	--tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
-	--token-auth-file="$P/tokens.csv" --authorization-mode=Node,RBAC \
-	--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
-	--service-account-signing-key-file="$P/sa.key" --service-cluster-ip-range="$SERVICE_CIDR" \
-	--allow-privileged=true --kubelet-preferred-address-types=InternalIP \
-	--kubelet-client-certificate="$P/kubelet-client.crt" --kubelet-client-key="$P/kubelet-client.key" \
-	--profiling=false
+if [ "$only" != containerd ]; then
+	start etcd etcd --name sandbox-kube --data-dir "$ROOT/var/etcd" \
+		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+		--initial-cluster sandbox-kube=http://127.0.0.1:2380
+	# Every address (the pods reach it on the bridge, which comes up with the
+	# first pod); the host guard keeps the port shut to anything but loopback
+	# and the pods. The kubernetes Service's endpoint is the bridge's address.
+	start apiserver "$ROOT/bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
+		--bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$POD_GW" \
+		--tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
+		--token-auth-file="$P/tokens.csv" --authorization-mode=Node,RBAC \
+		--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
+		--service-account-signing-key-file="$P/sa.key" --service-cluster-ip-range="$SERVICE_CIDR" \
+		--allow-privileged=true --kubelet-preferred-address-types=InternalIP \
+		--kubelet-client-certificate="$P/kubelet-client.crt" --kubelet-client-key="$P/kubelet-client.key" \
+		--profiling=false
+fi
 start containerd "$ROOT/bin/containerd" --config "$ROOT/etc/containerd.toml"
 for _ in $(seq 150); do
 	[ -S "$ROOT/run/containerd/containerd.sock" ] && "$ROOT/bin/ctr" -a "$ROOT/run/containerd/containerd.sock" version >/dev/null 2>&1 && break
@@ -593,6 +630,11 @@ if ! "${CTR[@]}" images ls -q "labels.\"org.sandboxd.pause\"==$pause_id" 2>/dev/
 		cat "$ROOT/logs/pause-import.log" >&2
 		die "pause image import failed"
 	}
+fi
+
+if [ "$only" = containerd ]; then
+	step "containerd up (KUBE_UP_ONLY=containerd; the rest starts on a run without it)"
+	exit 0
 fi
 
 # The host guard, before ip_forward is on and before any pod starts (see the

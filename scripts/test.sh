@@ -64,6 +64,41 @@ fi
 
 SANDBOX_IMAGES=$IMAGES SANDBOX_TEST_DEPS=1 bash scripts/deps.sh
 
+# imports: the three class images into the cluster's containerd, at once (a
+# lock and temporary directory per image; one after another they took 207
+# s). scripts/kube-image.sh skips an image whose source hash it imported.
+imports() {
+	local name pids=() i
+	for name in exec dev desktop; do
+		bash scripts/kube-image.sh "$KROOT" "sandbox/$name:local" "$IMAGES/$name/rootfs" >"/tmp/sandbox-import-$name.log" 2>&1 &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || { tail -20 /tmp/sandbox-import-*.log; return 1; }
+	done
+	tail -qn1 /tmp/sandbox-import-*.log
+}
+# A fresh machine's imports (~3 minutes of disk, 2.5 GB each) go beside the
+# cluster's builds (CPU) rather than after them: the builds make containerd
+# and imgtar first, then containerd starts alone (KUBE_UP_ONLY=containerd:
+# exit 3 while they are not built yet) and the images go in. If this fails,
+# the imports after kube-up.sh below do the work.
+early=
+if [ -n "$kube_build" ]; then
+	log "the class images into the cluster's containerd beside its builds (log /tmp/sandbox-import-early.log)"
+	{
+		for _ in $(seq 120); do
+			rc=0
+			KUBE_UP_ONLY=containerd bash scripts/kube-up.sh "$KROOT" || rc=$?
+			[ "$rc" = 3 ] && kill -0 "$kube_build" 2>/dev/null || break
+			sleep 5
+		done
+		[ "$rc" = 0 ] && imports
+	} >/tmp/sandbox-import-early.log 2>&1 &
+	early=$!
+	trap 'kill "$kube_build" "$early" 2>/dev/null || true; bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
+fi
+
 # The Go deps.sh found or installed (the same search: lib.sh).
 . scripts/lib.sh
 gobin=$(find_go) || die "no Go >= 1.21 found after scripts/deps.sh"
@@ -128,30 +163,25 @@ if [ "${SANDBOX_KUBE:-1}" = 1 ]; then
 		wait "$kube_build" && log "the cluster's background builds are done (waited $((SECONDS - t0)) s)" ||
 			{ tail -5 /tmp/sandbox-kube-build.log; log "the cluster's background builds failed: kube-up.sh builds what is missing"; }
 	fi
+	if [ -n "$early" ]; then
+		t0=$SECONDS
+		wait "$early" && log "the images went in beside the builds (waited $((SECONDS - t0)) s)" ||
+			{ tail -5 /tmp/sandbox-import-early.log; log "the imports beside the builds failed: importing after kube-up.sh"; }
+	fi
 	# Traefik serves one test (TestHelmIngress, which waits for it while
 	# ROOT/bin/.traefik.building names a live build): its ~5.5 cold minutes
 	# go beside the cluster's start and the first suites, not before them.
 	log "scripts/traefik.sh in the background (log /tmp/sandbox-traefik-build.log)"
 	bash scripts/traefik.sh "$KROOT" >/tmp/sandbox-traefik-build.log 2>&1 &
 	traefik_build=$!
-	trap 'kill "$traefik_build" 2>/dev/null || true; bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
+	trap 'kill "$traefik_build" ${early:+"$early"} 2>/dev/null || true; bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
 	log "scripts/kube-up.sh $KROOT"
 	KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT"
 	log "scripts/helm.sh $KROOT (the chart's suite: real helm)"
 	bash scripts/helm.sh "$KROOT"
 	helm=$KROOT/bin/helm
-	# The three imports at once (a lock and temporary directory per image):
-	# one after another they took 207 s.
-	ipids=()
-	for name in exec dev desktop; do
-		log "import sandbox/$name:local into the cluster (log /tmp/sandbox-import-$name.log)"
-		bash scripts/kube-image.sh "$KROOT" "sandbox/$name:local" "$IMAGES/$name/rootfs" >"/tmp/sandbox-import-$name.log" 2>&1 &
-		ipids+=($!)
-	done
-	for i in "${!ipids[@]}"; do
-		wait "${ipids[$i]}" || { tail -20 /tmp/sandbox-import-*.log; die "an image import failed"; }
-	done
-	tail -qn1 /tmp/sandbox-import-*.log
+	log "import sandbox/{exec,dev,desktop}:local into the cluster (logs /tmp/sandbox-import-NAME.log)"
+	imports || die "an image import failed"
 	kubeconfig=$KROOT/etc/admin.kubeconfig
 fi
 
