@@ -31,10 +31,12 @@ find_go() {
 # each stamped with what it was built from.
 
 # root_go_env: the Go environment of those builds (static, no VCS stamps,
-# the local toolchain).
+# the local toolchain, no DWARF: the binaries are stripped at link, and not
+# writing it saves the compiler ~11% of its CPU, measured on client-go cold:
+# 123.6 vs 110.2 CPU-s; a fresh machine compiles ~20 minutes of them).
 root_go_env() {
 	export GOMODCACHE=$ROOT/go/mod GOCACHE=$ROOT/go/cache GOPATH=$ROOT/go
-	export GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
+	export GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false" CGO_ENABLED=0 GOTOOLCHAIN=local
 }
 
 # need_build NAME STAMP BIN...: true when a binary is missing or the stamp
