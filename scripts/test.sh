@@ -74,9 +74,9 @@ imports() {
 		pids+=($!)
 	done
 	for i in "${!pids[@]}"; do
-		wait "${pids[$i]}" || { tail -20 /tmp/sandbox-import-*.log; return 1; }
+		wait "${pids[$i]}" || { tail -20 /tmp/sandbox-import-{exec,dev,desktop}.log; return 1; }
 	done
-	tail -qn1 /tmp/sandbox-import-*.log
+	tail -qn1 /tmp/sandbox-import-{exec,dev,desktop}.log
 }
 # A fresh machine's imports (~3 minutes of disk, 2.5 GB each) go beside the
 # cluster's builds (CPU) rather than after them: the builds make containerd
@@ -199,10 +199,13 @@ export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_T
 # and why). Packages stay two at a time: with three, the serial tests that
 # compare timings (the resolver flood's latency under load) failed.
 # A benchmark that no longer runs is a defect: with no arguments (CI), each
-# one runs once, after its package's tests in the same go test (a pass of
-# its own afterwards relinked every test binary and ran test/integration's
-# 4 minutes of benchmarks after everything else: ~5.5 minutes). The numbers
-# of BENCHMARKS.md come from -benchtime runs of their own (see there).
+# one runs once, after its package's tests in the same test binary. The flag
+# goes to the binaries (-args -test.bench), not to go test: go test -bench
+# runs the packages one at a time, the first after every build (measured:
+# the warm run's test phase 15 -> 29 min). A pass of its own afterwards
+# relinked every test binary and ran test/integration's ~4 minutes of
+# benchmarks after all else (~5.5 min). The numbers of BENCHMARKS.md come
+# from -benchtime runs of their own (see there).
 # CI stops a run at 90 minutes: when the tests begin past
 # SANDBOX_BENCH_BUDGET_MIN (50) minutes of this script (a fresh machine
 # spends ~25 building), the benchmarks are skipped, loudly, rather than
@@ -211,11 +214,11 @@ bench=()
 if [ $# -eq 0 ] && [ $((SECONDS / 60)) -ge "${SANDBOX_BENCH_BUDGET_MIN:-50}" ]; then
 	log "WARNING: $((SECONDS / 60)) min spent (budget ${SANDBOX_BENCH_BUDGET_MIN:-50}): the benchmarks are skipped this run"
 elif [ $# -eq 0 ]; then
-	bench=(-bench . -benchtime 1x)
+	bench=(-args -test.bench=. -test.benchtime=1x)
 fi
-log "go test -count=1 -timeout 60m -parallel 4 ${bench[*]} $* ${pkgs[*]:-} (SANDBOX_TEST_REQUIRE=$require)"
-go test -count=1 -timeout 60m -parallel 4 "${bench[@]}" "$@" "${pkgs[@]}"
+log "go test -count=1 -timeout 60m -parallel 4 $* ${pkgs[*]:-} ${bench[*]} (SANDBOX_TEST_REQUIRE=$require)"
+go test -count=1 -timeout 60m -parallel 4 "$@" "${pkgs[@]}" "${bench[@]}"
 if [ "$load" = 1 ]; then
-	log "go test -count=1 ${bench[*]} $* ./load/ (the hostile-tenant suite, alone on the machine)"
-	go test -count=1 -timeout 20m "${bench[@]}" "$@" ./load/
+	log "go test -count=1 $* ./load/ ${bench[*]} (the hostile-tenant suite, alone on the machine)"
+	go test -count=1 -timeout 20m "$@" ./load/ "${bench[@]}"
 fi
