@@ -13,7 +13,9 @@
 # unmounts everything under ROOT and removes the CNI bridge; then stops the
 # NetworkPolicy enforcer (kube-netpol, whose nftables table goes with it or
 # is removed after it), removes the host guard's iptables chains and puts
-# ip_forward back as kube-up.sh found it. Binaries, Go
+# ip_forward back as kube-up.sh found it; a second node's parts
+# (KUBE_UP_NODE=2: containerd-2, kubelet-2, netpol-2, bridge sbxkube1, cgroup
+# root sandbox-node-2) go the same way. Binaries, Go
 # caches, etcd data and imported images are kept, so kube-up.sh starts again
 # quickly; --purge removes ROOT entirely.
 set -uo pipefail
@@ -46,7 +48,6 @@ case $ROOT in /*) ;; *) ROOT=$(pwd)/$ROOT ;; esac
 ROOT=${ROOT%/}
 [ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
 [ "$ROOT" != / ] || die "ROOT must not be /"
-BRIDGE=sbxkube0
 [ -d "$ROOT" ] || {
 	step "$ROOT does not exist: nothing to do"
 	exit 0
@@ -89,7 +90,8 @@ pids_matching() {
 }
 
 export KUBECONFIG=$ROOT/etc/admin.kubeconfig
-CTR=("$ROOT/bin/ctr" -a "$ROOT/run/containerd/containerd.sock" -n k8s.io)
+# Node 1's parts keep their names; a second node's (KUBE_UP_NODE=2) carry -2.
+nodes=("" -2)
 
 # 1. Pods: delete them through the apiserver while the kubelet runs, with
 #    the controllers stopped first so that no Deployment (the add-ons, the
@@ -105,22 +107,34 @@ fi
 # 2. The kubelet (nothing recreates containers after this), and kube-proxy
 #    with its iptables rules.
 stop kubelet
+stop kubelet-2
+# The second node's Node object with it (else the next start would schedule
+# onto it until it is marked NotReady; kube-up.sh removes it too).
+tok=$(awk -F, '$2=="admin"{print $1}' "$ROOT/pki/tokens.csv" 2>/dev/null)
+if pid_of apiserver >/dev/null && [ -n "$tok" ] &&
+	curl -fsS -o /dev/null --cacert "$ROOT/pki/ca.crt" -H "Authorization: Bearer $tok" \
+		-X DELETE https://127.0.0.1:6443/api/v1/nodes/sandbox-node-2 2>/dev/null; then
+	step "removed node sandbox-node-2"
+fi
 stop kube-proxy
 if [ -x "$ROOT/bin/kube-proxy" ] && iptables -w -S KUBE-SERVICES -t nat >/dev/null 2>&1; then
 	"$ROOT/bin/kube-proxy" --cleanup >>"$ROOT/logs/kube-proxy.log" 2>&1 && step "removed kube-proxy's iptables rules"
 fi
 
 # 3. Containers still known to containerd, then containerd.
-if pid_of containerd >/dev/null; then
-	for t in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
-		timeout 10 "${CTR[@]}" tasks kill -s SIGKILL "$t" >/dev/null 2>&1
-	done
-	sleep 1
-	for t in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
-		timeout 10 "${CTR[@]}" tasks delete -f "$t" >/dev/null 2>&1
-	done
-fi
-stop containerd
+for n in "${nodes[@]}"; do
+	CTR=("$ROOT/bin/ctr" -a "$ROOT/run/containerd$n/containerd.sock" -n k8s.io)
+	if pid_of "containerd$n" >/dev/null; then
+		for t in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
+			timeout 10 "${CTR[@]}" tasks kill -s SIGKILL "$t" >/dev/null 2>&1
+		done
+		sleep 1
+		for t in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
+			timeout 10 "${CTR[@]}" tasks delete -f "$t" >/dev/null 2>&1
+		done
+	fi
+	stop "containerd$n"
+done
 
 # 4. The apiserver before etcd.
 stop apiserver
@@ -128,26 +142,32 @@ stop etcd
 
 # 4b. The enforcer, once no pod is left to protect, and its rules: a run that
 #     was SIGKILLed leaves its table behind.
-stop netpol
-if [ -x "$ROOT/bin/kube-netpol" ] && "$ROOT/bin/kube-netpol" -check 2>/dev/null; then
-	"$ROOT/bin/kube-netpol" -cleanup && step "removed kube-netpol's leftover nftables table"
-fi
+for n in "${nodes[@]}"; do
+	stop "netpol$n"
+	if [ -x "$ROOT/bin/kube-netpol" ] && "$ROOT/bin/kube-netpol" -check -table="kube-network-policies$n" 2>/dev/null; then
+		"$ROOT/bin/kube-netpol" -cleanup -table="kube-network-policies$n" && step "removed kube-netpol's leftover nftables table kube-network-policies$n"
+	fi
+done
 
 # 5. Leftovers of this containerd: shims (their -address is ROOT's socket),
 #    runsc sandboxes/gofers (--root under ROOT), runc containers (runc state
 #    under ROOT). Killed by pid, never by name.
-if [ -x "$ROOT/bin/runsc" ] && [ -d "$ROOT/run/runsc/k8s.io" ]; then
-	for c in $("$ROOT/bin/runsc" --root "$ROOT/run/runsc/k8s.io" list -quiet 2>/dev/null); do
-		timeout 10 "$ROOT/bin/runsc" --root "$ROOT/run/runsc/k8s.io" delete -force "$c" >/dev/null 2>&1
-	done
-fi
-if command -v runc >/dev/null && [ -d "$ROOT/run/runc/k8s.io" ]; then
-	for c in $(runc --root "$ROOT/run/runc/k8s.io" list -q 2>/dev/null); do
-		runc --root "$ROOT/run/runc/k8s.io" kill "$c" KILL >/dev/null 2>&1
-		timeout 10 runc --root "$ROOT/run/runc/k8s.io" delete -f "$c" >/dev/null 2>&1
-	done
-fi
-left=$( (pids_matching "-address $ROOT/run/containerd/containerd.sock"
+for n in "${nodes[@]}"; do
+	r=$ROOT/run/runsc$n/k8s.io
+	if [ -x "$ROOT/bin/runsc" ] && [ -d "$r" ]; then
+		for c in $("$ROOT/bin/runsc" --root "$r" list -quiet 2>/dev/null); do
+			timeout 10 "$ROOT/bin/runsc" --root "$r" delete -force "$c" >/dev/null 2>&1
+		done
+	fi
+	r=$ROOT/run/runc$n/k8s.io
+	if command -v runc >/dev/null && [ -d "$r" ]; then
+		for c in $(runc --root "$r" list -q 2>/dev/null); do
+			runc --root "$r" kill "$c" KILL >/dev/null 2>&1
+			timeout 10 runc --root "$r" delete -f "$c" >/dev/null 2>&1
+		done
+	fi
+done
+left=$( (for n in "${nodes[@]}"; do pids_matching "-address $ROOT/run/containerd$n/containerd.sock"; done
 	pids_matching "--root=$ROOT/run/runsc"
 	pids_matching "--root $ROOT/run/runsc") | sort -u)
 if [ -n "$left" ]; then
@@ -163,9 +183,18 @@ if [ -n "$mnts" ]; then
 	step "unmounting $(echo "$mnts" | wc -l) mounts under $ROOT"
 	for m in $mnts; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
 fi
-if ip link show "$BRIDGE" >/dev/null 2>&1; then
-	ip link del "$BRIDGE" && step "removed bridge $BRIDGE"
-fi
+for b in sbxkube0 sbxkube1; do
+	if ip link show "$b" >/dev/null 2>&1; then
+		ip link del "$b" && step "removed bridge $b"
+	fi
+done
+# The second node's cgroup root (kube-up.sh made it, its kubelet the rest),
+# deepest first.
+for h in /sys/fs/cgroup /sys/fs/cgroup/*; do
+	[ -d "$h/sandbox-node-2" ] || continue
+	find "$h/sandbox-node-2" -depth -type d -exec rmdir {} + 2>/dev/null
+	[ ! -d "$h/sandbox-node-2" ] || step "cgroup $h/sandbox-node-2 not removed (still in use?)"
+done
 for t in iptables ip6tables; do
 	command -v $t >/dev/null || continue
 	for hc in FORWARD:SBXKUBE-FWD INPUT:SBXKUBE-IN; do
@@ -179,7 +208,9 @@ if [ -s "$ROOT/run/ip_forward.before" ]; then
 	rm -f "$ROOT/run/ip_forward.before"
 fi
 # The pods are gone: their IP leases and the kubelet's fixed-path sockets too.
-rm -rf "$ROOT/var/cni-ipam" "$ROOT/run/runsc" "$ROOT/run/runc"
+for n in "${nodes[@]}"; do
+	rm -rf "$ROOT/var/cni-ipam$n" "$ROOT/run/runsc$n" "$ROOT/run/runc$n"
+done
 rm -f /var/lib/kubelet/device-plugins/kubelet.sock
 rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null
 [ -d /var/log/containers ] && find /var/log/containers -maxdepth 1 -lname "$ROOT/*" -delete 2>/dev/null

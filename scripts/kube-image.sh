@@ -17,7 +17,8 @@
 # build time), else of a listing of the tree (path, size, mtime, mode, owner)
 # — is stored in ROOT/images/NAME_TAG.hash and as the image label
 # org.sandboxd.source-hash; when both match, nothing is imported.
-# FORCE=1 imports anyway.
+# FORCE=1 imports anyway. KUBE_NODE=2 imports into the second node's
+# containerd (KUBE_UP_NODE=2 scripts/kube-up.sh) instead of the first's.
 set -euo pipefail
 
 T0=$(date +%s)
@@ -41,7 +42,9 @@ if [ $# -gt 0 ]; then
 fi
 [ -d "$ROOTFS" ] || die "$ROOTFS is not a directory"
 [ -x "$ROOT/bin/imgtar" ] && [ -x "$ROOT/bin/ctr" ] || die "$ROOT/bin/imgtar or ctr missing: run scripts/kube-up.sh $ROOT first"
-SOCK=$ROOT/run/containerd/containerd.sock
+node=${KUBE_NODE:-1}
+case $node in 1) sfx= ;; 2) sfx=-2 ;; *) die "KUBE_NODE=$node: 1 or 2" ;; esac
+SOCK=$ROOT/run/containerd$sfx/containerd.sock
 CTR=("$ROOT/bin/ctr" -a "$SOCK" -n k8s.io)
 "${CTR[@]}" version >/dev/null 2>&1 || die "containerd of $ROOT is not running (scripts/kube-up.sh $ROOT)"
 
@@ -62,7 +65,7 @@ else
 fi
 hash=$(printf '%s %s %s\n' "$FORMAT" "$src" "${cmd[*]}" | sha256sum | cut -d' ' -f1)
 mkdir -p "$ROOT/images"
-key=$(printf '%s' "$REF" | tr '/:@' '___')
+key=$(printf '%s' "$REF" | tr '/:@' '___')$sfx
 hashfile=$ROOT/images/$key.hash
 
 # A lock, a temporary directory and a log per image: the three class images

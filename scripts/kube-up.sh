@@ -70,22 +70,28 @@
 #                       while a KUBE_UP_BUILD_ONLY=1 run builds Kubernetes
 #                       (those four are that run's first builds); a later
 #                       full run finds containerd running and starts the rest
+#   KUBE_UP_NODE=2      add a second node to the cluster node 1's run started,
+#                       on this same machine: its own containerd (ROOT/run/
+#                       containerd-2), kubelet (port 10251, cgroup root
+#                       /sandbox-node-2), bridge sbxkube1 with pods on
+#                       10.244.1.0/24, and kube-netpol (queue 101, table
+#                       kube-network-policies-2); the control plane, kube-proxy
+#                       and the host guard stay node 1's (one network
+#                       namespace). Builds nothing. Its images: KUBE_NODE=2
+#                       scripts/kube-image.sh. kube-down.sh stops both nodes.
 set -euo pipefail
 
 K8S=v1.37.2
 STAGING=v0.37.2
 CTRD=v2.4.2
 GVISOR=v0.0.0-20260905035102-160fafc42237
-NODE=sandbox-node
-BRIDGE=sbxkube0
-POD_CIDR=10.244.0.0/24
+CLUSTER_CIDR=10.244.0.0/16 # a /24 per node: node N's pods on 10.244.(N-1).0/24
 SERVICE_CIDR=10.96.0.0/16
 PAUSE_IMAGE=registry.k8s.io/pause:sandbox-local
 NETPOL=v0.8.0
-NETPOL_QUEUE=100
 COREDNS=v1.15.0
 LOCALPATH=v0.0.30
-POD_GW=10.244.0.1 # the bridge's host end: the apiserver's address for pods
+POD_GW=10.244.0.1 # node 1's bridge's host end: the apiserver's address for pods
 DNS_IP=10.96.0.10
 
 T0=$(date +%s)
@@ -108,21 +114,42 @@ ROOT=${ROOT%/}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KUBE_SRC=$REPO/scripts/kube
 
-mkdir -p "$ROOT"/{bin,src,logs,etc,var,run,pki,images,cni,go}
+# The node this run starts (KUBE_UP_NODE): 1, the control plane's, or 2,
+# a second node on this same machine, each with its own containerd, kubelet,
+# bridge and pod subnet, cgroup root and kube-netpol (both in the host's one
+# network namespace, so kube-proxy and the host guard are node 1's).
+N=${KUBE_UP_NODE:-1}
+case $N in 1 | 2) ;; *) die "KUBE_UP_NODE=$N: 1 (the control plane's node) or 2" ;; esac
+sfx= # node 1 keeps the names it always had
+[ "$N" = 1 ] || sfx=-$N
+NODE=sandbox-node$sfx
+BRIDGE=sbxkube$((N - 1))
+POD_CIDR=10.244.$((N - 1)).0/24
+NETPOL_QUEUE=$((99 + N))
+NETPOL_TABLE=kube-network-policies$sfx
+KUBELET_PORT=$((10249 + N))    # 10250, 10251
+KUBELET_HEALTHZ=$((10249 - N)) # 10248, 10247
+CGROUP_ROOT=/                  # node 2: /sandbox-node-2 (made below)
+[ "$N" = 1 ] || CGROUP_ROOT=/$NODE
+CTRD_STATE=$ROOT/run/containerd$sfx
+CTRD_SOCK=$CTRD_STATE/containerd.sock
+
+mkdir -p "$ROOT"/{bin,src,logs,etc,var,run,pki,images,cni$sfx,go}
 chmod 0700 "$ROOT/pki" "$ROOT/etc"
 build_only=${KUBE_UP_BUILD_ONLY:-0}
 only=${KUBE_UP_ONLY:-}
 case $only in "" | containerd) ;; *) die "KUBE_UP_ONLY=$only: the one part known is containerd" ;; esac
+[ "$N" = 1 ] || [ "$build_only" = 0 ] || die "KUBE_UP_NODE=$N builds nothing: build with node 1's run"
 # A build (KUBE_UP_BUILD_ONLY=1) and a start take different locks, so that
 # containerd can start (KUBE_UP_ONLY=containerd) while Kubernetes builds; a
-# full run takes both.
+# full run of node 1 takes both. Node 2 builds nothing and has its own.
 if [ "$build_only" = 1 ]; then
 	exec 9>"$ROOT/run/kube-build.lock"
 	flock -n 9 || die "another build of kube-up.sh is running on $ROOT"
 else
-	exec 9>"$ROOT/run/kube-up.lock"
-	flock -n 9 || die "another kube-up.sh is running on $ROOT"
-	if [ -z "$only" ]; then
+	exec 9>"$ROOT/run/kube-up$sfx.lock"
+	flock -n 9 || die "another kube-up.sh is running on $ROOT (node $N)"
+	if [ -z "$only" ] && [ "$N" = 1 ]; then
 		exec 7>"$ROOT/run/kube-build.lock"
 		flock -n 7 || die "a build of kube-up.sh (KUBE_UP_BUILD_ONLY=1) is running on $ROOT: wait for it"
 	fi
@@ -146,7 +173,7 @@ fi
 srchash() { cat "$@" | sha256sum | cut -c1-16; }
 
 # ---------------------------------------------------------------- apt
-pkgs=(runc etcd-server containernetworking-plugins iproute2 iptables openssl util-linux busybox-static)
+pkgs=(runc etcd-server containernetworking-plugins iproute2 iptables openssl util-linux busybox-static curl)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -395,6 +422,10 @@ if [ "$only" = containerd ]; then
 		printf '[kube-up] containerd, ctr, imgtar or pause is not built yet (KUBE_UP_ONLY=containerd builds nothing)\n' >&2
 		exit 3
 	fi
+elif [ "$N" != 1 ]; then
+	for b in containerd ctr imgtar pause kubelet kube-netpol kubecheck runsc containerd-shim-runsc-v1; do
+		[ -x "$ROOT/bin/$b" ] || die "$ROOT/bin/$b is not built: run scripts/kube-up.sh $ROOT (node 1) first"
+	done
 else
 	builds
 fi
@@ -433,10 +464,15 @@ keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
 [ -s "$P/sa.key" ] || openssl genrsa -out "$P/sa.key" 2048 2>/dev/null
 [ -s "$P/sa.pub" ] || openssl rsa -in "$P/sa.key" -pubout -out "$P/sa.pub" 2>/dev/null
-if [ ! -s "$P/tokens.csv" ]; then
-	printf '%s,admin,admin,system:masters\n%s,system:node:%s,node-%s,system:nodes\n' \
-		"$(openssl rand -hex 24)" "$(openssl rand -hex 24)" "$NODE" "$NODE" >"$P/tokens.csv"
-fi
+[ -s "$P/tokens.csv" ] || printf '%s,admin,admin,system:masters\n' "$(openssl rand -hex 24)" >"$P/tokens.csv"
+# A token for each node there may be (the apiserver reads the file when it
+# starts: one added while it runs needs a restart, which node 2's run says).
+new_token=
+for n in sandbox-node sandbox-node-2; do
+	grep -qF ",system:node:$n," "$P/tokens.csv" && continue
+	printf '%s,system:node:%s,node-%s,system:nodes\n' "$(openssl rand -hex 24)" "$n" "$n" >>"$P/tokens.csv"
+	new_token=$n
+done
 admin_token=$(awk -F, '$2=="admin"{print $1}' "$P/tokens.csv")
 node_token=$(awk -F, -v u="system:node:$NODE" '$2==u{print $1}' "$P/tokens.csv")
 [ -n "$admin_token" ] && [ -n "$node_token" ] || die "$P/tokens.csv lacks the admin or node token (remove it to regenerate)"
@@ -461,34 +497,34 @@ current-context: $1@sandbox-kube
 EOF
 }
 mkkc admin "$admin_token" >"$ROOT/etc/admin.kubeconfig"
-mkkc "system:node:$NODE" "$node_token" >"$ROOT/etc/kubelet.kubeconfig"
+mkkc "system:node:$NODE" "$node_token" >"$ROOT/etc/kubelet$sfx.kubeconfig"
 umask 022
 
-cat >"$ROOT/cni/10-sandbox-kube.conflist" <<EOF
+cat >"$ROOT/cni$sfx/10-sandbox-kube.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "sandbox-kube",
   "plugins": [
     {
       "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "isDefaultGateway": true, "ipMasq": false,
-      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$ROOT/var/cni-ipam"}
+      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$ROOT/var/cni-ipam$sfx"}
     }
   ]
 }
 EOF
-cat >"$ROOT/etc/runsc.toml" <<EOF
+cat >"$ROOT/etc/runsc$sfx.toml" <<EOF
 binary_name = "$ROOT/bin/runsc"
-root = "$ROOT/run/runsc"
+root = "$ROOT/run/runsc$sfx"
 [runsc_config]
   platform = "systrap"
 EOF
 mkdir -p "$ROOT/etc/certs.d"
-cat >"$ROOT/etc/containerd.toml" <<EOF
+cat >"$ROOT/etc/containerd$sfx.toml" <<EOF
 version = 3
-root = "$ROOT/var/containerd"
-state = "$ROOT/run/containerd"
+root = "$ROOT/var/containerd$sfx"
+state = "$CTRD_STATE"
 [grpc]
-  address = "$ROOT/run/containerd/containerd.sock"
+  address = "$CTRD_SOCK"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   # Registry hosts (HOST:PORT/hosts.toml), read at each pull: the tests put
@@ -507,22 +543,25 @@ state = "$ROOT/run/containerd"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        Root = "$ROOT/run/runc"
+        Root = "$ROOT/run/runc$sfx"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc]
       runtime_type = "io.containerd.runsc.v1"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc.options]
         TypeUrl = "io.containerd.runsc.v1.options"
-        ConfigPath = "$ROOT/etc/runsc.toml"
+        ConfigPath = "$ROOT/etc/runsc$sfx.toml"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "$ROOT/cni"
+    conf_dir = "$ROOT/cni$sfx"
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
 EOF
-cat >"$ROOT/etc/kubelet.yaml" <<EOF
+cat >"$ROOT/etc/kubelet$sfx.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://$ROOT/run/containerd/containerd.sock
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+port: $KUBELET_PORT
+healthzPort: $KUBELET_HEALTHZ
+cgroupRoot: $CGROUP_ROOT
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
@@ -541,7 +580,7 @@ imageGCLowThresholdPercent: 99
 resolvConf: ""
 clusterDNS: [$DNS_IP]
 clusterDomain: cluster.local
-podLogsDir: $ROOT/var/log/pods
+podLogsDir: $ROOT/var/log/pods$sfx
 EOF
 
 # ---------------------------------------------------------------- processes
@@ -584,7 +623,9 @@ alive() {
 	die "$1 is not running (log $ROOT/logs/$1.log)"
 }
 
-for port in 2379 2380 6443 10249 10250 10256 10257 10259; do
+ports="2379 2380 6443 10249 10250 10256 10257 10259"
+[ "$N" = 1 ] || ports="$KUBELET_PORT $KUBELET_HEALTHZ"
+for port in $ports; do
 	owner=$(ss -Hltnp "sport = :$port" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n1)
 	[ -z "$owner" ] && continue
 	grep -qF "$ROOT/" "/proc/$owner/cmdline" 2>/dev/null ||
@@ -592,7 +633,7 @@ for port in 2379 2380 6443 10249 10250 10256 10257 10259; do
 done
 
 cd "$ROOT"
-if [ "$only" != containerd ]; then
+if [ "$only" != containerd ] && [ "$N" = 1 ]; then
 	start etcd etcd --name sandbox-kube --data-dir "$ROOT/var/etcd" \
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
@@ -610,14 +651,14 @@ if [ "$only" != containerd ]; then
 		--kubelet-client-certificate="$P/kubelet-client.crt" --kubelet-client-key="$P/kubelet-client.key" \
 		--profiling=false
 fi
-start containerd "$ROOT/bin/containerd" --config "$ROOT/etc/containerd.toml"
+start "containerd$sfx" "$ROOT/bin/containerd" --config "$ROOT/etc/containerd$sfx.toml"
 for _ in $(seq 150); do
-	[ -S "$ROOT/run/containerd/containerd.sock" ] && "$ROOT/bin/ctr" -a "$ROOT/run/containerd/containerd.sock" version >/dev/null 2>&1 && break
-	alive containerd
+	[ -S "$CTRD_SOCK" ] && "$ROOT/bin/ctr" -a "$CTRD_SOCK" version >/dev/null 2>&1 && break
+	alive "containerd$sfx"
 	sleep 0.2
 done
-CTR=("$ROOT/bin/ctr" -a "$ROOT/run/containerd/containerd.sock" -n k8s.io)
-"${CTR[@]}" version >/dev/null 2>&1 || die "containerd does not answer on $ROOT/run/containerd/containerd.sock"
+CTR=("$ROOT/bin/ctr" -a "$CTRD_SOCK" -n k8s.io)
+"${CTR[@]}" version >/dev/null 2>&1 || die "containerd does not answer on $CTRD_SOCK"
 
 pause_id=$(sha256sum "$ROOT/bin/pause" | cut -c1-16)
 if ! "${CTR[@]}" images ls -q "labels.\"org.sandboxd.pause\"==$pause_id" 2>/dev/null | grep -q .; then
@@ -647,33 +688,37 @@ guard() {
 		done
 	done
 	# pod to pod (bridged, seen here through br_netfilter): kube-netpol decides
-	iptables -w -A SBXKUBE-FWD -i "$BRIDGE" -o "$BRIDGE" -j RETURN
-	iptables -w -A SBXKUBE-FWD -i "$BRIDGE" -o 'sbxt+' -j RETURN
-	iptables -w -A SBXKUBE-FWD -i 'sbxt+' -o "$BRIDGE" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
-	iptables -w -A SBXKUBE-FWD -i "$BRIDGE" -j DROP
-	iptables -w -A SBXKUBE-FWD -o "$BRIDGE" -j DROP
+	# (bridged within a node, routed between the nodes' bridges sbxkube0, sbxkube1)
+	iptables -w -A SBXKUBE-FWD -i 'sbxkube+' -o 'sbxkube+' -j RETURN
+	iptables -w -A SBXKUBE-FWD -i 'sbxkube+' -o 'sbxt+' -j RETURN
+	iptables -w -A SBXKUBE-FWD -i 'sbxt+' -o 'sbxkube+' -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+	iptables -w -A SBXKUBE-FWD -i 'sbxkube+' -j DROP
+	iptables -w -A SBXKUBE-FWD -o 'sbxkube+' -j DROP
 	# to the host itself: answers to what the host started, and the
 	# apiserver through its Service, as kube-netpol judges it (the queue has
-	# no bypass: with no enforcer reading it, nothing passes)
-	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
-	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -d "$POD_GW" -p tcp --dport 6443 -m conntrack --ctstate NEW \
-		--ctorigdst "${SERVICE_CIDR%.0.0/*}.0.1" --ctorigdstport 443 -j NFQUEUE --queue-num "$NETPOL_QUEUE"
-	iptables -w -A SBXKUBE-IN -i "$BRIDGE" -j DROP
+	# no bypass: with no enforcer reading it, nothing passes), each node's
+	# pods to their node's kube-netpol (queue 99+N), which knows their policies
+	iptables -w -A SBXKUBE-IN -i 'sbxkube+' -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+	for n in 1 2; do
+		iptables -w -A SBXKUBE-IN -i "sbxkube$((n - 1))" -d "$POD_GW" -p tcp --dport 6443 -m conntrack --ctstate NEW \
+			--ctorigdst "${SERVICE_CIDR%.0.0/*}.0.1" --ctorigdstport 443 -j NFQUEUE --queue-num "$((99 + n))"
+	done
+	iptables -w -A SBXKUBE-IN -i 'sbxkube+' -j DROP
 	# the apiserver and the kubelet listen on every address: only loopback
 	# (the apiserver reaches the kubelet at the node's address, from this
 	# host) and the pods (whose packets were judged above)
-	iptables -w -A SBXKUBE-IN -i lo -p tcp -m multiport --dports 6443,10250 -j RETURN
-	iptables -w -A SBXKUBE-IN -p tcp -m multiport --dports 6443,10250 -j DROP
+	iptables -w -A SBXKUBE-IN -i lo -p tcp -m multiport --dports 6443,10250,10251 -j RETURN
+	iptables -w -A SBXKUBE-IN -p tcp -m multiport --dports 6443,10250,10251 -j DROP
 	# IPv6: the cluster is IPv4, but the bridge, every pod's interface and
 	# gVisor's copy of it have link-local addresses, and the apiserver
 	# listens on [::] too. No pod packet over IPv6 goes anywhere (bridged
 	# ones pass here: bridge-nf-call-ip6tables), nor do the two ports
 	# answer off loopback.
-	ip6tables -w -A SBXKUBE-FWD -i "$BRIDGE" -j DROP
-	ip6tables -w -A SBXKUBE-FWD -o "$BRIDGE" -j DROP
-	ip6tables -w -A SBXKUBE-IN -i "$BRIDGE" -j DROP
-	ip6tables -w -A SBXKUBE-IN -i lo -p tcp -m multiport --dports 6443,10250 -j RETURN
-	ip6tables -w -A SBXKUBE-IN -p tcp -m multiport --dports 6443,10250 -j DROP
+	ip6tables -w -A SBXKUBE-FWD -i 'sbxkube+' -j DROP
+	ip6tables -w -A SBXKUBE-FWD -o 'sbxkube+' -j DROP
+	ip6tables -w -A SBXKUBE-IN -i 'sbxkube+' -j DROP
+	ip6tables -w -A SBXKUBE-IN -i lo -p tcp -m multiport --dports 6443,10250,10251 -j RETURN
+	ip6tables -w -A SBXKUBE-IN -p tcp -m multiport --dports 6443,10250,10251 -j DROP
 	[ "$(cat /proc/sys/net/bridge/bridge-nf-call-ip6tables 2>/dev/null)" = 1 ] ||
 		die "net.bridge.bridge-nf-call-ip6tables is not 1: bridged IPv6 between pods would pass the guard"
 	guard_first
@@ -690,10 +735,26 @@ guard_first() {
 		done
 	done
 }
-step "host guard (iptables SBXKUBE-FWD, SBXKUBE-IN), ip_forward"
-guard # under set -e: a rule that fails stops the script
-[ -s "$ROOT/run/ip_forward.before" ] || cat /proc/sys/net/ipv4/ip_forward >"$ROOT/run/ip_forward.before"
-echo 1 >/proc/sys/net/ipv4/ip_forward
+if [ "$N" = 1 ]; then
+	step "host guard (iptables SBXKUBE-FWD, SBXKUBE-IN), ip_forward"
+	guard # under set -e: a rule that fails stops the script
+	[ -s "$ROOT/run/ip_forward.before" ] || cat /proc/sys/net/ipv4/ip_forward >"$ROOT/run/ip_forward.before"
+	echo 1 >/proc/sys/net/ipv4/ip_forward
+else
+	# Node 2 joins node 1's cluster: its control plane, guard and kube-proxy.
+	running apiserver || die "node 1 is not up: run scripts/kube-up.sh $ROOT first"
+	[ -z "$new_token" ] || die "the apiserver started before $P/tokens.csv named $new_token: restart the cluster (scripts/kube-down.sh, scripts/kube-up.sh)"
+	iptables -w -C FORWARD -j SBXKUBE-FWD 2>/dev/null || die "node 1's host guard is not in place: run scripts/kube-up.sh $ROOT"
+	# The kubelet wants its cgroup root to exist (cgroupfs driver): in each
+	# v1 hierarchy, or in the unified one.
+	if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
+		mkdir -p "/sys/fs/cgroup$CGROUP_ROOT"
+	else
+		for h in /sys/fs/cgroup/*/; do
+			[ -e "$h/cgroup.procs" ] && mkdir -p "$h${CGROUP_ROOT#/}"
+		done
+	fi
+fi
 
 step "waiting for the apiserver"
 alive etcd
@@ -703,19 +764,38 @@ kubecheck readyz -timeout 2m || {
 	tail -n 20 "$ROOT/logs/apiserver.log" >&2
 	die "apiserver not ready"
 }
+# A second node's Node object outlives its kubelet (etcd's data is kept):
+# until the node controller marks it NotReady, pods would be scheduled onto
+# a node that is not there. Without its kubelet it goes.
+if [ "$N" = 1 ] && ! running kubelet-2 &&
+	curl -fsS -o /dev/null --cacert "$P/ca.crt" -H "Authorization: Bearer $admin_token" \
+		-X DELETE https://127.0.0.1:6443/api/v1/nodes/sandbox-node-2 2>/dev/null; then
+	step "removed node sandbox-node-2 (an earlier run's; its kubelet is not running)"
+fi
 # The enforcer before the kubelet: no pod runs before its policies do.
-start netpol "$ROOT/bin/kube-netpol" -kubeconfig="$ROOT/etc/admin.kubeconfig" -hostname-override="$NODE" \
-	-nfqueue-id="$NETPOL_QUEUE"
+start "netpol$sfx" "$ROOT/bin/kube-netpol" -kubeconfig="$ROOT/etc/admin.kubeconfig" -hostname-override="$NODE" \
+	-nfqueue-id="$NETPOL_QUEUE" -table="$NETPOL_TABLE"
 for _ in $(seq 150); do
-	"$ROOT/bin/kube-netpol" -check && break
-	alive netpol
+	"$ROOT/bin/kube-netpol" -check -table="$NETPOL_TABLE" && break
+	alive "netpol$sfx"
 	sleep 0.2
 done
-"$ROOT/bin/kube-netpol" -check || die "kube-netpol installed no nftables rules (log $ROOT/logs/netpol.log)"
+"$ROOT/bin/kube-netpol" -check -table="$NETPOL_TABLE" || die "kube-netpol installed no nftables rules (log $ROOT/logs/netpol$sfx.log)"
 since=0
-running kubelet || since=$(($(date +%s) - 1)) # a new kubelet: its own report of Ready, not the last one's
-start kubelet "$ROOT/bin/kubelet" --config="$ROOT/etc/kubelet.yaml" --kubeconfig="$ROOT/etc/kubelet.kubeconfig" \
-	--root-dir="$ROOT/var/kubelet" --cert-dir="$P/kubelet" --hostname-override="$NODE"
+running "kubelet$sfx" || since=$(($(date +%s) - 1)) # a new kubelet: its own report of Ready, not the last one's
+start "kubelet$sfx" "$ROOT/bin/kubelet" --config="$ROOT/etc/kubelet$sfx.yaml" --kubeconfig="$ROOT/etc/kubelet$sfx.kubeconfig" \
+	--root-dir="$ROOT/var/kubelet$sfx" --cert-dir="$P/kubelet$sfx" --hostname-override="$NODE"
+if [ "$N" != 1 ]; then
+	step "waiting for node $NODE Ready"
+	if ! kubecheck wait -node "$NODE" -since "$since" -timeout 3m; then
+		for p in "kubelet$sfx" "containerd$sfx" "netpol$sfx"; do alive "$p"; done
+		tail -n 20 "$ROOT/logs/kubelet$sfx.log" >&2
+		die "node $NODE not Ready"
+	fi
+	for p in "containerd$sfx" "netpol$sfx" "kubelet$sfx"; do alive "$p"; done
+	step "node $NODE ready (import images into it: KUBE_NODE=$N scripts/kube-image.sh $ROOT NAME:TAG DIR)"
+	exit 0
+fi
 start scheduler "$ROOT/bin/kube-scheduler" --kubeconfig="$ROOT/etc/admin.kubeconfig" --leader-elect=false \
 	--bind-address=127.0.0.1 --profiling=false
 start controller-manager "$ROOT/bin/kube-controller-manager" --kubeconfig="$ROOT/etc/admin.kubeconfig" \
@@ -727,7 +807,7 @@ start controller-manager "$ROOT/bin/kube-controller-manager" --kubeconfig="$ROOT
 # NodePort from outside meets the host guard. No conntrack sysctls: this VM
 # may not let them be set.
 start kube-proxy "$ROOT/bin/kube-proxy" --kubeconfig="$ROOT/etc/admin.kubeconfig" --hostname-override="$NODE" \
-	--proxy-mode=iptables --cluster-cidr="$POD_CIDR" --conntrack-max-per-core=0 --iptables-localhost-nodeports=false \
+	--proxy-mode=iptables --cluster-cidr="$CLUSTER_CIDR" --conntrack-max-per-core=0 --iptables-localhost-nodeports=false \
 	--metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256
 
 step "waiting for node $NODE Ready and the default service account"

@@ -23,6 +23,9 @@ const (
 	Browser = "browser" // a real Chromium
 	Kube    = "kube"    // a real cluster (SANDBOX_TEST_KUBECONFIG)
 	Helm    = "helm"    // a real helm binary (SANDBOX_TEST_HELM)
+	// KubeNodes is a second node in the test cluster, on this same machine
+	// (KUBE_UP_NODE=2 scripts/kube-up.sh).
+	KubeNodes = "kube-nodes"
 )
 
 // Required reports whether CI requires part to be here.

@@ -1,13 +1,17 @@
 // Command kube-netpol runs sigs.k8s.io/kube-network-policies, a
-// NetworkPolicy implementation, as a host process of the single-node test
-// cluster (scripts/kube-up.sh builds and starts it; kube-down.sh stops it).
+// NetworkPolicy implementation, as a host process of the test cluster, one
+// per node (scripts/kube-up.sh builds and starts it; kube-down.sh stops it).
 // Upstream's own main only knows the in-cluster config of a DaemonSet pod;
 // this one reads a kubeconfig, and runs without NRI (the test cluster's
 // containerd has no NRI socket) and without AdminNetworkPolicy.
 //
-//	kube-netpol -kubeconfig F -hostname-override NODE [-nfqueue-id N]
-//	kube-netpol -cleanup            # remove the rules a killed run left
-//	kube-netpol -check              # exit 0 when the rules are in place
+//	kube-netpol -kubeconfig F -hostname-override NODE [-nfqueue-id N] [-table T]
+//	kube-netpol -cleanup [-table T] # remove the rules a killed run left
+//	kube-netpol -check [-table T]   # exit 0 when the rules are in place
+//
+// Two nodes on one machine share its network namespace: each node's
+// kube-netpol has a queue and a table of its own, and queues the packets
+// of its own node's pods.
 //
 // Fail-closed: packets of a selected pod that are queued while no
 // controller reads the queue are dropped, not let through.
@@ -30,8 +34,9 @@ import (
 	"sigs.k8s.io/kube-network-policies/pkg/networkpolicy"
 )
 
-// table is upstream's default nftables table name (Config.Defaults).
-const table = "kube-network-policies"
+// table is the nftables table's name, upstream's default (Config.Defaults)
+// unless -table names another.
+var table = "kube-network-policies"
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file (required)")
@@ -39,6 +44,7 @@ func main() {
 	queue := flag.Int("nfqueue-id", 100, "nfqueue number")
 	cleanup := flag.Bool("cleanup", false, "delete the nftables table and exit")
 	check := flag.Bool("check", false, "exit 0 when the nftables table exists")
+	flag.StringVar(&table, "table", table, "the nftables table (inet family) of this node's rules")
 	klog.InitFlags(nil)
 	flag.Parse()
 	switch {
