@@ -1,6 +1,8 @@
 package integration_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -19,6 +25,7 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // The kube backend beside client-go floors on the same cluster (no kubectl):
@@ -222,4 +229,61 @@ func BenchmarkKubeLeasePolicy(b *testing.B) {
 			measure(b, nil, func() func() { return e.leaseTimed(body) })
 		})
 	}
+}
+
+// BenchmarkKubeSnapshot: POST .../snapshot of a sandbox of a pulled image
+// with 20 MB of changes, to the answer: the runner inside the pod reads the
+// changes, the layer streams out over exec to the server, which pushes it
+// to a registry. "floor" is the two transfers no snapshot can skip, raw: the
+// same 20 MB read out of the pod by one exec-subresource `cat` (client-go)
+// and pushed to the same registry as one blob (go-containerregistry).
+func BenchmarkKubeSnapshot(b *testing.B) {
+	reg := testenv.NeedRegistry(b, false)
+	cfg := server.Config{Images: imagesWithClasses(b)}
+	cfg.Catalog.Allow = []string{reg.Host}
+	cfg.Kube.PushRepo = reg.Host + "/snapshots"
+	cfg.Kube.RunnerImage = runnerImage(b)
+	e, c, ns := newKubeEnvConfig(b, cfg)
+	ref := push(b, reg, "team/benchsnap:1", []string{"PATH=/bin"}, busyboxLayer(b), tarLayer(b, tarEntry{name: "app/", typ: tar.TypeDir}))
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool", "ref": ref})
+	id := e.lease("acme", map[string]any{"image": "tool", "ttlSec": 3600})
+	e.sh("acme", id, "busybox head -c 20000000 /dev/urandom > /app/blob")
+
+	b.Run("snapshot", func(b *testing.B) {
+		measure(b, nil, func() func() {
+			e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/snapshot", "acme", map[string]any{"name": "snap"})
+			return func() { e.must(http.StatusOK, "DELETE", "/v1/images/snap", "acme", nil) }
+		})
+	})
+	b.Run("floor", func(b *testing.B) {
+		pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "sandbox.dev/id=" + id})
+		if err != nil || len(pods.Items) != 1 {
+			b.Fatal(err)
+		}
+		rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("SANDBOX_TEST_KUBECONFIG"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		u := c.CoreV1().RESTClient().Post().Resource("pods").Name(pods.Items[0].Name).Namespace(ns).SubResource("exec").
+			VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"cat", "/app/blob"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+		repo, err := name.NewRepository(reg.Host + "/floor")
+		if err != nil {
+			b.Fatal(err)
+		}
+		measure(b, nil, func() func() {
+			ex, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			var blob bytes.Buffer
+			if err := ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: &blob, Stderr: io.Discard}); err != nil || blob.Len() != 20000000 {
+				b.Fatalf("exec cat: %d bytes, %v", blob.Len(), err)
+			}
+			layer := static.NewLayer(blob.Bytes(), types.OCIUncompressedLayer)
+			if err := remote.WriteLayer(repo, layer); err != nil {
+				b.Fatal(err)
+			}
+			return nil
+		})
+	})
 }
