@@ -33,13 +33,25 @@ for _ in range(n):
 print(" ".join(map(str, out)), int((time.perf_counter() - t0) * 1e6))
 `
 
+// previewEnv is the server the preview benchmarks run against: gVisor, or
+// with SANDBOX_BENCH_BACKEND=kube a kube server on the test cluster whose
+// pods carry the runner (the relay), as the chart's do.
+func previewEnv(b *testing.B) *env {
+	if os.Getenv("SANDBOX_BENCH_BACKEND") == "kube" {
+		e, _, _ := newKubeRunnerEnv(b)
+		return e
+	}
+	return newEnv(b)
+}
+
 // BenchmarkPreviewHTTP: one GET of a small file from Python's http.server
 // inside a sandbox, through a preview (the host form, with a key: the
 // server, the relay over the exec channel, the app) beside the same GET
 // made from inside the sandbox on its own loopback, in one run. Read
-// p50-ms and req/s (sequential requests) side by side.
+// p50-ms and req/s (sequential requests) side by side. On the test cluster:
+// SANDBOX_BENCH_BACKEND=kube.
 func BenchmarkPreviewHTTP(b *testing.B) {
-	e := newEnv(b)
+	e := previewEnv(b)
 	id := e.lease("acme", map[string]any{"ttlSec": 3600})
 	e.sh("acme", id, "echo 'hello from inside' > hello.txt")
 	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
@@ -140,7 +152,7 @@ func BenchmarkPreviewModulePage(b *testing.B) {
 	if os.Getenv("SANDBOX_BENCH_PAGE") != "1" {
 		b.Skip("opt-in: SANDBOX_BENCH_PAGE=1 (a real Chromium, ~1 min)")
 	}
-	e := newEnv(b)
+	e := previewEnv(b)
 	id := e.lease("acme", map[string]any{"ttlSec": 3600})
 	if a := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", modulePage, strconv.Itoa(modules)}}); a.ExitCode != 0 {
 		b.Fatalf("the page: %+v", a)
