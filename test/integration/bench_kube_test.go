@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -89,9 +90,10 @@ func BenchmarkKubeExec(b *testing.B) {
 	})
 }
 
-func BenchmarkKubeExecFloor(b *testing.B) {
-	e, c, ns := newKubeEnv(b)
-	id := e.lease("acme", nil)
+// rawExec is a client-go exec-subresource call of argv in the pod of
+// sandbox id, the floors' way in: the test's own config and URL, no server.
+func rawExec(b *testing.B, c kubernetes.Interface, ns, id string, argv ...string) (*rest.Config, string) {
+	b.Helper()
 	pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "sandbox.dev/id=" + id})
 	if err != nil || len(pods.Items) != 1 {
 		b.Fatal(err)
@@ -101,9 +103,16 @@ func BenchmarkKubeExecFloor(b *testing.B) {
 		b.Fatal(err)
 	}
 	u := c.CoreV1().RESTClient().Post().Resource("pods").Name(pods.Items[0].Name).Namespace(ns).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"true"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+		VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+	return rc, u.String()
+}
+
+func BenchmarkKubeExecFloor(b *testing.B) {
+	e, c, ns := newKubeEnv(b)
+	id := e.lease("acme", nil)
+	rc, u := rawExec(b, c, ns, id, "true")
 	measure(b, nil, func() func() {
-		ex, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())
+		ex, err := remotecommand.NewWebSocketExecutor(rc, "GET", u)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -256,22 +265,13 @@ func BenchmarkKubeSnapshot(b *testing.B) {
 		})
 	})
 	b.Run("floor", func(b *testing.B) {
-		pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "sandbox.dev/id=" + id})
-		if err != nil || len(pods.Items) != 1 {
-			b.Fatal(err)
-		}
-		rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("SANDBOX_TEST_KUBECONFIG"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		u := c.CoreV1().RESTClient().Post().Resource("pods").Name(pods.Items[0].Name).Namespace(ns).SubResource("exec").
-			VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"cat", "/app/blob"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+		rc, u := rawExec(b, c, ns, id, "cat", "/app/blob")
 		repo, err := name.NewRepository(reg.Host + "/floor")
 		if err != nil {
 			b.Fatal(err)
 		}
 		measure(b, nil, func() func() {
-			ex, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())
+			ex, err := remotecommand.NewWebSocketExecutor(rc, "GET", u)
 			if err != nil {
 				b.Fatal(err)
 			}
