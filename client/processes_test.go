@@ -252,7 +252,7 @@ func TestFork(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.End(ctx, fork.ID, false)
-		if fork.ID == sb.ID || fork.Status != "running" || fork.Class != sb.Class || fork.Metadata["side"] != "fork" || time.Until(fork.Expires()) < 590*time.Second {
+		if fork.ID == sb.ID || fork.Status != "running" || fork.Class != sb.Class || fork.Metadata["side"] != "fork" || fork.Expires().Sub(fork.Created()) < 590*time.Second {
 			t.Errorf("fork: %+v", fork)
 		}
 		f, err := c.ReadFile(ctx, fork.ID, "f.txt")
