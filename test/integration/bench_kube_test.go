@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -26,7 +25,6 @@ import (
 
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/server"
-	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // The kube backend beside client-go floors on the same cluster (no kubectl):
@@ -247,15 +245,8 @@ func BenchmarkKubeLeasePolicy(b *testing.B) {
 // same 20 MB read out of the pod by one exec-subresource `cat` (client-go)
 // and pushed to the same registry as one blob (go-containerregistry).
 func BenchmarkKubeSnapshot(b *testing.B) {
-	reg := testenv.NeedRegistry(b, false)
-	cfg := server.Config{Images: imagesWithClasses(b)}
-	cfg.Catalog.Allow = []string{reg.Host}
-	cfg.Kube.PushRepo = reg.Host + "/snapshots"
-	cfg.Kube.RunnerImage = runnerImage(b)
-	e, c, ns := newKubeEnvConfig(b, cfg)
-	ref := push(b, reg, "team/benchsnap:1", []string{"PATH=/bin"}, busyboxLayer(b), tarLayer(b, tarEntry{name: "app/", typ: tar.TypeDir}))
-	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool", "ref": ref})
-	id := e.lease("acme", map[string]any{"image": "tool", "ttlSec": 3600})
+	r := newKubeSnapshotRig(b, "team/benchsnap:1", 3600)
+	e, c, ns, reg, id := r.e, r.c, r.ns, r.reg, r.id
 	e.sh("acme", id, "busybox head -c 20000000 /dev/urandom > /app/blob")
 
 	b.Run("snapshot", func(b *testing.B) {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/server"
@@ -30,15 +31,8 @@ func runnerImage(t testing.TB) string { return testenv.RunnerImage(t) }
 // sandbox made are not in the image the nodes pull.
 func TestKubeSnapshotRunnerAndLayer(t *testing.T) {
 	t.Parallel() // see parallel_test.go
-	reg := testenv.NeedRegistry(t, false)
-	cfg := server.Config{Images: imagesWithClasses(t)}
-	cfg.Catalog.Allow = []string{reg.Host}
-	cfg.Kube.PushRepo = reg.Host + "/snapshots"
-	cfg.Kube.RunnerImage = runnerImage(t)
-	e, c, ns := newKubeEnvConfig(t, cfg)
-	ref := push(t, reg, "team/kubesnap:1", []string{"PATH=/bin"}, busyboxLayer(t), tarLayer(t, tarEntry{name: "app/", typ: tar.TypeDir}))
-	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool", "ref": ref})
-	id := e.lease("acme", map[string]any{"image": "tool", "ttlSec": 600})
+	rig := newKubeSnapshotRig(t, "team/kubesnap:1", 600)
+	e, c, ns, reg, id, cfg := rig.e, rig.c, rig.ns, rig.reg, rig.id, rig.cfg
 
 	// From the cluster's side: the runner's volume, filled by the server's
 	// image, read-only in the sandbox's container.
@@ -122,6 +116,32 @@ echo s > /app/suid && busybox chmod 4755 /app/suid && busybox mkfifo /app/fifo &
 	case seen["app/fifo"] != nil:
 		t.Errorf("the pushed layer keeps the FIFO: %+v", seen["app/fifo"])
 	}
+}
+
+// kubeSnapshotRig is a kube server whose pods carry the runner and whose
+// snapshots go to a registry of the test's, and a sandbox on it of a
+// pulled busybox image (repo, pushed there) with an empty /app.
+type kubeSnapshotRig struct {
+	e   *env
+	c   kubernetes.Interface
+	ns  string
+	reg *testenv.Registry
+	cfg server.Config
+	id  string
+}
+
+func newKubeSnapshotRig(t testing.TB, repo string, ttlSec int) kubeSnapshotRig {
+	t.Helper()
+	r := kubeSnapshotRig{reg: testenv.NeedRegistry(t, false)}
+	r.cfg = server.Config{Images: imagesWithClasses(t)}
+	r.cfg.Catalog.Allow = []string{r.reg.Host}
+	r.cfg.Kube.PushRepo = r.reg.Host + "/snapshots"
+	r.cfg.Kube.RunnerImage = runnerImage(t)
+	r.e, r.c, r.ns = newKubeEnvConfig(t, r.cfg)
+	ref := push(t, r.reg, repo, []string{"PATH=/bin"}, busyboxLayer(t), tarLayer(t, tarEntry{name: "app/", typ: tar.TypeDir}))
+	r.e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "tool", "ref": ref})
+	r.id = r.e.lease("acme", map[string]any{"image": "tool", "ttlSec": ttlSec})
+	return r
 }
 
 func keys[V any](m map[string]V) []string {
