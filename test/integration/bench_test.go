@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,8 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
+	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/warm"
 )
 
 // The benchmarks put each service path beside its floor: raw runsc doing the
@@ -112,10 +115,26 @@ func (e *env) leaseTimed(body map[string]any) func() {
 	return func() { e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil) }
 }
 
-// BenchmarkLease: POST /v1/sandbox until the answer says running.
+// BenchmarkLease: POST /v1/sandbox until the answer says running, with
+// the server's default warm pool running (a plain lease takes a sandbox
+// started ahead of it; the pool is let fill again between leases,
+// untimed) and without one (the lease starts its own: one runsc run, what
+// BenchmarkLeaseFloor times raw).
 func BenchmarkLease(b *testing.B) {
-	e := benchEnv(b)
-	measure(b, nil, func() func() { return e.leaseTimed(nil) })
+	b.Run("warm", func(b *testing.B) {
+		e := benchEnv(b)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); e.srv.Run(ctx) }()
+		b.Cleanup(func() { cancel(); <-done })
+		measure(b, func() { waitWarm(b, e, warm.DefaultSize) }, func() func() { return e.leaseTimed(nil) })
+	})
+	b.Run("cold", func(b *testing.B) {
+		var cfg server.Config
+		cfg.Warm.Size = -1
+		e := newEnvConfig(b, cfg)
+		measure(b, nil, func() func() { return e.leaseTimed(nil) })
+	})
 }
 
 // BenchmarkLeaseFloor: a raw `runsc run --detach` of the bundle the

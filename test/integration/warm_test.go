@@ -18,7 +18,7 @@ import (
 )
 
 // warmObjects are the runtime's objects labelled warm, by name.
-func warmObjects(t *testing.T, e *env) []string {
+func warmObjects(t testing.TB, e *env) []string {
 	t.Helper()
 	objs, err := e.srv.Runtime.List(t.Context(), map[string]string{warm.Label: ""})
 	if err != nil {
@@ -35,7 +35,7 @@ func warmObjects(t *testing.T, e *env) []string {
 
 // waitWarm waits until the runtime holds want running warm sandboxes, none
 // of them in gone.
-func waitWarm(t *testing.T, e *env, want int, gone ...string) []string {
+func waitWarm(t testing.TB, e *env, want int, gone ...string) []string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
