@@ -619,6 +619,11 @@ start() {
 # alive NAME: fail with the log's tail when NAME died.
 alive() {
 	running "$1" && return 0
+	# Asked once more: read while the process execs, /proc/PID/cmdline can
+	# be empty for a moment (seen once: a containerd that came up and ran
+	# was called dead here, 1 s into a start).
+	sleep 0.5
+	running "$1" && return 0
 	tail -n 30 "$ROOT/logs/$1.log" >&2 || true
 	die "$1 is not running (log $ROOT/logs/$1.log)"
 }

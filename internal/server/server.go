@@ -247,6 +247,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		if warmed.Size() == 0 {
 			warmed = nil
 		}
+	} else if cfg.Warm.Size > 0 {
+		// Asked for by name on a backend that cannot hand a started
+		// sandbox to a lease: said once, not ignored in silence.
+		log.Warn("--warm-pool is not available on this backend: each lease starts its own sandbox", "backend", cfg.Backend, "warmPool", cfg.Warm.Size)
 	}
 	svc := service.New(cfg.Service, service.Deps{Warm: warmPool(warmed), Capabilities: &caps, ProjectLocks: vols, Commands: cmds, Credentials: creds,
 		Store: st, Runtime: b.rt, RuntimeName: sandbox.RuntimeGVisor,

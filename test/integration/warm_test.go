@@ -120,3 +120,21 @@ func TestWarmPool(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmPoolOnKube: a cluster cannot hand a started pod to a lease, so
+// --warm-pool asked for by name is said to do nothing there (a warning at
+// the start), and a lease starts its own pod as ever.
+func TestWarmPoolOnKube(t *testing.T) {
+	cfg := server.Config{Warm: warm.Config{Size: 2}}
+	e, _, _ := newKubeEnvConfig(t, cfg)
+	if !strings.Contains(e.logs.String(), "--warm-pool is not available on this backend") {
+		t.Errorf("no warning of the pool the backend cannot keep; the log:\n%s", e.logs.String())
+	}
+	id := e.lease("acme", nil)
+	if out := e.sh("acme", id, "echo ok"); out != "ok\n" {
+		t.Errorf("a command in the lease: %q", out)
+	}
+	if !strings.Contains(e.logs.String(), "sandbox="+id) || strings.Contains(e.logs.String(), "warm=true") {
+		t.Errorf("the lease was not its own pod's:\n%s", e.logs.String())
+	}
+}
