@@ -112,6 +112,15 @@ total = " + ".join(f"v{i}" for i in range(n))
 open("page/index.html", "w").write(f"<!doctype html><title>modules</title><script type=module>\n{imports}\nwindow.sum = {total};\nwindow.done = performance.now();\n</script>")
 `
 
+// pageTimings is a JavaScript expression: the finished requests' times in
+// the page's Resource Timing, p50/p90/p99 in ms — queued (the start to the
+// request's sending: waiting for one of the six connections), ttfb (the
+// request sent to its first byte: the server, the relay and the app) and
+// body. A load that runs out of time says with it whether the answers were
+// slow (under a host whose cores are oversubscribed, ttfb's tail goes to
+// seconds: BENCHMARKS.md) or missing.
+const pageTimings = `(() => { const r = performance.getEntriesByType("resource"); const q = (f) => { const a = r.map(f).sort((x, y) => x - y); return [0.5, 0.9, 0.99].map((p) => Math.round(a[Math.floor(a.length * p)])).join("/") }; return r.length + " finished; queued " + q((x) => x.requestStart - x.startTime) + " ms; ttfb " + q((x) => x.responseStart - x.requestStart) + " ms; body " + q((x) => x.responseEnd - x.responseStart) + " ms" })()`
+
 // insidePage fetches the page and its modules on the sandbox's own
 // loopback as a browser would (index.html, then the n+1 modules over 6
 // keep-alive connections) N times, printing each load's microseconds.
@@ -186,7 +195,7 @@ func BenchmarkPreviewModulePage(b *testing.B) {
 		ms, err := chromedp.Run(wctx, chromedp.Evaluate[float64](`new Promise((ok) => { const t = setInterval(() => { if (window.done) { clearInterval(t); ok(window.done) } }, 2) })`, chromedp.EvalAwaitPromise))
 		cancel()
 		if err != nil {
-			got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.title + " | " + performance.getEntriesByType("resource").length + " resources, failed: " + performance.getEntriesByType("resource").filter((r) => r.responseStatus >= 400 || r.transferSize === 0).map((r) => r.name + " " + r.responseStatus).slice(0, 5).join(", ")`))
+			got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.title + " | " + performance.getEntriesByType("resource").length + " resources, failed: " + performance.getEntriesByType("resource").filter((r) => r.responseStatus >= 400 || r.transferSize === 0).map((r) => r.name + " " + r.responseStatus).slice(0, 5).join(", ") + " | " + `+pageTimings))
 			b.Fatalf("the page did not finish: %v (%s)", err, got)
 		}
 		if sum, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`window.sum`)); sum != modules+modules*(modules-1)/2 {
