@@ -29,6 +29,28 @@ with urllib.request.urlopen(sys.argv[1], timeout=60) as r:
         n += len(b)
 print(n, time.time() - t)`
 
+// downloadsInside runs download in sandbox id of e, b.N times, and
+// reports MB/s of the seconds it measured inside.
+func downloadsInside(b *testing.B, e *env, id, url string, size int) {
+	var secs float64
+	for b.Loop() {
+		out := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", download, url}, "timeoutSec": 300})
+		secs += downloadSeconds(b, out.Stdout, out.Stderr, size)
+	}
+	b.ReportMetric(float64(size)*float64(b.N)/secs/1e6, "MB/s")
+}
+
+// downloadSeconds is the seconds download printed, once it printed size bytes.
+func downloadSeconds(b *testing.B, stdout, stderr string, size int) float64 {
+	b.Helper()
+	var n int
+	var s float64
+	if _, err := fmt.Sscan(strings.TrimSpace(stdout), &n, &s); err != nil || n != size {
+		b.Fatalf("download: %q %q", stdout, stderr)
+	}
+	return s
+}
+
 // zeroServer serves GET /N: N zero bytes, 1 MiB at a time, on 127.0.0.1:8099.
 const zeroServer = `import http.server
 class H(http.server.BaseHTTPRequestHandler):
@@ -96,12 +118,10 @@ func BenchmarkEgress(b *testing.B) {
 		for b.Loop() {
 			out, err := exec.Command("nsenter", "--net="+in.Uplink, "python3", "-c", download,
 				"http://"+testenv.RawIP+"/bytes/"+strconv.Itoa(size)).CombinedOutput()
-			var n int
-			var s float64
-			if _, serr := fmt.Sscan(strings.TrimSpace(string(out)), &n, &s); err != nil || serr != nil || n != size {
+			if err != nil {
 				b.Fatalf("download: %v %q", err, out)
 			}
-			secs += s
+			secs += downloadSeconds(b, string(out), "", size)
 		}
 		b.ReportMetric(float64(size)*float64(b.N)/secs/1e6, "MB/s")
 	})
@@ -116,33 +136,13 @@ func BenchmarkEgress(b *testing.B) {
 		e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/processes", "acme", map[string]any{
 			"argv": []string{"python3", "-c", zeroServer}})
 		e.sh("acme", id, `for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8099), 1)' 2>/dev/null && exit 0; sleep 0.1; done; exit 1`)
-		var secs float64
-		for b.Loop() {
-			out := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", download, "http://127.0.0.1:8099/" + strconv.Itoa(size)}, "timeoutSec": 300})
-			var n int
-			var s float64
-			if _, err := fmt.Sscan(strings.TrimSpace(out.Stdout), &n, &s); err != nil || n != size {
-				b.Fatalf("download: %q %q", out.Stdout, out.Stderr)
-			}
-			secs += s
-		}
-		b.ReportMetric(float64(size)*float64(b.N)/secs/1e6, "MB/s")
+		downloadsInside(b, e, id, "http://127.0.0.1:8099/"+strconv.Itoa(size), size)
 	})
 	inside := func(e *env, policy []string, url string) func(b *testing.B) {
 		return func(b *testing.B) {
 			id := e.lease("acme", map[string]any{"network": map[string]any{"allow": policy}})
 			defer e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
-			var secs float64
-			for b.Loop() {
-				out := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", download, url}, "timeoutSec": 300})
-				var n int
-				var s float64
-				if _, err := fmt.Sscan(strings.TrimSpace(out.Stdout), &n, &s); err != nil || n != size {
-					b.Fatalf("download: %q %q", out.Stdout, out.Stderr)
-				}
-				secs += s
-			}
-			b.ReportMetric(float64(size)*float64(b.N)/secs/1e6, "MB/s")
+			downloadsInside(b, e, id, url, size)
 		}
 	}
 	b.Run("download/rules", inside(e, []string{"internet"}, "http://"+testenv.RawIP+"/bytes/"+strconv.Itoa(size)))
