@@ -94,8 +94,12 @@ func TestExecSandboxLifecycle(t *testing.T) {
 			if out := e.exec("acme", id, map[string]any{"argv": []string{"no-such-program"}}); out.ExitCode != 127 {
 				t.Errorf("missing program: %+v", out)
 			}
+			// 5 s, not 1: the timeout counts from the command's request, and
+			// on a cluster under CI's load the exec's start alone (apiserver,
+			// kubelet, runsc) once took over a second: the shell had not yet
+			// said "started" when it was killed.
 			start := time.Now()
-			out := e.exec("acme", id, map[string]any{"command": "echo started; sleep 30", "timeoutSec": 1})
+			out := e.exec("acme", id, map[string]any{"command": "echo started; sleep 30", "timeoutSec": 5})
 			if !out.TimedOut || out.ExitCode != 124 || !strings.HasPrefix(out.Stdout, "started") || time.Since(start) > 15*time.Second {
 				t.Errorf("timeout: %+v after %v", out, time.Since(start))
 			}
