@@ -40,6 +40,12 @@ const (
 // claim of immediate binding has no volume yet.
 const unboundClaim = "unbound immediate PersistentVolumeClaims"
 
+// claimUnseen is the scheduler's word for a pod whose claim it has not
+// seen yet (`persistentvolumeclaim "x" not found`): its informer can be
+// behind the claim the backend made just before the pod (a fork's, under
+// load). Held like an unbound claim: confirmClaim reads the claim itself.
+var claimUnseen = regexp.MustCompile(`persistentvolumeclaim "[^"]*" not found`)
+
 // verdict is the cluster's refusal of a pod.
 type verdict struct {
 	runtime.StartError
@@ -80,7 +86,7 @@ func judge(p *corev1.Pod) *verdict {
 		msg := schedulerMessage(c.Message)
 		return &verdict{
 			StartError: runtime.StartError{Reason: c.Reason, Message: msg, Capacity: shortOfRoom(msg)},
-			claim:      strings.Contains(msg, unboundClaim),
+			claim:      strings.Contains(msg, unboundClaim) || claimUnseen.MatchString(msg),
 		}
 	}
 	return nil

@@ -49,6 +49,8 @@ func TestJudge(t *testing.T) {
 		{"no pod slots", unschedulable("0/1 nodes are available: 1 Too many pods."), true, "Unschedulable", "0/1 nodes are available: 1 Too many pods.", true, false},
 		{"unbound claim", unschedulable("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."),
 			true, "Unschedulable", "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims.", false, true},
+		{"claim not yet seen by the scheduler", unschedulable(`0/1 nodes are available: persistentvolumeclaim "sbx-acme-p1-fork" not found. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`),
+			true, "Unschedulable", `0/1 nodes are available: persistentvolumeclaim "sbx-acme-p1-fork" not found.`, false, true},
 		{"affinity", unschedulable("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."),
 			true, "Unschedulable", "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.", false, false},
 		{"never pulled", waiting("ErrImageNeverPull", `Container image "sandbox/x:local" is not present with pull policy of Never`),
