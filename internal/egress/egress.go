@@ -759,14 +759,7 @@ func (m *Manager) unprogram(key string) error {
 // dropLink removes key's namespace mount (its veth goes with it once no
 // process holds the namespace) and the host end, if still there.
 func (m *Manager) dropLink(key string) error {
-	var errs []error
-	path := m.nsPath(key)
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		errs = append(errs, fmt.Errorf("egress: unmount %s: %w", path, err))
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("egress: %w", err))
-	}
+	errs := []error{DropNamespace(m.nsPath(key))}
 	if h, err := netlink.NewHandleAt(m.uplink); err == nil {
 		if l, err := h.LinkByName(linkPrefix + key); err == nil {
 			if err := h.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {

@@ -17,6 +17,7 @@ type Metrics struct {
 	leases  *prometheus.CounterVec
 	live    *prometheus.GaugeVec
 	execDur *prometheus.HistogramVec
+	ports   *prometheus.CounterVec
 }
 
 // New registers the collectors on a fresh registry.
@@ -33,8 +34,11 @@ func New() *Metrics {
 			Name: "sandbox_exec_seconds", Help: "Latency of commands run in sandboxes (exec and fs), by operation.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"op"}),
+		ports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_port_connections_total", Help: "Connections opened to ports on sandboxes' loopback (previews), by path: forward (the runtime's own port forward) or relay (a stream of the runner's relay).",
+		}, []string{"path"}),
 	}
-	m.reg.MustRegister(m.leases, m.live, m.execDur,
+	m.reg.MustRegister(m.leases, m.live, m.execDur, m.ports,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -57,6 +61,13 @@ func (m *Metrics) Live(class string, delta float64) {
 func (m *Metrics) Exec(op string, d time.Duration) {
 	if m != nil {
 		m.execDur.WithLabelValues(op).Observe(d.Seconds())
+	}
+}
+
+// PortConnection counts one connection to a sandbox's port, by path.
+func (m *Metrics) PortConnection(path string) {
+	if m != nil {
+		m.ports.WithLabelValues(path).Inc()
 	}
 }
 

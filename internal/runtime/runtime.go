@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -270,6 +271,24 @@ type Relabeler interface {
 	Relabel(ctx context.Context, ref Ref, labels map[string]string) error
 }
 
+// PortForwarder connects to a port on a sandbox's own loopback with no
+// process inside: the backend's own forward. It is no capability a caller
+// sees: without it, or for a sandbox it cannot forward to
+// (ErrNoForward), a preview goes through the runner's relay.
+type PortForwarder interface {
+	// ForwardPort connects to 127.0.0.1:port inside the sandbox; the
+	// connection lives until closed (ctx bounds only its start). Nothing
+	// listening there is ErrRefused.
+	ForwardPort(ctx context.Context, name string, port int) (net.Conn, error)
+}
+
+// ErrNoForward means the backend cannot forward to this sandbox's ports
+// (one made before it could, or a runtime it cannot drive in-process).
+var ErrNoForward = errors.New("the sandbox's ports cannot be forwarded to")
+
+// ErrRefused means nothing listens on the port inside.
+var ErrRefused = errors.New("nothing listens on the port")
+
 // ErrNoNetwork means the sandbox was created with no network interface.
 var ErrNoNetwork = errors.New("the sandbox was created with no network")
 
@@ -295,8 +314,10 @@ type Capabilities struct {
 	Network      Networker
 	CheckNetwork NetworkChecker
 	Runner       Runner
-	// Relabel is unnamed: nothing a caller can do depends on it.
+	// Relabel and Forward are unnamed: nothing a caller can do depends
+	// on them.
 	Relabel Relabeler
+	Forward PortForwarder
 }
 
 // Discover finds the capabilities rt implements.
@@ -310,6 +331,7 @@ func Discover(rt Runtime) Capabilities {
 	c.CheckNetwork, _ = rt.(NetworkChecker)
 	c.Runner, _ = rt.(Runner)
 	c.Relabel, _ = rt.(Relabeler)
+	c.Forward, _ = rt.(PortForwarder)
 	return c
 }
 

@@ -268,6 +268,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if caps.Runner != nil {
 		relays = pool.New(b.rt, caps.Runner, svc)
 		relays.Log = log
+		relays.Forward = caps.Forward
+		relays.Count = m.PortConnection
 	}
 	previews := preview.NewPreviews(svc, preview.Relay{Pool: relays, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)
 	fsys := files.New(svc, cfg.Service.ExecTimeout, cfg.Service.MaxExecTimeout).WithRunner(caps.Runner, sandbox.RuntimeGVisor)

@@ -78,6 +78,14 @@ func TestPortPreview(t *testing.T) {
 		if code, _ = get("acme", "0/"); code != http.StatusBadRequest {
 			t.Errorf("port 0: %d", code)
 		}
+		// The path the connections took: on gVisor runsc's own port
+		// forward, no stream of the relay; on the cluster the relay.
+		m := string(e.must(http.StatusOK, "GET", "/metrics", "system", nil).Body)
+		forward := strings.Contains(m, `sandbox_port_connections_total{path="forward"}`)
+		relayed := strings.Contains(m, `sandbox_port_connections_total{path="relay"}`)
+		if backend, _ := e.capabilities(); backend == "gvisor" && (!forward || relayed) || backend != "gvisor" && (forward || !relayed) {
+			t.Errorf("on %s the connections went forward=%v relay=%v:\n%s", backend, forward, relayed, grepLines(m, "sandbox_port_connections_total"))
+		}
 	})
 }
 

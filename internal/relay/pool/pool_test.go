@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -194,5 +195,50 @@ func TestRelayEndedByItself(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "boom") || !strings.Contains(l, "sb_1") {
 		t.Errorf("the log line lacks the runner's words or the sandbox: %s", l)
+	}
+}
+
+// forwarder is a backend's port forward that answers err, else one end of
+// a pipe.
+type forwarder struct{ err error }
+
+func (f forwarder) ForwardPort(context.Context, string, int) (net.Conn, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	c, _ := net.Pipe()
+	return c, nil
+}
+
+// TestConnectForwardsFirst: the backend's forward is tried first — its
+// connection taken with no relay started, its "nothing listens" answered
+// as the relay's would be — and a sandbox it cannot forward to goes
+// through the relay.
+func TestConnectForwardsFirst(t *testing.T) {
+	x := &inProcess{sock: filepath.Join(t.TempDir(), "api.sock")}
+	p := New(x, runner{}, channels{})
+	defer p.Close()
+	var paths []string
+	p.Count = func(path string) { paths = append(paths, path) }
+	sb := &sandbox.Sandbox{ID: "sb-1", Name: "sbx-1", UID: "u1"}
+	ctx := context.Background()
+
+	p.Forward = forwarder{}
+	c, err := p.Connect(ctx, sb, 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	p.Forward = forwarder{err: runtime.ErrRefused}
+	if _, err := p.Connect(ctx, sb, 8000); !errors.Is(err, relay.ErrNoListener) {
+		t.Fatalf("nothing listening, forwarded: %v", err)
+	}
+	if n := x.starts.Load(); n != 0 || !slices.Equal(paths, []string{"forward"}) {
+		t.Fatalf("forwarded connections started %d relays, counted %v", n, paths)
+	}
+	p.Forward = forwarder{err: runtime.ErrNoForward}
+	p.Connect(ctx, sb, 8000) // the in-process relay has no ports: its answer is not the point
+	if n := x.starts.Load(); n != 1 {
+		t.Fatalf("a sandbox with no forward started %d relays", n)
 	}
 }

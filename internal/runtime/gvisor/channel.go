@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"gvisor.dev/gvisor/pkg/sentry/control"
 	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
 	"gvisor.dev/gvisor/pkg/urpc"
+	"gvisor.dev/gvisor/runsc/boot"
 	"gvisor.dev/gvisor/runsc/config"
 	"gvisor.dev/gvisor/runsc/container"
 	"gvisor.dev/gvisor/runsc/specutils"
@@ -348,4 +350,75 @@ func resize(c *container.Container, pid int32, ptmx *os.File, sizes <-chan runti
 			return
 		}
 	}
+}
+
+// ForwardPort connects to 127.0.0.1:port in the sandbox's network stack
+// through runsc's own port forward (the control socket's
+// containerManager.PortForward, the call `runsc port-forward` makes): the
+// sentry connects there and copies between that connection and one end of
+// a socket pair of ours, so a connection costs one control call — no
+// process inside, none on the host. runsc forwards only to a stack of the
+// sandbox's own namespace (--network=sandbox): a sandbox of an earlier
+// server (--network=none) is runtime.ErrNoForward, as is every sandbox of a
+// runsc driven through its CLI.
+func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.Conn, error) {
+	if !r.channel {
+		return nil, runtime.ErrNoForward
+	}
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("gvisor: port %d: a port is 1-65535", port)
+	}
+	m, err := r.loadMeta(name)
+	if err != nil {
+		return nil, err
+	}
+	if !m.Loop && m.Net == nil {
+		return nil, runtime.ErrNoForward
+	}
+	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, runtime.ErrNotFound
+		}
+		return nil, fmt.Errorf("gvisor: forward to %s: %w", name, err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: forward: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "forward"), os.NewFile(uintptr(fds[1]), "forward")
+	conn, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, fmt.Errorf("gvisor: forward: %w", err)
+	}
+	// The call has no deadline of its own (the sentry's connect to a
+	// listener whose backlog is full waits): it runs aside, and a caller
+	// who gives up closes our end, which ends the forward when it starts.
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Sandbox.PortForward(&boot.PortForwardOpts{FilePayload: urpc.FilePayload{Files: []*os.File{theirs}}, ContainerID: name, Port: uint16(port)})
+		theirs.Close() // the sentry holds its own copy
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		conn.Close()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		conn.Close()
+		if refused(err) {
+			return nil, runtime.ErrRefused
+		}
+		return nil, fmt.Errorf("gvisor: forward to %s: %s", name, strings.ReplaceAll(err.Error(), name, "sandbox"))
+	}
+	return conn, nil
+}
+
+// refused says err is the sentry's connect to the port refused: nothing
+// listens there (netstack's ErrConnectionRefused, through urpc as text).
+func refused(err error) bool {
+	return strings.Contains(err.Error(), "connection was refused")
 }

@@ -2,8 +2,10 @@
 // binary with OCI bundles on local disk. It is the only package of the
 // service that starts processes.
 //
-// Each sandbox is one runsc container with --network=none (its own loopback
-// and nothing else), a read-only shared image under an in-memory writable
+// Each sandbox is one runsc container with no network (its own loopback
+// and nothing else: --network=sandbox over a namespace whose one link is
+// its loopback, so that runsc's port forward reaches it; network.go), or
+// with the network its policy opens (internal/egress), a read-only shared image under an in-memory writable
 // overlay, one bind-mounted host directory as its workdir, uid 1000 inside
 // and cgroup limits from its class. Every call on a container repeats the
 // global flags it was created with (runsc reads them on each invocation), so
@@ -185,6 +187,7 @@ type Runtime struct {
 	bundles string
 	volumes string
 	checks  string // checkpoints
+	loops   string // the loopback namespaces of sandboxes with no network
 
 	starts chan struct{} // a start's turn (Options.MaxStarts); nil: no bound
 
@@ -217,6 +220,11 @@ type meta struct {
 	Env       []string          `json:"env,omitempty"`  // the image's
 	User      *runtime.User     `json:"user,omitempty"` // the image's, else the backend's
 	Net       *netMeta          `json:"net,omitempty"`  // nil: no network
+	// Loop: no network, but a namespace of its own with its loopback up
+	// (network.go), so runsc's port forward reaches it. A sandbox of an
+	// earlier server has none (--network=none): its previews go through
+	// the relay.
+	Loop bool `json:"loop,omitempty"`
 }
 
 // netMeta is a sandbox's network as the egress side needs it to adopt it
@@ -253,6 +261,7 @@ func New(cfg Config) (*Runtime, error) {
 		bundles: filepath.Join(cfg.StateDir, "bundles"),
 		volumes: filepath.Join(cfg.StateDir, "volumes"),
 		checks:  filepath.Join(cfg.StateDir, "checkpoints"),
+		loops:   filepath.Join(cfg.StateDir, "loopns"),
 		meta:    map[string]*meta{},
 	}
 	if n := cfg.maxStarts(); n > 0 {
@@ -265,7 +274,7 @@ func New(cfg Config) (*Runtime, error) {
 	if r.channel && cfg.Log != nil {
 		logRunscTo(cfg.Log)
 	}
-	for _, d := range []string{r.root, r.bundles, r.volumes, r.checks} {
+	for _, d := range []string{r.root, r.bundles, r.volumes, r.checks, r.loops} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
@@ -406,9 +415,13 @@ func (r *Runtime) newBundle(spec runtime.Spec) (bundle, rootfs string, m *meta, 
 	}
 	m = &meta{
 		Name: spec.Name, UID: newUID(), Labels: spec.Labels, Created: time.Now().UTC(),
-		Flags: r.globalFlags(spec.RootfsMiB, spec.Network != nil), Volume: spec.Volume, Workdir: spec.Workdir,
+		Volume: spec.Volume, Workdir: spec.Workdir,
 		Pids: spec.Pids, FileBytes: spec.FileMiB << 20, User: spec.User,
+		// The port forward is a call of the control channel: without it
+		// the namespace would buy nothing.
+		Loop: spec.Network == nil && r.channel,
 	}
+	m.Flags = r.globalFlags(spec.RootfsMiB, spec.Network != nil || m.Loop)
 	if spec.Network != nil {
 		m.Net = &netMeta{Key: egress.KeyOf(spec.Name), Policy: spec.Network.Policy()}
 	}

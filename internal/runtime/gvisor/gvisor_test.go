@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/image"
 	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/testenv"
@@ -559,5 +560,105 @@ func TestStatusBothWays(t *testing.T) {
 				t.Errorf("deleting a killed sandbox: %v", err)
 			}
 		})
+	}
+}
+
+// TestForwardPort: runsc's port forward reaches a server on the sandbox's
+// loopback (nothing listening is ErrRefused), the sandbox's loopback
+// namespace goes with it, and a stray one is swept. A sandbox of an
+// earlier server (--network=none) is ErrNoForward — and its checkpoint,
+// woken by this server, is forwarded to.
+func TestForwardPort(t *testing.T) {
+	r := newRuntime(t)
+	if !r.channel {
+		t.Skip("the runsc under test is not the linked build: no port forward")
+	}
+	ctx := context.Background()
+	obj := create(t, r, "sbx-gvisortest000000031", "fwd")
+	if _, err := os.Stat(r.loopPath(obj.Name)); err != nil {
+		t.Fatalf("no loopback namespace: %v", err)
+	}
+	if _, err := r.ForwardPort(ctx, obj.Name, 8000); !errors.Is(err, runtime.ErrRefused) {
+		t.Fatalf("nothing listening: %v", err)
+	}
+	serve(t, r, obj.Name, 8000)
+	if got := get(t, r, obj.Name, 8000); !strings.Contains(got, "hello from inside") {
+		t.Fatalf("through the forward: %q", got)
+	}
+	if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(r.loopPath(obj.Name)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the loopback namespace outlived its sandbox: %v", err)
+	}
+
+	// An earlier server's sandbox: no namespace of its own.
+	r.channel = false
+	old := create(t, r, "sbx-gvisortest000000032", "old")
+	r.channel = true
+	if _, err := r.ForwardPort(ctx, old.Name, 8000); !errors.Is(err, runtime.ErrNoForward) {
+		t.Fatalf("a sandbox with --network=none: %v", err)
+	}
+	if err := r.Checkpoint(ctx, runtime.Ref{Name: old.Name, UID: old.UID}, "old"); err != nil {
+		t.Fatal(err)
+	}
+	woken, err := r.Create(ctx, runtime.Spec{
+		Name: "sbx-gvisortest000000033", Labels: map[string]string{runtime.LabelSandbox: "old"}, Image: "exec", Workdir: "/mnt/data",
+		Volume: runtime.Volume{Name: "scratch-old", Scratch: true}, CPUs: 1, MemoryMiB: 512, Pids: 256, RootfsMiB: 256, FileMiB: 16,
+		Restore: "old",
+	})
+	if err != nil {
+		t.Fatalf("waking an earlier server's checkpoint: %v", err)
+	}
+	r.DropCheckpoint(ctx, "old")
+	serve(t, r, woken.Name, 8001)
+	if got := get(t, r, woken.Name, 8001); !strings.Contains(got, "hello from inside") {
+		t.Fatalf("through the forward, woken: %q", got)
+	}
+
+	// A namespace no bundle claims (a crash between its making and its
+	// sandbox's) is swept at the start.
+	stray := r.loopPath("sbx-gvisortest000000034")
+	if err := egress.NewLoopback(stray); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.adoptNetworks(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stray); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a stray loopback namespace was kept: %v", err)
+	}
+	if _, err := os.Stat(r.loopPath(woken.Name)); err != nil {
+		t.Fatalf("a live sandbox's namespace was swept: %v", err)
+	}
+}
+
+// serve starts an HTTP server on 127.0.0.1:port inside, in the background.
+func serve(t *testing.T, r *Runtime, name string, port int) {
+	t.Helper()
+	sh(t, r, name, fmt.Sprintf(`mkdir -p /tmp/www%[1]d && echo hello from inside > /tmp/www%[1]d/index.html && cd /tmp/www%[1]d && (python3 -m http.server %[1]d --bind 127.0.0.1 >/dev/null 2>&1 &)`, port))
+}
+
+// get asks for / through the forward, once the server listens.
+func get(t *testing.T, r *Runtime, name string, port int) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := r.ForwardPort(context.Background(), name, port)
+		if errors.Is(err, runtime.ErrRefused) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
 }

@@ -35,6 +35,9 @@ func (r *Runtime) egress() (*egress.Manager, error) {
 // and the resolv.conf that names its resolver; the meta (already on disk,
 // so a crash from here is swept) records the link.
 func (r *Runtime) attach(bundle string, m *meta, rules *netpolicy.Rules) error {
+	if m.Loop {
+		return egress.NewLoopback(r.loopPath(m.Name))
+	}
 	if m.Net == nil {
 		return nil
 	}
@@ -60,8 +63,11 @@ func (r *Runtime) attach(bundle string, m *meta, rules *netpolicy.Rules) error {
 	return nil
 }
 
-// detach removes a sandbox's network, if it has one.
+// detach removes a sandbox's network or loopback namespace, if it has one.
 func (r *Runtime) detach(m *meta) error {
+	if m.Loop {
+		return egress.DropNamespace(r.loopPath(m.Name))
+	}
 	if m.Net == nil {
 		return nil
 	}
@@ -72,10 +78,17 @@ func (r *Runtime) detach(m *meta) error {
 	return mgr.Detach(m.Net.Key)
 }
 
+// loopPath is where the loopback namespace of sandbox name is kept.
+func (r *Runtime) loopPath(name string) string { return filepath.Join(r.loops, name) }
+
 // netNamespace is the OCI namespace entry: the egress side's namespace for
-// a sandbox with a network, else a new empty one (runsc --network=none
-// uses none of it).
+// a sandbox with a network, its loopback namespace for one with none, else
+// (an earlier server's sandbox) a new empty one, which runsc
+// --network=none uses none of.
 func (r *Runtime) netNamespace(m *meta) map[string]string {
+	if m.Loop {
+		return map[string]string{"type": "network", "path": r.loopPath(m.Name)}
+	}
 	if m.Net == nil {
 		return map[string]string{"type": "network"}
 	}
@@ -100,12 +113,17 @@ func (r *Runtime) adoptNetworks() error {
 		return fmt.Errorf("gvisor: %w", err)
 	}
 	var withNet []*meta
+	loops := map[string]bool{}
 	for _, e := range ents {
 		m, err := r.loadMeta(e.Name())
 		if err == nil && m.Net != nil {
 			withNet = append(withNet, m)
 		}
+		if err == nil && m.Loop {
+			loops[m.Name] = true
+		}
 	}
+	r.sweepLoops(loops)
 	_, statErr := os.Stat(filepath.Join(r.cfg.StateDir, "netns"))
 	if len(withNet) == 0 && !r.cfg.Network && statErr != nil {
 		return nil // never had a network: leave the host alone
@@ -138,6 +156,20 @@ func (r *Runtime) adoptNetworks() error {
 		r.cfg.Log.Warn("adopting the sandboxes' networks", "err", err)
 	}
 	return nil
+}
+
+// sweepLoops removes the loopback namespaces no bundle claims (a crash
+// between a namespace's making and its bundle's removal).
+func (r *Runtime) sweepLoops(live map[string]bool) {
+	ents, _ := os.ReadDir(r.loops)
+	for _, e := range ents {
+		if live[e.Name()] {
+			continue
+		}
+		if err := egress.DropNamespace(r.loopPath(e.Name())); err != nil && r.cfg.Log != nil {
+			r.cfg.Log.Warn("removing a stray loopback namespace", "name", e.Name(), "err", err)
+		}
+	}
 }
 
 // Close stops the egress side's resolver and proxy (the sandboxes' rules
