@@ -32,7 +32,7 @@ var _ Ports = (*preview.Previews)(nil)
 func (s *Server) portRoutes(p string) {
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		s.raw(m+" "+p+"/{id}/ports/{port}/{path...}", http.HandlerFunc(s.pathPreview), doc{Summary: "A port preview, path form, for API clients with a key (Authorization: Bearer): the request, and its answer, relayed to an HTTP server listening on that port on the sandbox's own loopback " +
-			"(over the exec channel; the sandbox's network stays shut). WebSocket upgrades pass through. The answer is on the API's origin, so it is sandboxed: Content-Security-Policy: sandbox, " +
+			"(over the sandbox's control channel: runsc's port forward on gVisor, the runner's relay over exec on a cluster; the sandbox's network stays shut). WebSocket upgrades pass through. The answer is on the API's origin, so it is sandboxed: Content-Security-Policy: sandbox, " +
 			"and the app's Set-Cookie, Service-Worker-Allowed, Access-Control-* and Clear-Site-Data headers are dropped. A browser's navigation, a request with a preview link's token, " +
 			"or one without a key is redirected (307, the token kept) to the host form {port}-sb-{…}.{preview-domain}, the preview's own origin, where links and public ports work. " +
 			"The Authorization header never reaches the app. 502 when nothing listens",

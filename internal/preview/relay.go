@@ -15,9 +15,11 @@ import (
 )
 
 // The relay: a connection to a port on a sandbox's own loopback, made over
-// the exec channel, never by opening the sandbox's network. One exec per
-// sandbox runs `sandbox-runner relay` inside and carries every preview
-// connection as a stream of one multiplexed session (internal/relay/pool).
+// the sandbox's control channel, never by opening the sandbox's network:
+// the backend's own port forward where it has one (gVisor: runsc's
+// PortForward), else a stream of the sandbox's relay — one exec of
+// `sandbox-runner relay` inside carrying every preview connection as a
+// stream of one multiplexed session (internal/relay/pool).
 // Each connection is work on the service's seam (Use): it wakes a sleeping
 // sandbox, keeps it from the idle sleep, counts against the org's commands,
 // and Stop ends it.
