@@ -31,6 +31,17 @@ while True:
 // lastCount is the last number the counter printed.
 func (e *env) lastCount(org, id string, pid int) int {
 	e.t.Helper()
+	n, out, code := e.readCount(org, id, pid)
+	if code != 200 || n < 0 {
+		e.t.Fatalf("counter output of %s: %d %q", id, code, out)
+	}
+	return n
+}
+
+// readCount is the last number the counter printed (-1: none yet), its
+// output and the answer's status.
+func (e *env) readCount(org, id string, pid int) (int, string, int) {
+	e.t.Helper()
 	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/v1/sandbox/%s/processes/%d/output", e.http.URL, id, pid), nil)
 	req.Header.Set("Authorization", "Bearer "+e.keys[org])
 	req.Header.Set("Accept", "application/json")
@@ -42,11 +53,32 @@ func (e *env) lastCount(org, id string, pid int) int {
 	var out struct{ Stdout string }
 	json.NewDecoder(res.Body).Decode(&out)
 	lines := strings.Fields(out.Stdout)
-	if res.StatusCode != 200 || len(lines) == 0 {
-		e.t.Fatalf("counter output of %s: %d %q", id, res.StatusCode, out.Stdout)
+	if len(lines) == 0 {
+		return -1, out.Stdout, res.StatusCode
 	}
 	n, _ := strconv.Atoi(lines[len(lines)-1])
-	return n
+	return n, out.Stdout, res.StatusCode
+}
+
+// countedTo waits until the counter has printed n (its Python's start
+// under gVisor takes from a fraction of a second to several on a busy
+// host: a fixed sleep is not a count).
+func (e *env) countedTo(org, id string, pid, n int) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p := e.process(org, id, pid)
+		if p.Status != "running" {
+			e.t.Fatalf("the counter: %+v", p)
+		}
+		if got, _, _ := e.readCount(org, id, pid); got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the counter did not reach %d in 30 s", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestFork: a fork goes on from the original's memory — a Python
@@ -58,7 +90,7 @@ func TestFork(t *testing.T) {
 		orig := e.lease("acme", map[string]any{"metadata": map[string]string{"role": "original"}})
 		e.sh("acme", orig, "echo original > f; echo tmp > /tmp/t")
 		counter := e.startProcess("acme", orig, map[string]any{"argv": []string{"python3", "-u", "-c", counterProgram}})
-		time.Sleep(500 * time.Millisecond)
+		e.countedTo("acme", orig, counter.Pid, 10)
 
 		r := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+orig+"/fork", "acme", map[string]any{"ttlSec": 120})
 		fork, _ := r.JSON(t)["id"].(string)

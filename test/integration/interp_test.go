@@ -286,7 +286,9 @@ print(helper.X + 1, sys.argv[1:], sys.stdin.read() == "")
 		t.Errorf("syntax error: %+v", d)
 	}
 	// Killed mid-run: the answer still lists what it wrote.
-	k := e.code("acme", map[string]any{"language": "py", "session_id": s, "timeoutSec": 1,
+	// 5 s: Python's start alone passed 1 s on CI's busy host, before the
+	// file was written.
+	k := e.code("acme", map[string]any{"language": "py", "session_id": s, "timeoutSec": 5,
 		"code": "open('partial.txt','w').write('p')\nimport time\ntime.sleep(30)"})
 	if !k.TimedOut || k.ExitCode != 124 || len(k.Files) != 1 || k.Files[0].Path != "partial.txt" {
 		t.Errorf("timed out run: %+v", k)
