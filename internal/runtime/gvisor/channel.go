@@ -375,12 +375,22 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	if !m.Loop && m.Net == nil {
 		return nil, runtime.ErrNoForward
 	}
-	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, runtime.ErrNotFound
+	// The container as runsc loaded it is kept for the next connection
+	// (its load, a locked read of its state file, is half of a forward's
+	// cost): a forward needs only its control socket, which lives as long
+	// as the container, and teardown forgets it.
+	var c *container.Container
+	if v, ok := r.forwards.Load(name); ok {
+		c = v.(*container.Container)
+	} else {
+		c, err = container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, runtime.ErrNotFound
+			}
+			return nil, fmt.Errorf("gvisor: forward to %s: %w", name, err)
 		}
-		return nil, fmt.Errorf("gvisor: forward to %s: %w", name, err)
+		r.forwards.Store(name, c)
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -194,6 +194,8 @@ type Runtime struct {
 	mu   sync.Mutex
 	meta map[string]*meta // cached bundle metadata by name
 
+	forwards sync.Map // name → its *container.Container, loaded for ForwardPort
+
 	netMu sync.Mutex
 	net   *egress.Manager // nil until a sandbox needs it (or cfg.Network)
 
@@ -1051,6 +1053,7 @@ func (r *Runtime) teardown(ctx context.Context, m *meta) error {
 	r.mu.Lock()
 	delete(r.meta, m.Name)
 	r.mu.Unlock()
+	r.forwards.Delete(m.Name)
 	return nil
 }
 
