@@ -46,10 +46,11 @@ func previewEnv(b *testing.B) *env {
 
 // BenchmarkPreviewHTTP: one GET of a small file from Python's http.server
 // inside a sandbox, through a preview (the host form, with a key: the
-// server, the relay over the exec channel, the app) beside the same GET
-// made from inside the sandbox on its own loopback, in one run. Read
-// p50-ms and req/s (sequential requests) side by side. On the test cluster:
-// SANDBOX_BENCH_BACKEND=kube.
+// server, runsc's port forward — or on a cluster the relay over exec —
+// the app) beside the same GET made from inside the sandbox on its own
+// loopback, in one run. Read p50-ms and req/s (sequential requests) side
+// by side, and the sandbox's CPU a request through the preview costs. On
+// the test cluster: SANDBOX_BENCH_BACKEND=kube.
 func BenchmarkPreviewHTTP(b *testing.B) {
 	e := previewEnv(b)
 	id := e.lease("acme", map[string]any{"ttlSec": 3600})
@@ -58,8 +59,16 @@ func BenchmarkPreviewHTTP(b *testing.B) {
 	e.waitListening("acme", id, 8000)
 	host := "8000-" + hostLabel(id) + ".localhost"
 
+	// The sandbox's own CPU (its cgroup's, as stats report it) a request
+	// through the preview costs: the app's and the path's inside — the
+	// relay's loops under systrap, or none with runsc's port forward.
+	cpu := func() float64 {
+		v, _ := e.must(http.StatusOK, "GET", "/v1/sandbox/"+id+"/stats", "acme", nil).JSON(b)["cpuSeconds"].(float64)
+		return v
+	}
 	b.Run("preview", func(b *testing.B) {
 		var lat latencies
+		cpu0 := cpu()
 		start := time.Now()
 		for range b.N {
 			t0 := time.Now()
@@ -79,6 +88,9 @@ func BenchmarkPreviewHTTP(b *testing.B) {
 		}
 		lat.report(b)
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+		if c := cpu(); c > 0 {
+			b.ReportMetric((c-cpu0)*1e3/float64(b.N), "sandbox-cpu-ms/req")
+		}
 	})
 	b.Run("inside", func(b *testing.B) {
 		a := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", insideLoop, strconv.Itoa(b.N)}, "timeoutSec": 600})
