@@ -61,12 +61,14 @@ func forkFloor(b *testing.B, e *env) {
 	json.Unmarshal(config, &spec)
 	run := func(args ...string) error { return runscErr(flags, args...) }
 	var name, bundle, img string
+	var dropNS func()
 	setup := func() {
 		name = sandbox.NewName()
 		bundle, img = filepath.Join(e.data, "floor-"+name), filepath.Join(e.data, "floorimg-"+name)
 		os.Mkdir(bundle, 0o700)
 		os.Mkdir(img, 0o700)
 		spec["linux"].(map[string]any)["cgroupsPath"] = "/sandbox/" + name
+		dropNS = ownLoopback(b, bundle, spec)
 		raw, _ := json.Marshal(spec)
 		os.WriteFile(filepath.Join(bundle, "config.json"), raw, 0o600)
 	}
@@ -85,6 +87,7 @@ func forkFloor(b *testing.B, e *env) {
 		}
 		return func() {
 			run("delete", "--force", name)
+			dropNS()
 			os.RemoveAll(bundle)
 			os.RemoveAll(img)
 		}
