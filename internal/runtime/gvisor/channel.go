@@ -120,7 +120,10 @@ func (r *Runtime) runningChannel(name string) bool {
 // for, their state, filestores and cgroup removed); a container runsc does
 // not know is already gone.
 func (r *Runtime) deleteChannel(name string) error {
-	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	// No check of the container's state on its load (a control call,
+	// which a sentry stuck in a forward's connect answers only minutes
+	// later): Destroy kills the sandbox whatever state it is in.
+	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{SkipCheck: true})
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
@@ -361,6 +364,17 @@ func resize(c *container.Container, pid int32, ptmx *os.File, sizes <-chan runti
 // sandbox's own namespace (--network=sandbox): a sandbox of an earlier
 // server (--network=none) is runtime.ErrNoForward, as is every sandbox of a
 // runsc driven through its CLI.
+//
+// The sentry makes its connection holding the lock of its whole control
+// server, with no deadline of its own: to a listener whose accept queue is
+// full (an app that stopped accepting) the connect waits out TCP's SYN
+// retries, ~2 minutes, and every control call of that sandbox — its
+// commands — waits behind it (measured). So a sandbox has one forward
+// under way at a time (the sentry takes them one by one anyway), a call
+// that waits past forwardSlow is given up here and the sandbox's previews
+// go through the relay (ErrNoForward) for forwardOff: an app that stalls
+// holds its own sandbox's channel once, for that connect, and never holds
+// more of this server than one call.
 func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.Conn, error) {
 	if !r.channel {
 		return nil, runtime.ErrNoForward
@@ -375,25 +389,37 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	if !m.Loop && m.Net == nil {
 		return nil, runtime.ErrNoForward
 	}
+	v, _ := r.forwards.LoadOrStore(name, &forwarder{turn: make(chan struct{}, 1)})
+	f := v.(*forwarder)
+	if f.off() {
+		return nil, runtime.ErrNoForward
+	}
+	select {
+	case f.turn <- struct{}{}:
+	case <-time.After(forwardSlow):
+		return nil, runtime.ErrNoForward
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	// The container as runsc loaded it is kept for the next connection
 	// (its load, a locked read of its state file, is half of a forward's
 	// cost): a forward needs only its control socket, which lives as long
 	// as the container, and teardown forgets it.
-	var c *container.Container
-	if v, ok := r.forwards.Load(name); ok {
-		c = v.(*container.Container)
-	} else {
-		c, err = container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	if f.c == nil {
+		c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
 		if err != nil {
+			<-f.turn
 			if errors.Is(err, os.ErrNotExist) {
 				return nil, runtime.ErrNotFound
 			}
 			return nil, fmt.Errorf("gvisor: forward to %s: %w", name, err)
 		}
-		r.forwards.Store(name, c)
+		f.c = c
 	}
+	c := f.c
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		<-f.turn
 		return nil, fmt.Errorf("gvisor: forward: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "forward"), os.NewFile(uintptr(fds[1]), "forward")
@@ -401,18 +427,26 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	ours.Close()
 	if err != nil {
 		theirs.Close()
+		<-f.turn
 		return nil, fmt.Errorf("gvisor: forward: %w", err)
 	}
-	// The call has no deadline of its own (the sentry's connect to a
-	// listener whose backlog is full waits): it runs aside, and a caller
-	// who gives up closes our end, which ends the forward when it starts.
+	// The call runs aside and gives the sandbox's turn back when the
+	// sentry answers, however long after this caller has gone; a caller
+	// who gave up has closed our end, which ends the forward if it starts.
 	done := make(chan error, 1)
 	go func() {
 		done <- c.Sandbox.PortForward(&boot.PortForwardOpts{FilePayload: urpc.FilePayload{Files: []*os.File{theirs}}, ContainerID: name, Port: uint16(port)})
 		theirs.Close() // the sentry holds its own copy
+		<-f.turn
 	}()
+	slow := time.NewTimer(forwardSlow)
+	defer slow.Stop()
 	select {
 	case err = <-done:
+	case <-slow.C:
+		f.setOff(forwardOff)
+		conn.Close()
+		return nil, runtime.ErrNoForward
 	case <-ctx.Done():
 		conn.Close()
 		return nil, ctx.Err()
@@ -425,6 +459,35 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 		return nil, fmt.Errorf("gvisor: forward to %s: %s", name, strings.ReplaceAll(err.Error(), name, "sandbox"))
 	}
 	return conn, nil
+}
+
+// A forward that takes forwardSlow is stuck (one takes ~1 ms): the
+// sandbox's previews go through the relay for forwardOff.
+const (
+	forwardSlow = 3 * time.Second
+	forwardOff  = 10 * time.Minute
+)
+
+// forwarder is a sandbox's port forwarding: its turn (one call at a time),
+// the container runsc loaded for it, and until when it is off.
+type forwarder struct {
+	turn chan struct{}
+	c    *container.Container // set and read holding the turn
+
+	mu    sync.Mutex
+	until time.Time
+}
+
+func (f *forwarder) off() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Now().Before(f.until)
+}
+
+func (f *forwarder) setOff(d time.Duration) {
+	f.mu.Lock()
+	f.until = time.Now().Add(d)
+	f.mu.Unlock()
 }
 
 // refused says err is the sentry's connect to the port refused: nothing

@@ -194,7 +194,7 @@ type Runtime struct {
 	mu   sync.Mutex
 	meta map[string]*meta // cached bundle metadata by name
 
-	forwards sync.Map // name → its *container.Container, loaded for ForwardPort
+	forwards sync.Map // name → its *forwarder (ForwardPort)
 
 	netMu sync.Mutex
 	net   *egress.Manager // nil until a sandbox needs it (or cfg.Network)

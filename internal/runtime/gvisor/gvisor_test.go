@@ -662,3 +662,43 @@ func get(t *testing.T, r *Runtime, name string, port int) string {
 		return string(b)
 	}
 }
+
+// TestForwardPortStalledApp: an app that stopped accepting (its accept
+// queue full) holds the sentry's connect for TCP's SYN retries, and the
+// sentry's control server with it: the stuck forward is given up after
+// forwardSlow, the sandbox's forwards are off (ErrNoForward at once: its
+// previews go through the relay), and no more than that one call of this
+// server waits on the sandbox.
+func TestForwardPortStalledApp(t *testing.T) {
+	r := newRuntime(t)
+	if !r.channel {
+		t.Skip("the runsc under test is not the linked build: no port forward")
+	}
+	ctx := context.Background()
+	obj := create(t, r, "sbx-gvisortest000000035", "stall")
+	sh(t, r, obj.Name, `(python3 -c 'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 8000)); s.listen(0); open("/tmp/listening", "w"); time.sleep(600)' >/dev/null 2>&1 &); while [ ! -e /tmp/listening ]; do sleep 0.05; done`)
+	first, err := r.ForwardPort(ctx, obj.Name, 8000) // the queue's one place
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	t0 := time.Now()
+	if _, err := r.ForwardPort(ctx, obj.Name, 8000); !errors.Is(err, runtime.ErrNoForward) {
+		t.Fatalf("a forward to a full accept queue: %v", err)
+	}
+	if d := time.Since(t0); d < forwardSlow || d > forwardSlow+2*time.Second {
+		t.Errorf("the stuck forward was given up after %v", d)
+	}
+	t0 = time.Now()
+	if _, err := r.ForwardPort(ctx, obj.Name, 8000); !errors.Is(err, runtime.ErrNoForward) || time.Since(t0) > time.Second {
+		t.Fatalf("after a stuck forward: %v in %v", err, time.Since(t0))
+	}
+	v, _ := r.forwards.Load(obj.Name)
+	if f := v.(*forwarder); len(f.turn) != 1 {
+		t.Errorf("calls under way on the sandbox: %d", len(f.turn))
+	}
+	// Its end ends the stuck call (the sentry's socket closes).
+	if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+		t.Fatal(err)
+	}
+}
