@@ -569,10 +569,7 @@ func TestStatusBothWays(t *testing.T) {
 // earlier server (--network=none) is ErrNoForward — and its checkpoint,
 // woken by this server, is forwarded to.
 func TestForwardPort(t *testing.T) {
-	r := newRuntime(t)
-	if !r.channel {
-		t.Skip("the runsc under test is not the linked build: no port forward")
-	}
+	r := forwardRuntime(t)
 	ctx := context.Background()
 	obj := create(t, r, "sbx-gvisortest000000031", "fwd")
 	if _, err := os.Stat(r.loopPath(obj.Name)); err != nil {
@@ -633,6 +630,17 @@ func TestForwardPort(t *testing.T) {
 	}
 }
 
+// forwardRuntime is a runtime that can forward (runsc's packages at the
+// pinned build's version drive it in-process), else the test is skipped.
+func forwardRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	r := newRuntime(t)
+	if !r.channel {
+		t.Skip("the runsc under test is not the linked build: no port forward")
+	}
+	return r
+}
+
 // serve starts an HTTP server on 127.0.0.1:port inside, in the background.
 func serve(t *testing.T, r *Runtime, name string, port int) {
 	t.Helper()
@@ -670,10 +678,7 @@ func get(t *testing.T, r *Runtime, name string, port int) string {
 // previews go through the relay), and no more than that one call of this
 // server waits on the sandbox.
 func TestForwardPortStalledApp(t *testing.T) {
-	r := newRuntime(t)
-	if !r.channel {
-		t.Skip("the runsc under test is not the linked build: no port forward")
-	}
+	r := forwardRuntime(t)
 	ctx := context.Background()
 	obj := create(t, r, "sbx-gvisortest000000035", "stall")
 	sh(t, r, obj.Name, `(python3 -c 'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 8000)); s.listen(0); open("/tmp/listening", "w"); time.sleep(600)' >/dev/null 2>&1 &); while [ ! -e /tmp/listening ]; do sleep 0.05; done`)
