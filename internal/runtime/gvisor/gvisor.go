@@ -5,9 +5,10 @@
 // Each sandbox is one runsc container with no network (its own loopback
 // and nothing else: --network=sandbox over a namespace whose one link is
 // its loopback, so that runsc's port forward reaches it; network.go), or
-// with the network its policy opens (internal/egress), a read-only shared image under an in-memory writable
-// overlay, one bind-mounted host directory as its workdir, uid 1000 inside
-// and cgroup limits from its class. Every call on a container repeats the
+// with the network its policy opens (internal/egress); a read-only shared
+// image under an in-memory writable overlay, one bind-mounted host
+// directory as its workdir, uid 1000 inside and cgroup limits from its
+// class. Every call on a container repeats the
 // global flags it was created with (runsc reads them on each invocation), so
 // those flags are rebuilt from the bundle's meta file rather than from the
 // server's current configuration.
