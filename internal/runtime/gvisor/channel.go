@@ -389,7 +389,10 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	if !m.Loop && m.Net == nil {
 		return nil, runtime.ErrNoForward
 	}
-	v, _ := r.forwards.LoadOrStore(name, &forwarder{turn: make(chan struct{}, 1)})
+	v, ok := r.forwards.Load(name) // LoadOrStore alone would make a forwarder every call
+	if !ok {
+		v, _ = r.forwards.LoadOrStore(name, &forwarder{turn: make(chan struct{}, 1)})
+	}
 	f := v.(*forwarder)
 	if f.off() {
 		return nil, runtime.ErrNoForward
