@@ -116,14 +116,16 @@ func (c *Consoles) Terminal(ctx context.Context, id, arg string, stdin io.Reader
 // displayScript starts the desktop's display once (Xvfb, a window manager,
 // a terminal, and a VNC server on 127.0.0.1:5900 only), then relays the
 // VNC port over stdin/stdout. A sandbox woken from sleep may have lost its
-// display; this brings it back. Failures are said on stderr.
+// display; this brings it back. Failures are said on stderr. The window
+// manager starts the terminal once it manages the screen: a terminal
+// mapped while openbox starts stayed unmanaged, its window unshown, for
+// ~20 s (measured).
 const displayScript = `export DISPLAY=:0
 if ! pgrep -x Xvfb >/dev/null 2>&1; then
   mkdir -p -m 1777 /tmp/.X11-unix # Xvfb makes it only as root
   setsid Xvfb :0 -screen 0 1280x800x24 -nolisten tcp >/tmp/.xvfb.log 2>&1 < /dev/null &
   for i in $(seq 50); do [ -e /tmp/.X11-unix/X0 ] && break; sleep 0.1; done
-  setsid openbox >/dev/null 2>&1 < /dev/null &
-  setsid xterm >/dev/null 2>&1 < /dev/null &
+  setsid openbox --startup xterm >/dev/null 2>&1 < /dev/null &
 fi
 if ! pgrep -x x11vnc >/dev/null 2>&1; then
   setsid x11vnc -display :0 -localhost -rfbport 5900 -forever -shared -nopw -quiet >/tmp/.x11vnc.log 2>&1 < /dev/null &
