@@ -79,7 +79,10 @@ func (e *env) dialScreen(t *testing.T, id string) (string, *websocket.Conn, []by
 	}
 	typ, b, err := ws.Read(ctx)
 	if err != nil || typ != websocket.MessageBinary || !bytes.HasPrefix(b, []byte("RFB 003.")) {
-		t.Fatalf("first frame: %v %v %q", typ, err, b)
+		// What the display was doing says why (a CI run once waited
+		// out the minute with no word).
+		a := e.exec("acme", id, map[string]any{"command": "ps -eo pid,etime,stat,args; tail -n 5 /tmp/.xvfb.log /tmp/.x11vnc.log", "timeoutSec": 10})
+		t.Fatalf("first frame: %v %v %q\nthe sandbox's processes and display logs:\n%s%s", typ, err, b, a.Stdout, a.Stderr)
 	}
 	return tk, ws, b
 }
