@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 
@@ -35,7 +36,7 @@ or the file 'sandbox login' writes):
   sandbox ls [--project P] [--status S]     the org's sandboxes
   sandbox get ID                            one sandbox
   sandbox exec ID [--dir D] [--timeout DUR] -- CMD [ARG...]
-                                            run CMD (stdin passed through); its exit code is sandbox's
+                                            run CMD, its output as it comes (UTF-8 stdin passed through); its exit code is sandbox's
   sandbox shell ID [--session NAME]         an interactive terminal in this tty (tmux session with --session)
   sandbox cp SRC DST                        copy a file or a tree (one streamed tar: modes, links kept), ID:PATH on the sandbox side,
                                             e.g. 'sandbox cp ./src sb_x:src', 'sandbox cp sb_x:out.txt .'
@@ -422,6 +423,10 @@ func endCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return show(stdout, cf.output, e, []string{"ID", "ENDED", "PURGED"}, [][]string{{e.ID, fmt.Sprint(e.Ended), fmt.Sprint(e.Purged)}})
 }
 
+// maxExecStdin bounds the stdin sandbox exec sends: the server reads a
+// JSON body of at most 4 MiB, and text may grow in its escaping.
+const maxExecStdin = 2 << 20
+
 func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var req client.ExecRequest
 	var timeout time.Duration
@@ -445,23 +450,31 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	c := cf.c
 	req.Argv, req.TimeoutSec = argv, int(timeout/time.Second)
 	if !noStdin && stdin != nil && !isTerminal(stdin) {
-		b, err := io.ReadAll(io.LimitReader(stdin, 16<<20))
-		if err != nil {
+		// The request carries stdin as JSON text: said, never cut or
+		// mangled (a file goes with sandbox cp).
+		b, err := io.ReadAll(io.LimitReader(stdin, maxExecStdin+1))
+		switch {
+		case err != nil:
 			return err
+		case len(b) > maxExecStdin:
+			return fmt.Errorf("sandbox exec: stdin is larger than %d MiB: copy it in with 'sandbox cp FILE %s:FILE' and read the file", maxExecStdin>>20, id)
+		case !utf8.Valid(b):
+			return fmt.Errorf("sandbox exec: stdin is not UTF-8 text: copy binary input in with 'sandbox cp FILE %s:FILE' and read the file", id)
 		}
 		req.Stdin = string(b)
 	}
-	res, err := c.Exec(ctx, id, req)
-	if err != nil {
-		return err
-	}
+	var res *client.ExecResult
 	if cf.output != "table" {
+		if res, err = c.Exec(ctx, id, req); err != nil {
+			return err
+		}
 		if err := show(stdout, cf.output, res, nil, nil); err != nil {
 			return err
 		}
-	} else {
-		io.WriteString(stdout, res.Stdout)
-		io.WriteString(stderr, res.Stderr)
+	} else if res, err = c.ExecStream(ctx, id, req, stdout, stderr); err != nil {
+		// The output as the program writes it, whole (the buffered
+		// answer keeps 1 MiB of each stream).
+		return err
 	}
 	if res.ExitCode != 0 {
 		return exitError{res.ExitCode}

@@ -100,6 +100,15 @@ func TestCLI(t *testing.T) {
 		if out, _, code := c.run("piped\n", "exec", sb.ID, "--", "sh", "-c", "cat; exit 7"); code != 7 || out != "piped\n" {
 			t.Errorf("exec: %q exit %d", out, code)
 		}
+		// Its output is whole, past the 1 MiB the buffered answer keeps,
+		// binary bytes and stderr included.
+		if out, errs, code := c.run("", "exec", sb.ID, "--", "sh", "-c", "head -c 3000000 /dev/zero; printf '\\377' >&2; exit 3"); code != 3 || len(out) != 3000000 || strings.Trim(out, "\x00") != "" || errs != "\xff" {
+			t.Errorf("exec of 3 MB: %d bytes, stderr %q, exit %d", len(out), errs, code)
+		}
+		// Stdin that JSON text would mangle is refused, with the way that works.
+		if _, errs, code := c.run("\xff\x00", "exec", sb.ID, "--", "cat"); code == 0 || !strings.Contains(errs, "sandbox cp") {
+			t.Errorf("exec with binary stdin: %d %q", code, errs)
+		}
 		if _, errs, code := c.run("", "exec", "sb_"+strings.Repeat("z", 26), "--", "true"); code != 2 || !strings.Contains(errs, "404") {
 			t.Errorf("exec on an unknown id: %d %q", code, errs)
 		}
