@@ -84,14 +84,40 @@ func (l runscLog) Emit(_ int, level log.Level, _ time.Time, format string, v ...
 	l.log.Log(context.Background(), lv, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "runsc")
 }
 
-// statsChannel is Stats over the control channel: the call `runsc events
-// --stats` makes (container.Event), in this process.
-func (r *Runtime) statsChannel(name string) (runtime.Stats, error) {
+// container is the running container name as runsc loads it, loaded once
+// and kept until its teardown: a command, a port forward or a stats read
+// needs only its control socket, which lives as long as the container,
+// while a load is a locked read of its state file and a control call that
+// asks the sentry whether the container runs (a tenth of an exec's cost,
+// measured). Names are never reused, so a kept container is never another
+// sandbox's; one that died answers its calls with a connection error,
+// which the callers tell from a program's by IsSandboxRunning, as before.
+// A container that does not run is answered, not kept.
+func (r *Runtime) container(name string) (*container.Container, error) {
+	if v, ok := r.loaded.Load(name); ok {
+		return v.(*container.Container), nil
+	}
 	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return runtime.Stats{}, runtime.ErrNotFound
+			return nil, runtime.ErrNotFound
 		}
+		return nil, err
+	}
+	if c.Status == container.Running {
+		r.loaded.Store(name, c)
+	}
+	return c, nil
+}
+
+// statsChannel is Stats over the control channel: the call `runsc events
+// --stats` makes (container.Event), in this process.
+func (r *Runtime) statsChannel(name string) (runtime.Stats, error) {
+	c, err := r.container(name)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return runtime.Stats{}, err
+	}
+	if err != nil {
 		return runtime.Stats{}, fmt.Errorf("gvisor: stats of %s: %w", name, err)
 	}
 	ev, err := c.Event()
@@ -143,11 +169,11 @@ func (r *Runtime) deleteChannel(name string) error {
 // process group was killed inside, or an error when the container is not
 // running.
 func (r *Runtime) execChannel(ctx context.Context, name string, proc process, req runtime.ExecRequest) error {
-	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	c, err := r.container(name)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return runtime.ErrNotFound
-		}
 		return fmt.Errorf("gvisor: exec in %s: %w", name, err)
 	}
 	if !c.IsSandboxRunning() {
@@ -404,22 +430,14 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	// The container as runsc loaded it is kept for the next connection
-	// (its load, a locked read of its state file, is half of a forward's
-	// cost): a forward needs only its control socket, which lives as long
-	// as the container, and teardown forgets it.
-	if f.c == nil {
-		c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
-		if err != nil {
-			<-f.turn
-			if errors.Is(err, os.ErrNotExist) {
-				return nil, runtime.ErrNotFound
-			}
-			return nil, fmt.Errorf("gvisor: forward to %s: %w", name, err)
+	c, err := r.container(name)
+	if err != nil {
+		<-f.turn
+		if errors.Is(err, runtime.ErrNotFound) {
+			return nil, err
 		}
-		f.c = c
+		return nil, fmt.Errorf("gvisor: forward to %s: %w", name, err)
 	}
-	c := f.c
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		<-f.turn
@@ -471,11 +489,10 @@ const (
 	forwardOff  = 10 * time.Minute
 )
 
-// forwarder is a sandbox's port forwarding: its turn (one call at a time),
-// the container runsc loaded for it, and until when it is off.
+// forwarder is a sandbox's port forwarding: its turn (one call at a time)
+// and until when it is off.
 type forwarder struct {
 	turn chan struct{}
-	c    *container.Container // set and read holding the turn
 
 	mu    sync.Mutex
 	until time.Time

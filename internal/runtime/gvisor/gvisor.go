@@ -196,6 +196,7 @@ type Runtime struct {
 	meta map[string]*meta // cached bundle metadata by name
 
 	forwards sync.Map // name → its *forwarder (ForwardPort)
+	loaded   sync.Map // name → its running *container.Container (container)
 
 	netMu sync.Mutex
 	net   *egress.Manager // nil until a sandbox needs it (or cfg.Network)
@@ -1055,6 +1056,7 @@ func (r *Runtime) teardown(ctx context.Context, m *meta) error {
 	delete(r.meta, m.Name)
 	r.mu.Unlock()
 	r.forwards.Delete(m.Name)
+	r.loaded.Delete(m.Name)
 	return nil
 }
 

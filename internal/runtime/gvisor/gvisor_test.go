@@ -530,6 +530,10 @@ func TestStatusBothWays(t *testing.T) {
 			if st, err := r.Status(ctx, obj.Name); err != nil || !st.Running || st.UID != obj.UID {
 				t.Fatalf("a started sandbox: %+v %v", st, err)
 			}
+			// A command first: the channel keeps the container it loaded.
+			if err := r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"true"}}); err != nil {
+				t.Fatal(err)
+			}
 			m, err := r.loadMeta(obj.Name)
 			if err != nil {
 				t.Fatal(err)
@@ -556,8 +560,18 @@ func TestStatusBothWays(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
+			// The next command, through the kept container, is the
+			// channel's failure (the service's "died"), never a program's
+			// exit or a wait.
+			err = r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"true"}})
+			if xe := new(runtime.ExitError); err == nil || errors.As(err, &xe) {
+				t.Errorf("a command in a killed sandbox: %v", err)
+			}
 			if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
 				t.Errorf("deleting a killed sandbox: %v", err)
+			}
+			if _, kept := r.loaded.Load(obj.Name); kept {
+				t.Error("the deleted sandbox's container is still kept")
 			}
 		})
 	}
