@@ -119,7 +119,11 @@ func (c *Consoles) Terminal(ctx context.Context, id, arg string, stdin io.Reader
 // display; this brings it back. Failures are said on stderr. The window
 // manager starts the terminal once it manages the screen: a terminal
 // mapped while openbox starts stayed unmanaged, its window unshown, for
-// ~20 s (measured).
+// ~20 s (measured). x11vnc serves its clients on threads of their own:
+// in its single loop a new client waited 0.5-1 s for the protocol's first
+// bytes on an idle machine (0.1 s threaded) and tens of seconds on a busy
+// one, and each connection cost it ~0.5 s of CPU; so the wait for its
+// port reads the listening sockets rather than connecting to try.
 const displayScript = `export DISPLAY=:0
 if ! pgrep -x Xvfb >/dev/null 2>&1; then
   mkdir -p -m 1777 /tmp/.X11-unix # Xvfb makes it only as root
@@ -128,10 +132,10 @@ if ! pgrep -x Xvfb >/dev/null 2>&1; then
   setsid openbox --startup xterm >/dev/null 2>&1 < /dev/null &
 fi
 if ! pgrep -x x11vnc >/dev/null 2>&1; then
-  setsid x11vnc -display :0 -localhost -rfbport 5900 -forever -shared -nopw -quiet >/tmp/.x11vnc.log 2>&1 < /dev/null &
+  setsid x11vnc -display :0 -localhost -rfbport 5900 -forever -shared -nopw -quiet -threads >/tmp/.x11vnc.log 2>&1 < /dev/null &
 fi
 for i in $(seq 100); do
-  if socat -u OPEN:/dev/null TCP:127.0.0.1:5900 2>/dev/null; then exec socat - TCP:127.0.0.1:5900; fi
+  if grep -q ':170C 00000000:0000 0A' /proc/net/tcp 2>/dev/null; then exec socat - TCP:127.0.0.1:5900; fi
   sleep 0.1
 done
 echo "the display did not start: $(tail -n 3 /tmp/.xvfb.log /tmp/.x11vnc.log 2>/dev/null)" >&2

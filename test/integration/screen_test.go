@@ -6,6 +6,8 @@ import (
 	"image"
 	"image/png"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,7 +84,7 @@ func (e *env) dialScreen(t *testing.T, id string) (string, *websocket.Conn, []by
 		// What the display was doing says why (a CI run once waited
 		// out the minute with no word).
 		a := e.exec("acme", id, map[string]any{"command": "ps -eo pid,etime,stat,args; tail -n 5 /tmp/.xvfb.log /tmp/.x11vnc.log", "timeoutSec": 10})
-		t.Fatalf("first frame: %v %v %q\nthe sandbox's processes and display logs:\n%s%s", typ, err, b, a.Stdout, a.Stderr)
+		t.Fatalf("first frame: %v %v %q\nthe sandbox's processes and display logs:\n%s%s\nthe server's screen goroutines:\n%s", typ, err, b, a.Stdout, a.Stderr, stacksOf("screenSocket", "execChannel"))
 	}
 	return tk, ws, b
 }
@@ -100,4 +102,21 @@ func litPixels(img image.Image) int {
 		}
 	}
 	return n
+}
+
+// stacksOf is this process's goroutines whose stacks name any of funcs
+// (the server runs in the test's process): where a stuck call waits.
+func stacksOf(funcs ...string) string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		for _, f := range funcs {
+			if strings.Contains(g, f) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
