@@ -123,23 +123,36 @@ func (c *Consoles) Terminal(ctx context.Context, id, arg string, stdin io.Reader
 // in its single loop a new client waited 0.5-1 s for the protocol's first
 // bytes on an idle machine (0.1 s threaded) and tens of seconds on a busy
 // one, and each connection cost it ~0.5 s of CPU; so the wait for its
-// port reads the listening sockets rather than connecting to try.
+// port reads the listening sockets rather than connecting to try, and a
+// display that listens already costs no process but the relay's.
 const displayScript = `export DISPLAY=:0
-if ! pgrep -x Xvfb >/dev/null 2>&1; then
-  mkdir -p -m 1777 /tmp/.X11-unix # Xvfb makes it only as root
-  setsid Xvfb :0 -screen 0 1280x800x24 -nolisten tcp >/tmp/.xvfb.log 2>&1 < /dev/null &
-  for i in $(seq 50); do [ -e /tmp/.X11-unix/X0 ] && break; sleep 0.1; done
-  setsid openbox --startup xterm >/dev/null 2>&1 < /dev/null &
+listening() { # x11vnc's port in LISTEN, read with the shell's builtins
+  while read -r _ local _ st _; do
+    [ "$local" = 0100007F:170C ] && [ "$st" = 0A ] && return 0
+  done < /proc/net/tcp
+  return 1
+}
+if ! listening; then
+  if ! pgrep -x Xvfb >/dev/null 2>&1; then
+    mkdir -p -m 1777 /tmp/.X11-unix # Xvfb makes it only as root
+    setsid Xvfb :0 -screen 0 1280x800x24 -nolisten tcp >/tmp/.xvfb.log 2>&1 < /dev/null &
+    for i in $(seq 50); do [ -e /tmp/.X11-unix/X0 ] && break; sleep 0.1; done
+    setsid openbox --startup xterm >/dev/null 2>&1 < /dev/null &
+  fi
+  if ! pgrep -x x11vnc >/dev/null 2>&1; then
+    setsid x11vnc -display :0 -localhost -rfbport 5900 -forever -shared -nopw -quiet -threads >/tmp/.x11vnc.log 2>&1 < /dev/null &
+  fi
+  i=0
+  until listening; do
+    i=$((i + 1))
+    if [ $i -gt 100 ]; then
+      echo "the display did not start: $(tail -n 3 /tmp/.xvfb.log /tmp/.x11vnc.log 2>/dev/null)" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
 fi
-if ! pgrep -x x11vnc >/dev/null 2>&1; then
-  setsid x11vnc -display :0 -localhost -rfbport 5900 -forever -shared -nopw -quiet -threads >/tmp/.x11vnc.log 2>&1 < /dev/null &
-fi
-for i in $(seq 100); do
-  if grep -q ':170C 00000000:0000 0A' /proc/net/tcp 2>/dev/null; then exec socat - TCP:127.0.0.1:5900; fi
-  sleep 0.1
-done
-echo "the display did not start: $(tail -n 3 /tmp/.xvfb.log /tmp/.x11vnc.log 2>/dev/null)" >&2
-exit 1`
+exec socat - TCP:127.0.0.1:5900`
 
 // Screen relays the desktop's VNC server (RFB bytes, untranslated: no tty)
 // of sandbox id until either side closes. Like a terminal it keeps the

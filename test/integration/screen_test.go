@@ -3,10 +3,12 @@ package integration_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image"
 	"image/png"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +72,7 @@ func TestScreen(t *testing.T) {
 // dialScreen opens the screen socket of id with a fresh ticket (answered,
 // now spent) and reads the first frame, which must be the VNC server's RFB
 // version, intact.
-func (e *env) dialScreen(t *testing.T, id string) (string, *websocket.Conn, []byte) {
+func (e *env) dialScreen(t testing.TB, id string) (string, *websocket.Conn, []byte) {
 	t.Helper()
 	tk, _ := e.ticketFor("acme", id, "screen")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -120,3 +122,47 @@ func stacksOf(funcs ...string) string {
 	}
 	return strings.Join(out, "\n\n")
 }
+
+// BenchmarkScreenFirstFrame: a new screen connection of a desktop whose
+// display runs — a ticket, the socket's upgrade, the relay's exec and its
+// first frame, the VNC server's RFB version — beside its floor, measured
+// in the same sandbox: a connection to the VNC server from inside,
+// answered with the same 12 bytes (python3's socket, 30 in a row).
+func BenchmarkScreenFirstFrame(b *testing.B) {
+	e := newEnv(b, "desktop")
+	id := e.lease("acme", map[string]any{"class": "desktop", "project": "bench-screen", "ttlSec": 600})
+	_, ws, _ := e.dialScreen(b, id) // starts the display, untimed
+	ws.Close(websocket.StatusNormalClosure, "")
+	measure(b, nil, func() func() {
+		_, ws, _ := e.dialScreen(b, id)
+		return func() { ws.Close(websocket.StatusNormalClosure, "") }
+	})
+	a := e.exec("acme", id, map[string]any{"argv": []string{"python3", "-c", screenFloor}, "timeoutSec": 120})
+	var ms []float64
+	for _, f := range strings.Fields(a.Stdout) {
+		var v float64
+		if _, err := fmt.Sscan(f, &v); err != nil {
+			b.Fatalf("the floor's output: %q %q", a.Stdout, a.Stderr)
+		}
+		ms = append(ms, v)
+	}
+	if len(ms) == 0 {
+		b.Fatalf("the floor measured nothing: %q", a.Stderr)
+	}
+	slices.Sort(ms)
+	b.ReportMetric(ms[len(ms)/2], "floor-inside-p50-ms")
+}
+
+// screenFloor connects to the VNC server 30 times and prints, per
+// connection, the milliseconds to its 12-byte protocol version.
+const screenFloor = `import socket, time
+for _ in range(30):
+    t = time.monotonic()
+    s = socket.create_connection(("127.0.0.1", 5900))
+    b = b""
+    while len(b) < 12:
+        b += s.recv(12 - len(b))
+    print((time.monotonic() - t) * 1000)
+    s.close()
+    time.sleep(0.05)
+`
