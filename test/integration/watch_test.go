@@ -129,14 +129,25 @@ func TestWatchDir(t *testing.T) {
 		} else {
 			res.Body.Close()
 		}
-		// The streams go; their watches wait for them but keep nothing
-		// awake: the sandbox sleeps at once (which ends them).
+		// The streams go; their watches wait for them (watchGrace, 30 s)
+		// but keep nothing awake: the sandbox sleeps as soon as the server
+		// has seen the streams' connections close (which a request on
+		// another connection can overtake by a moment: CI saw one 409
+		// on a cluster), and the sleep ends the watches.
 		cancel()
 		for range events {
 		}
 		for range gone {
 		}
-		e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/sleep", "acme", nil)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			r := e.do("POST", "/v1/sandbox/"+id+"/sleep", "acme", nil)
+			if r.Status == http.StatusOK {
+				break
+			}
+			if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), "commands running") || time.Now().After(deadline) {
+				t.Fatalf("sleep after the streams went: %d %s", r.Status, r.Body)
+			}
+		}
 		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 	})
 }
