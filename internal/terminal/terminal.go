@@ -145,7 +145,7 @@ if ! listening; then
   i=0
   until listening; do
     i=$((i + 1))
-    if [ $i -gt 100 ]; then
+    if [ $i -gt 300 ]; then # ~30 s: the checks cost no process
       echo "the display did not start: $(tail -n 3 /tmp/.xvfb.log /tmp/.x11vnc.log 2>/dev/null)" >&2
       exit 1
     fi
