@@ -430,9 +430,14 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	handed := false // to the call below, which gives the turn back itself
+	defer func() {
+		if !handed {
+			<-f.turn
+		}
+	}()
 	c, err := r.container(name)
 	if err != nil {
-		<-f.turn
 		if errors.Is(err, runtime.ErrNotFound) {
 			return nil, err
 		}
@@ -440,7 +445,6 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		<-f.turn
 		return nil, fmt.Errorf("gvisor: forward: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "forward"), os.NewFile(uintptr(fds[1]), "forward")
@@ -448,13 +452,13 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	ours.Close()
 	if err != nil {
 		theirs.Close()
-		<-f.turn
 		return nil, fmt.Errorf("gvisor: forward: %w", err)
 	}
 	// The call runs aside and gives the sandbox's turn back when the
 	// sentry answers, however long after this caller has gone; a caller
 	// who gave up has closed our end, which ends the forward if it starts.
 	done := make(chan error, 1)
+	handed = true
 	go func() {
 		done <- c.Sandbox.PortForward(&boot.PortForwardOpts{FilePayload: urpc.FilePayload{Files: []*os.File{theirs}}, ContainerID: name, Port: uint16(port)})
 		theirs.Close() // the sentry holds its own copy
