@@ -41,7 +41,7 @@ import (
 // the server — or the sandbox's own code, which runs as the same user and
 // can do nothing through the socket it could not do by itself.
 
-const procdSocket = "@sandbox-procd"
+const procdSocket = procwire.Socket
 
 // Bounds. ringBytes is documented in the API: the output kept per process.
 const (

@@ -11,6 +11,10 @@ package procwire
 
 import "encoding/json"
 
+// Socket is the daemon's address inside the sandbox: an abstract Unix
+// socket, one connection per request.
+const Socket = "@sandbox-procd"
+
 // MaxRequest bounds a request line as the daemon reads it. The server
 // refuses a longer one before sending it: the daemon would answer "request
 // too long" without reading the rest, and the rest would wait for a reader.
