@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -106,8 +107,21 @@ func (r *Runtime) container(name string) (*container.Container, error) {
 	}
 	if c.Status == container.Running {
 		r.loaded.Store(name, c)
+		if r.tornDown(name) {
+			r.loaded.CompareAndDelete(name, c)
+		}
 	}
 	return c, nil
+}
+
+// tornDown says name's bundle is gone: its teardown removed it, and may
+// have forgotten the sandbox's kept entries before a caller that loaded
+// it earlier stored one. A caller that stores an entry asks after: if the
+// bundle was there, the teardown (which removes it first) forgets the
+// entry after; if not, the caller forgets it. One stat, on a first use.
+func (r *Runtime) tornDown(name string) bool {
+	_, err := os.Stat(filepath.Join(r.bundles, name, "meta.json"))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // statsChannel is Stats over the control channel: the call `runsc events
@@ -418,6 +432,10 @@ func (r *Runtime) ForwardPort(ctx context.Context, name string, port int) (net.C
 	v, ok := r.forwards.Load(name) // LoadOrStore alone would make a forwarder every call
 	if !ok {
 		v, _ = r.forwards.LoadOrStore(name, &forwarder{turn: make(chan struct{}, 1)})
+		if r.tornDown(name) {
+			r.forwards.CompareAndDelete(name, v)
+			return nil, runtime.ErrNotFound
+		}
 	}
 	f := v.(*forwarder)
 	if f.off() {

@@ -1013,6 +1013,14 @@ func (r *Runtime) loadMeta(name string) (*meta, error) {
 	r.mu.Lock()
 	r.meta[name] = m
 	r.mu.Unlock()
+	if r.tornDown(name) { // read before its teardown, which has forgotten it
+		r.mu.Lock()
+		if r.meta[name] == m {
+			delete(r.meta, name)
+		}
+		r.mu.Unlock()
+		return nil, runtime.ErrNotFound
+	}
 	return m, nil
 }
 

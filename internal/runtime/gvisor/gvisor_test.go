@@ -527,6 +527,46 @@ func BenchmarkFirstCommand(b *testing.B) {
 	b.ReportMetric(float64(testenv.P50(firsts).Microseconds())/1000, "node-v-p50-ms")
 }
 
+// TestKeptAfterTeardown: a caller that loaded a sandbox just before its
+// teardown, and stores what it keeps just after (when the teardown has
+// already forgotten the sandbox's entries), forgets it itself: nothing is
+// kept for a sandbox whose bundle is gone. The teardown is played by
+// moving the bundle's meta.json aside between the two.
+func TestKeptAfterTeardown(t *testing.T) {
+	r := newRuntime(t)
+	ctx := context.Background()
+	obj := create(t, r, "sbx-gvisorkept000000001", "kept")
+	if _, err := r.loadMeta(obj.Name); err != nil { // cached, as the caller's read was
+		t.Fatal(err)
+	}
+	metaFile := filepath.Join(r.bundles, obj.Name, "meta.json")
+	if err := os.Rename(metaFile, metaFile+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.container(obj.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := r.loaded.Load(obj.Name); kept {
+		t.Error("a container loaded across its teardown is kept")
+	}
+	if _, err := r.ForwardPort(ctx, obj.Name, 80); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("a forward across its sandbox's teardown: %v, want ErrNotFound", err)
+	}
+	if _, kept := r.forwards.Load(obj.Name); kept {
+		t.Error("a forwarder made across its sandbox's teardown is kept")
+	}
+	if err := os.Rename(metaFile+".aside", metaFile); err != nil {
+		t.Fatal(err)
+	}
+	// With its bundle, the same calls keep what they load.
+	if _, err := r.container(obj.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := r.loaded.Load(obj.Name); !kept {
+		t.Error("a running container is not kept")
+	}
+}
+
 // TestStatusBothWays: Status in process (runningChannel) and through the
 // runsc CLI agree: a started sandbox runs; once the host kills its sandbox
 // process (as a memory cgroup's OOM killer does), it does not, though its
