@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +69,26 @@ func TestStartsFlag(t *testing.T) {
 	}
 	if fs.Set("max-starts", "-1") == nil || fs.Set("max-starts", "many") == nil {
 		t.Error("a bad --max-starts was taken")
+	}
+}
+
+// TestSystrapFastPathFlag: systrap's fast path is off unless
+// --systrap-fast-path; the flag is systrap's alone.
+func TestSystrapFastPathFlag(t *testing.T) {
+	for _, c := range []struct {
+		platform string
+		fast     bool
+		want     bool // --systrap-disable-fast-path given
+	}{{"systrap", false, true}, {"systrap", true, false}, {"ptrace", false, false}} {
+		r := &Runtime{cfg: Config{Options: Options{Platform: c.platform, SystrapFastPath: c.fast}}}
+		if got := slices.Contains(r.globalFlags(0, false), "--systrap-disable-fast-path"); got != c.want {
+			t.Errorf("%s, fast path %v: --systrap-disable-fast-path given %v", c.platform, c.fast, got)
+		}
+	}
+	var o Options
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	if fs.Set("systrap-fast-path", "true") != nil || !o.SystrapFastPath {
+		t.Error("--systrap-fast-path is not taken")
 	}
 }
