@@ -517,6 +517,9 @@ binary_name = "$ROOT/bin/runsc"
 root = "$ROOT/run/runsc$sfx"
 [runsc_config]
   platform = "systrap"
+  # As the gVisor backend runs its sandboxes (docs/operating.md, Bursts):
+  # no stub spinning a core that the node's other pods want.
+  systrap-disable-fast-path = "true"
 EOF
 mkdir -p "$ROOT/etc/certs.d"
 cat >"$ROOT/etc/containerd$sfx.toml" <<EOF
