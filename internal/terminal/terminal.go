@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -33,10 +34,26 @@ type Sandboxes interface {
 
 var _ Sandboxes = (*service.Service)(nil)
 
+// Ports reaches a port on a sandbox's own loopback without a process per
+// connection (internal/preview: runsc's port forward on gVisor, a stream
+// of the sandbox's relay on a cluster); a connection is work on the
+// sandbox until it is closed.
+type Ports interface {
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
 // Consoles opens terminals and screens.
 type Consoles struct {
 	sb      Sandboxes
+	ports   Ports
 	tickets *ticket.Book
+}
+
+// WithPorts has a screen reach a display that listens already through p,
+// and exec the display's script only to start one.
+func (c *Consoles) WithPorts(p Ports) *Consoles {
+	c.ports = p
+	return c
 }
 
 // New returns the consoles over sb; now is the tickets' clock (nil means
@@ -110,7 +127,7 @@ func (c *Consoles) Terminal(ctx context.Context, id, arg string, stdin io.Reader
 	if arg != "" {
 		argv = append(argv, arg)
 	}
-	return c.attach(ctx, id, runtime.ExecRequest{Argv: argv, TTY: true, Stdin: stdin, Stdout: stdout, Resize: resize})
+	return c.attach(ctx, id, runtime.ExecRequest{Argv: argv, TTY: true, Stdin: stdin, Stdout: stdout, Resize: resize}, nil)
 }
 
 // displayScript starts the desktop's display once (Xvfb, a window manager,
@@ -154,18 +171,51 @@ if ! listening; then
 fi
 exec socat - TCP:127.0.0.1:5900`
 
+// displayPort is the VNC server's port on the sandbox's loopback (the
+// script's 0x170C).
+const displayPort = 5900
+
 // Screen relays the desktop's VNC server (RFB bytes, untranslated: no tty)
 // of sandbox id until either side closes. Like a terminal it keeps the
-// sandbox in use.
+// sandbox in use and its lease extended. A display that listens already
+// is reached through the ports (no process inside: the script's exec of
+// sh and socat was most of a new connection's cost); one that does not —
+// the first connection, or a sandbox woken without its display — is
+// started by the script, which then relays.
 func (c *Consoles) Screen(ctx context.Context, id string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	return c.attach(ctx, id, runtime.ExecRequest{Argv: []string{"sh", "-c", displayScript}, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	req := runtime.ExecRequest{Argv: []string{"sh", "-c", displayScript}, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	if c.ports == nil {
+		return c.attach(ctx, id, req, nil)
+	}
+	conn, err := c.ports.DialPort(ctx, id, displayPort)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil // the client went away
+		}
+		return c.attach(ctx, id, req, nil)
+	}
+	defer conn.Close() // also when the service runs nothing (a sandbox that went)
+	// The connection is the command: the service runs it as it runs the
+	// script (in use, the lease extended, ended by a stop).
+	return c.attach(ctx, id, req, func(ctx context.Context, _ string, req runtime.ExecRequest) error {
+		defer conn.Close()
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		defer stop()
+		go func() {
+			io.Copy(conn, req.Stdin)
+			conn.Close() // the client went away: so does the display's side
+		}()
+		io.Copy(req.Stdout, conn)
+		return ctx.Err()
+	})
 }
 
 // attach runs an interactive program as a connection: it keeps the
 // sandbox in use and its lease extended while it runs, and answers the
 // program's exit code (137 after a stop; 0 when the client went away).
-func (c *Consoles) attach(ctx context.Context, id string, req runtime.ExecRequest) (int, error) {
-	o, err := c.sb.Run(ctx, id, service.Command{ExecRequest: req, KeepAlive: true, Code: true})
+// exec, when set, runs it instead of a new exec (service.Command.Exec).
+func (c *Consoles) attach(ctx context.Context, id string, req runtime.ExecRequest, exec func(context.Context, string, runtime.ExecRequest) error) (int, error) {
+	o, err := c.sb.Run(ctx, id, service.Command{ExecRequest: req, KeepAlive: true, Code: true, Exec: exec})
 	switch {
 	case err == nil:
 		return o.Code, nil

@@ -339,11 +339,15 @@ func withProjectVolume(t *testing.T, c kubernetes.Interface, ns, org, project st
 	t.Cleanup(func() { c.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
 }
 
-// TestKubeScreen: a desktop pod's display, relayed over a non-tty exec
-// subresource stream: the VNC server's RFB handshake arrives intact.
+// TestKubeScreen: a desktop pod's display, started and relayed over a
+// non-tty exec subresource stream: the VNC server's RFB handshake arrives
+// intact; a second connection comes through the sandbox's relay, with no
+// process of its own.
 func TestKubeScreen(t *testing.T) {
 	t.Parallel() // see parallel_test.go
-	e, c, ns := newKubeEnv(t)
+	cfg := server.Config{}
+	cfg.Kube.RunnerImage = testenv.RunnerImage(t) // as the chart runs it: with a relay
+	e, c, ns := newKubeEnvConfig(t, cfg)
 	withProjectVolume(t, c, ns, "acme", "desk")
 	id := e.lease("acme", map[string]any{"class": "desktop", "project": "desk", "ttlSec": 300})
 	_, ws, b := e.dialScreen(t, id)
@@ -359,6 +363,7 @@ func TestKubeScreen(t *testing.T) {
 		t.Fatalf("security types: %q %v", sec, err)
 	}
 	ws.Close(websocket.StatusNormalClosure, "")
+	e.screenWithoutProcess(t, id)
 }
 
 // TestKubeRefusesAMissingRuntimeClass: a server told to use a RuntimeClass

@@ -28,6 +28,7 @@ func TestScreen(t *testing.T) {
 
 	tk, ws, _ := e.dialScreen(t, id)
 	ws.Close(websocket.StatusNormalClosure, "")
+	e.screenWithoutProcess(t, id)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A spent ticket, and a terminal ticket, do not open the screen.
@@ -89,6 +90,26 @@ func (e *env) dialScreen(t testing.TB, id string) (string, *websocket.Conn, []by
 		t.Fatalf("first frame: %v %v %q\nthe sandbox's processes and display logs:\n%s%s\nthe server's screen goroutines:\n%s", typ, err, b, a.Stdout, a.Stderr, stacksOf("screenSocket", "execChannel"))
 	}
 	return tk, ws, b
+}
+
+// screenWithoutProcess opens another screen connection of id, whose
+// display runs already: it must come through the server's port path, with
+// no relay process (the display script's socat) inside for it, on either
+// backend. The first connection's socat may take a moment to go.
+func (e *env) screenWithoutProcess(t *testing.T, id string) {
+	t.Helper()
+	_, ws, _ := e.dialScreen(t, id)
+	defer ws.CloseNow()
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out = strings.TrimSpace(e.exec("acme", id, map[string]any{"command": "pgrep -a -x socat || echo none", "timeoutSec": 10}).Stdout)
+		if out == "none" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if out != "none" {
+		t.Errorf("a screen connection to a running display has a relay process inside: %q", out)
+	}
 }
 
 // litPixels counts pixels brighter than near-black.
