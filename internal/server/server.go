@@ -291,8 +291,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 	}
 	typed := ops.New(fs, procs, images, it).WithPreviews(previews)
+	consoles := terminal.New(svc, nil)
+	if relays != nil {
+		consoles.WithPorts(relays)
+	}
 	h := api.New(api.Deps{
-		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Volumes: vols, Files: fs.Files, Processes: procs, Contexts: ctxs, Images: images, Ports: previews, Quotas: report, Operator: st, Consoles: terminal.New(svc, nil).WithPorts(previews), Interpreter: it, Ops: typed, Auth: auth,
+		Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, sandbox.RuntimeGVisor), Volumes: vols, Files: fs.Files, Processes: procs, Contexts: ctxs, Images: images, Ports: previews, Quotas: report, Operator: st, Consoles: consoles, Interpreter: it, Ops: typed, Auth: auth,
 		Metrics: m.Handler(), Sessions: sessions, Narrator: sessions, MCP: mcpserver.New(typed, mcpAuth{auth, st}, log, Version), Keys: st, Version: Version,
 		Issuer: id.issuerRoutes(), Backend: cfg.Backend, Capabilities: capabilityNames(caps.Names()),
 	}, log, cfg.API)

@@ -35,11 +35,11 @@ type Sandboxes interface {
 var _ Sandboxes = (*service.Service)(nil)
 
 // Ports reaches a port on a sandbox's own loopback without a process per
-// connection (internal/preview: runsc's port forward on gVisor, a stream
-// of the sandbox's relay on a cluster); a connection is work on the
-// sandbox until it is closed.
+// connection (internal/relay/pool: runsc's port forward on gVisor, a
+// stream of the sandbox's relay on a cluster). It is no work of its own:
+// the screen runs the connection as its command.
 type Ports interface {
-	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+	Connect(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error)
 }
 
 // Consoles opens terminals and screens.
@@ -187,7 +187,13 @@ func (c *Consoles) Screen(ctx context.Context, id string, stdin io.Reader, stdou
 	if c.ports == nil {
 		return c.attach(ctx, id, req, nil)
 	}
-	conn, err := c.ports.DialPort(ctx, id, displayPort)
+	sb, err := c.sb.Wake(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second) // the dial's, as a preview's
+	conn, err := c.ports.Connect(dctx, sb, displayPort)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, nil // the client went away
@@ -195,8 +201,8 @@ func (c *Consoles) Screen(ctx context.Context, id string, stdin io.Reader, stdou
 		return c.attach(ctx, id, req, nil)
 	}
 	defer conn.Close() // also when the service runs nothing (a sandbox that went)
-	// The connection is the command: the service runs it as it runs the
-	// script (in use, the lease extended, ended by a stop).
+	// The connection is the command, counted once: the service runs it as
+	// it runs the script (in use, the lease extended, ended by a stop).
 	return c.attach(ctx, id, req, func(ctx context.Context, _ string, req runtime.ExecRequest) error {
 		defer conn.Close()
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
