@@ -145,8 +145,9 @@ func stacksOf(funcs ...string) string {
 }
 
 // BenchmarkScreenFirstFrame: a new screen connection of a desktop whose
-// display runs — a ticket, the socket's upgrade, the relay's exec and its
-// first frame, the VNC server's RFB version — beside its floor, measured
+// display runs — a ticket, the socket's upgrade, the connection through
+// the port path (no process inside) and its first frame, the VNC server's
+// RFB version — beside its floor, measured
 // in the same sandbox: a connection to the VNC server from inside,
 // answered with the same 12 bytes (python3's socket, 30 in a row).
 func BenchmarkScreenFirstFrame(b *testing.B) {
