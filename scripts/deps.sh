@@ -12,8 +12,9 @@
 #   GOTOOLCHAIN     defaults to auto, so an older Go fetches the go.mod toolchain
 set -euo pipefail
 
-log() { printf '[deps] %s\n' "$*"; }
-die() { printf '[deps] error: %s\n' "$*" >&2; exit 1; }
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble deps
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
 
@@ -27,7 +28,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt_updated=0
 apt_update() {
 	if [ "$apt_updated" -eq 0 ]; then
-		log "apt-get update"
+		step "apt-get update"
 		apt-get update -q
 		apt_updated=1
 	fi
@@ -60,16 +61,14 @@ for p in "${packages[@]}"; do
 done
 if [ "${#missing[@]}" -gt 0 ]; then
 	apt_update
-	log "apt-get install ${missing[*]}"
+	step "apt-get install ${missing[*]}"
 	apt-get install -y -q "${missing[@]}"
 else
-	log "apt packages present: ${packages[*]}"
+	step "apt packages present: ${packages[*]}"
 fi
 
 # --- Go -----------------------------------------------------------------------
 
-# go_ok and find_go live in lib.sh, shared with test.sh.
-. scripts/lib.sh
 
 install_go() {
 	local codename bp mirror pkg minor src=/etc/apt/sources.list.d/sandbox-backports.sources
@@ -81,7 +80,7 @@ install_go() {
 			/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources |
 			head -n1 | tr -d '[:space:]' || true)
 		mirror=${mirror:-http://deb.debian.org/debian}
-		log "adding $bp ($mirror) to $src"
+		step "adding $bp ($mirror) to $src"
 		cat >"$src" <<EOF
 Types: deb
 URIs: $mirror
@@ -98,12 +97,12 @@ EOF
 	if [ -z "$pkg" ] || ! [[ $minor =~ ^[0-9]+$ ]] || [ "$minor" -lt 21 ]; then
 		die "no Go >= 1.21 in apt (${pkg:-none found}); install Go into /usr/local/go and rerun"
 	fi
-	log "apt-get install -t $bp $pkg"
+	step "apt-get install -t $bp $pkg"
 	apt-get install -y -q -t "$bp" "$pkg"
 }
 
 if ! gobin=$(find_go); then
-	log "no Go >= 1.21 found (PATH, /usr/local/go/bin, /usr/lib/go-1.*)"
+	step "no Go >= 1.21 found (PATH, /usr/local/go/bin, /usr/lib/go-1.*)"
 	install_go
 	gobin=$(find_go) || die "Go was installed but no Go >= 1.21 was found"
 fi
@@ -112,7 +111,7 @@ export PATH
 # Debian's Go (and some go env files) default to GOTOOLCHAIN=local; auto lets
 # an older Go fetch the toolchain go.mod names through the module proxy.
 export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
-log "go: $gobin ($(cd / && GOTOOLCHAIN=local go env GOVERSION)); toolchain for this module: $(go env GOVERSION) (GOTOOLCHAIN=$GOTOOLCHAIN)"
+step "go: $gobin ($(cd / && GOTOOLCHAIN=local go env GOVERSION)); toolchain for this module: $(go env GOVERSION) (GOTOOLCHAIN=$GOTOOLCHAIN)"
 
 # --- binary and images --------------------------------------------------------
 
@@ -122,7 +121,7 @@ log "go: $gobin ($(cd / && GOTOOLCHAIN=local go env GOVERSION)); toolchain for t
 # module (scripts/test.sh, the tests' own builds, scripts/server-image.sh),
 # so that Go's cache compiles each package once: on a fresh machine a second
 # set of flags cost a second cold compile of the server's ~1200 packages.
-log "go build -trimpath -o bin/ ./cmd/sandbox ./cmd/sandbox-runner (static; in $repo)"
+step "go build -trimpath -o bin/ ./cmd/sandbox ./cmd/sandbox-runner (static; in $repo)"
 CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/sandbox ./cmd/sandbox-runner
 
 # The three class images at once, beside the runsc build below: each is
@@ -132,7 +131,7 @@ CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/sandbox ./cmd/sandbox-runner
 install -d -m 0755 "$IMAGES"
 image_pids=() image_names=(exec dev desktop)
 for name in "${image_names[@]}"; do
-	log "image $name in $IMAGES, in the background (log /tmp/sandbox-image-$name.log; a first build takes 4-6 min and ~3 GB)"
+	step "image $name in $IMAGES, in the background (log /tmp/sandbox-image-$name.log; a first build takes 4-6 min and ~3 GB)"
 	bin/sandbox image build "$name" --images "$IMAGES" >"/tmp/sandbox-image-$name.log" 2>&1 &
 	image_pids+=($!)
 done
@@ -150,9 +149,9 @@ RUNSC_VERSION="v0.0.0-${BASH_REMATCH[1]}-${BASH_REMATCH[2]}"
 
 if [ -n "${SANDBOX_RUNSC:-}" ] && [ "$SANDBOX_RUNSC" != "$RUNSC" ]; then
 	[ -x "$SANDBOX_RUNSC" ] || die "SANDBOX_RUNSC=$SANDBOX_RUNSC is not an executable"
-	log "runsc: using SANDBOX_RUNSC=$SANDBOX_RUNSC (pinned build skipped)"
+	step "runsc: using SANDBOX_RUNSC=$SANDBOX_RUNSC (pinned build skipped)"
 elif [ -x "$RUNSC" ]; then
-	log "runsc: $RUNSC present"
+	step "runsc: $RUNSC present"
 else
 	# Built in this module, whose go.mod requires gVisor at the same version
 	# (TestPinnedRunscIsLinked): the server links runsc's own packages
@@ -161,7 +160,7 @@ else
 	# compiled the sentry a second time (~3 CPU minutes on a fresh machine)
 	# for a runsc whose only difference is patch versions of x/sys and a few
 	# other dependencies: the ones the server's copy of the same code uses.
-	log "runsc: building gvisor.dev/gvisor/runsc $RUNSC_VERSION in this module (the server's packages, already compiled, plus runsc's own)"
+	step "runsc: building gvisor.dev/gvisor/runsc $RUNSC_VERSION in this module (the server's packages, already compiled, plus runsc's own)"
 	grep -q "^[[:space:]]*gvisor.dev/gvisor $RUNSC_VERSION\$" go.mod ||
 		die "go.mod does not require gvisor.dev/gvisor $RUNSC_VERSION, the version PinnedRunsc names"
 	tmp=$(mktemp -d)
@@ -170,7 +169,7 @@ else
 	install -d -m 0755 "$(dirname "$RUNSC")"
 	install -m 0755 "$tmp/bin/runsc" "$RUNSC.new"
 	mv -f "$RUNSC.new" "$RUNSC"
-	log "runsc: installed $RUNSC"
+	step "runsc: installed $RUNSC"
 fi
 
 # The images: a line of progress every 30 s while any builds, then each
@@ -187,7 +186,7 @@ while images_running; do
 	done
 	images_running || break
 	for name in "${image_names[@]}"; do
-		log "image $name: $(grep -v '^[[:space:]]*$' "/tmp/sandbox-image-$name.log" 2>/dev/null | tail -n1 | sed 's/^[[:space:]]*//' | cut -c1-120 || true)"
+		step "image $name: $(grep -v '^[[:space:]]*$' "/tmp/sandbox-image-$name.log" 2>/dev/null | tail -n1 | sed 's/^[[:space:]]*//' | cut -c1-120 || true)"
 	done
 done
 for i in "${!image_pids[@]}"; do
@@ -196,7 +195,7 @@ for i in "${!image_pids[@]}"; do
 		tail -n 30 "/tmp/sandbox-image-$name.log" >&2
 		die "image $name failed (log /tmp/sandbox-image-$name.log)"
 	fi
-	log "image $name: $(tail -n1 "/tmp/sandbox-image-$name.log")"
+	step "image $name: $(tail -n1 "/tmp/sandbox-image-$name.log")"
 done
 image_pids=()
-log "done"
+step "done"

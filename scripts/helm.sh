@@ -22,27 +22,18 @@ set -euo pipefail
 
 HELM=v3.22.0
 
-T0=$(date +%s)
-step() { printf '[helm %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
-die() {
-	printf '[helm] error: %s\n' "$*" >&2
-	exit 1
-}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble helm
 
-case ${1:-} in -h | --help)
-	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-	exit 0
-	;;
-esac
+help_if_asked "$@"
 ROOT=${1:-/var/lib/sandbox/kube}
 [ $# -le 1 ] || die "usage: $0 [ROOT]"
 case $ROOT in /*) ;; *) ROOT=$(pwd)/$ROOT ;; esac
 ROOT=${ROOT%/}
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 mkdir -p "$ROOT"/{bin,src/helm,logs,go}
 
-. "$REPO/scripts/lib.sh"
 gobin=$(find_go) || die "no Go >= 1.21 found: run scripts/deps.sh first"
 PATH="$(dirname "$gobin"):$PATH"
 export PATH

@@ -20,12 +20,9 @@
 # quickly; --purge removes ROOT entirely.
 set -uo pipefail
 
-T0=$(date +%s)
-step() { printf '[kube-down %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
-die() {
-	printf '[kube-down] error: %s\n' "$*" >&2
-	exit 1
-}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble kube-down
 
 purge=0
 ROOT=

@@ -21,12 +21,9 @@
 # containerd (KUBE_UP_NODE=2 scripts/kube-up.sh) instead of the first's.
 set -euo pipefail
 
-T0=$(date +%s)
-say() { printf '[kube-image %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
-die() {
-	printf '[kube-image] error: %s\n' "$*" >&2
-	exit 1
-}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble kube-image
 
 [ $# -ge 3 ] || die "usage: $0 ROOT NAME:TAG ROOTFS_DIR [-- CMD...]"
 [ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
@@ -60,7 +57,7 @@ FORMAT=imgtar-1 # bump when imgtar's output changes
 if [ -f "$ROOTFS/../image.json" ]; then
 	src="image.json $(sha256sum <"$ROOTFS/../image.json" | cut -d' ' -f1)"
 else
-	say "no $ROOTFS/../image.json: hashing a listing of the tree"
+	step "no $ROOTFS/../image.json: hashing a listing of the tree"
 	src="tree $(cd "$ROOTFS" && find . -printf '%P\t%s\t%T@\t%m\t%U\t%G\t%l\n' | LC_ALL=C sort | sha256sum | cut -d' ' -f1)"
 fi
 hash=$(printf '%s %s %s\n' "$FORMAT" "$src" "${cmd[*]}" | sha256sum | cut -d' ' -f1)
@@ -79,11 +76,11 @@ log=$ROOT/images/import-$key.log
 have=$("${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1' || true)
 if [ "${FORCE:-0}" != 1 ] && [ "$(cat "$hashfile" 2>/dev/null)" = "$hash" ] &&
 	grep -qF "org.sandboxd.source-hash=$hash" <<<"$have"; then
-	say "$full is up to date (source hash ${hash:0:16}, $hashfile)"
+	step "$full is up to date (source hash ${hash:0:16}, $hashfile)"
 	exit 0
 fi
 
-say "importing $ROOTFS as $full (source: ${src%% *}, hash ${hash:0:16})"
+step "importing $ROOTFS as $full (source: ${src%% *}, hash ${hash:0:16})"
 rm -rf "$tmp" # left by an interrupted run (the lock is ours)
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
@@ -99,4 +96,4 @@ rm -f "$hashfile"
 	die "$full is not in containerd after the import (log $log)"
 printf '%s\n' "$hash" >"$hashfile"
 size=$("${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1 {print $4, $5}')
-say "imported $full ($size) in $(($(date +%s) - T0))s"
+step "imported $full ($size) in $(($(date +%s) - T0))s"

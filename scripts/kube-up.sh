@@ -94,24 +94,16 @@ LOCALPATH=v0.0.30
 POD_GW=10.244.0.1 # node 1's bridge's host end: the apiserver's address for pods
 DNS_IP=10.96.0.10
 
-T0=$(date +%s)
-step() { printf '[kube-up %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
-die() {
-	printf '[kube-up] error: %s\n' "$*" >&2
-	exit 1
-}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble kube-up
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
-case ${1:-} in -h | --help)
-	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-	exit 0
-	;;
-esac
+help_if_asked "$@"
 ROOT=${1:-/var/lib/sandbox/kube}
 [ $# -le 1 ] || die "usage: $0 [ROOT]"
 case $ROOT in /*) ;; *) ROOT=$(pwd)/$ROOT ;; esac
 ROOT=${ROOT%/}
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KUBE_SRC=$REPO/scripts/kube
 
 # The node this run starts (KUBE_UP_NODE): 1, the control plane's, or 2,
@@ -156,7 +148,6 @@ else
 fi
 
 # ---------------------------------------------------------------- Go
-. "$REPO/scripts/lib.sh"
 gobin=$(find_go) || die "no Go >= 1.21 found: run scripts/deps.sh first"
 PATH="$(dirname "$gobin"):$ROOT/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 export PATH

@@ -1,6 +1,28 @@
 # shellcheck shell=bash
-# lib.sh — shell functions shared by deps.sh, test.sh, kube-up.sh and helm.sh
-# (sourced, not run).
+# lib.sh — shell functions shared by the scripts here (sourced, not run).
+
+# preamble NAME: what a script begins with, its messages prefixed by NAME:
+# T0 (its start), step MSG (progress, stamped with the seconds since T0),
+# die MSG (an error on stderr, exit 1).
+preamble() {
+	SCRIPT=$1
+	T0=$(date +%s)
+}
+step() { printf '[%s %4ss] %s\n' "$SCRIPT" "$(($(date +%s) - T0))" "$*"; }
+die() {
+	printf '[%s] error: %s\n' "$SCRIPT" "$*" >&2
+	exit 1
+}
+
+# help_if_asked ARG...: -h or --help as the first ARG prints the calling
+# script's header comment (line 2 up to its `set -` line) and exits.
+help_if_asked() {
+	case ${1:-} in -h | --help)
+		sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	esac
+}
 
 # go_ok BIN: BIN is a Go of at least 1.21, the first that can fetch the
 # toolchain go.mod asks for (GOTOOLCHAIN=auto).

@@ -13,14 +13,12 @@
 # the chart's environment overrides (address, storage directory, deletes).
 # kube-image.sh imports it only when the tree changed.
 set -euo pipefail
-die() {
-	printf '[registry-image] error: %s\n' "$*" >&2
-	exit 1
-}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble registry-image
 [ $# -eq 2 ] || die "usage: $0 ROOT NAME:TAG"
 ROOT=${1%/}
 REF=$2
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=/usr/bin/docker-registry
 [ -x "$bin" ] || die "no $bin: apt-get install docker-registry (scripts/deps.sh installs it for the tests)"
 r=$ROOT/images/registry-$(printf '%s' "$REF" | tr '/:@' '___')-rootfs

@@ -18,12 +18,9 @@
 # The rootfs is ROOT/images/server-TAG-rootfs; kube-image.sh imports it when
 # its tree changed (a rebuild that changed nothing imports nothing).
 set -euo pipefail
-T0=$(date +%s)
-say() { printf '[server-image %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
-die() {
-	printf '[server-image] error: %s\n' "$*" >&2
-	exit 1
-}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble server-image
 version=
 if [ "${1:-}" = -v ]; then
 	version=${2:?-v needs a VERSION}
@@ -32,8 +29,6 @@ fi
 [ $# -eq 2 ] || die "usage: $0 [-v VERSION] ROOT NAME:TAG"
 ROOT=${1%/}
 REF=$2
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-. "$REPO/scripts/lib.sh"
 gobin=$(find_go) || die "no Go found: run scripts/deps.sh first"
 PATH="$(dirname "$gobin"):$PATH"
 
@@ -48,7 +43,7 @@ ld="-s -w"
 [ -z "$version" ] || ld+=" -X github.com/sandboxd/sandbox/internal/server.Version=$version"
 bin=$ROOT/images/server-build/$key
 mkdir -p "$bin"
-say "go build: sandbox, sandbox-runner${version:+ (version $version)}"
+step "go build: sandbox, sandbox-runner${version:+ (version $version)}"
 (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags="$ld" -o "$bin/" ./cmd/sandbox ./cmd/sandbox-runner)
 
 r=$ROOT/images/server-$key-rootfs
@@ -69,4 +64,4 @@ if [ -s /etc/ssl/certs/ca-certificates.crt ]; then
 		cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
 fi
 bash "$REPO/scripts/kube-image.sh" "$ROOT" "$REF" "$r" -- /usr/local/bin/sandbox
-say "$REF ready"
+step "$REF ready"

@@ -16,14 +16,20 @@
 #   SANDBOX_KUBE_ROOT  where the cluster lives (default /var/lib/sandbox/kube)
 set -euo pipefail
 
-log() { printf '[test] %s\n' "$*"; }
-die() { printf '[test] error: %s\n' "$*" >&2; exit 1; }
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble test
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0): the tests start gVisor sandboxes"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 IMAGES=${SANDBOX_IMAGES:-/var/lib/sandbox/images}
 KROOT=${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}
+# A run with no arguments (CI's) is the full run: the cluster's builds
+# beside deps.sh, the host-uplink test, every benchmark once and the second
+# node. Arguments run what they name, with the cluster.
+full=0
+[ $# -gt 0 ] || full=1
 
 # A run killed before its traps ran (a machine stopped mid-run, say) leaves
 # its cluster up and its test links behind; the host-uplink test below
@@ -31,14 +37,14 @@ KROOT=${SANDBOX_KUBE_ROOT:-/var/lib/sandbox/kube}
 # mounts. No test runs yet, so whatever of ours is here is left over: end it.
 sweep() {
 	if ip -o link show sbxkube0 >/dev/null 2>&1 || [ -n "$(ls "$KROOT"/run/*.pid 2>/dev/null)" ]; then
-		log "a test cluster was left up by an earlier run: scripts/kube-down.sh"
+		step "a test cluster was left up by an earlier run: scripts/kube-down.sh"
 		bash scripts/kube-down.sh "$KROOT" >/tmp/sandbox-kube-down.log 2>&1 || tail -5 /tmp/sandbox-kube-down.log
 	fi
 	pkill -9 -f 'runsc.*/tmp/sbs-' 2>/dev/null || true
 	local m l ns
 	{ grep -oE ' /tmp/sb[st]-[^ ]*' /proc/self/mountinfo || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	for l in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^sbxt' || true); do
-		log "removing the leftover test link $l"
+		step "removing the leftover test link $l"
 		ip link del "$l" 2>/dev/null || true
 	done
 	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^sbxt-' || true); do
@@ -53,8 +59,8 @@ sweep
 # more than on the CPU. kube-up.sh below waits for them; if they failed
 # (no Go yet, say), it builds what is missing itself.
 kube_build=
-if [ "${SANDBOX_KUBE:-1}" = 1 ] && [ $# -eq 0 ]; then
-	log "scripts/kube-up.sh's builds in the background (KUBE_UP_BUILD_ONLY=1; log /tmp/sandbox-kube-build.log)"
+if [ "${SANDBOX_KUBE:-1}" = 1 ] && [ "$full" = 1 ]; then
+	step "scripts/kube-up.sh's builds in the background (KUBE_UP_BUILD_ONLY=1; log /tmp/sandbox-kube-build.log)"
 	# helm after them (it shares their Go caches), off the critical path too.
 	{ KUBE_UP_BUILD_ONLY=1 KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT" &&
 		bash scripts/helm.sh "$KROOT"; } >/tmp/sandbox-kube-build.log 2>&1 &
@@ -69,8 +75,6 @@ SANDBOX_IMAGES=$IMAGES SANDBOX_TEST_DEPS=1 bash scripts/deps.sh
 # s). scripts/kube-image.sh skips an image whose source hash it imported.
 # On a full run the exec image goes into the second node's containerd too
 # (started alone: the node joins after the other suites, below).
-full=0
-[ $# -gt 0 ] || full=1
 imports() {
 	local name pids=() i
 	for name in exec dev desktop; do
@@ -96,7 +100,7 @@ imports() {
 # the imports after kube-up.sh below do the work.
 early=
 if [ -n "$kube_build" ]; then
-	log "the class images into the cluster's containerd beside its builds (log /tmp/sandbox-import-early.log)"
+	step "the class images into the cluster's containerd beside its builds (log /tmp/sandbox-import-early.log)"
 	{
 		for _ in $(seq 120); do
 			rc=0
@@ -110,8 +114,7 @@ if [ -n "$kube_build" ]; then
 	trap 'kill "$kube_build" "$early" 2>/dev/null || true; bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
 fi
 
-# The Go deps.sh found or installed (the same search: lib.sh).
-. scripts/lib.sh
+# The Go deps.sh found or installed (lib.sh's find_go: the same search).
 gobin=$(find_go) || die "no Go >= 1.21 found after scripts/deps.sh"
 PATH="$(dirname "$gobin"):$PATH"
 export PATH
@@ -123,7 +126,7 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 
 # gofmt of the toolchain go.mod selects, not whatever gofmt is on PATH.
 gofmt="$(go env GOROOT)/bin/gofmt"
-log "gofmt -l"
+step "gofmt -l"
 unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path './vendor/*' -not -path '*/testdata/*' -print0 |
 	xargs -0 -r "$gofmt" -l)
 if [ -n "$unformatted" ]; then
@@ -131,7 +134,7 @@ if [ -n "$unformatted" ]; then
 	die "these files are not gofmt-formatted (run: gofmt -w FILE)"
 fi
 
-log "go vet ./..."
+step "go vet ./..."
 go vet ./...
 
 # Packages default to every package but load/, which runs on its own after
@@ -158,8 +161,8 @@ done
 # in on an sbx* link that is no sandbox's, and the cluster's bridge is
 # sbxkube0, so beside the cluster the test skips (test/integration
 # TestEgressHostUplinkOnRunsc).
-if [ $# -eq 0 ]; then
-	log "go test -run TestEgressHostUplinkOnRunsc ./test/integration/ (no cluster up yet)"
+if [ "$full" = 1 ]; then
+	step "go test -run TestEgressHostUplinkOnRunsc ./test/integration/ (no cluster up yet)"
 	SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_REQUIRE=gvisor go test -count=1 -timeout 10m -run '^TestEgressHostUplinkOnRunsc$' -v ./test/integration/ >/tmp/sandbox-hostuplink.log 2>&1 || true
 	tail -5 /tmp/sandbox-hostuplink.log
 	grep -q -- '^--- PASS: TestEgressHostUplinkOnRunsc' /tmp/sandbox-hostuplink.log || die "TestEgressHostUplinkOnRunsc did not pass (see above; a test cluster left up makes it skip: scripts/kube-down.sh)"
@@ -171,27 +174,27 @@ kubeconfig= helm=
 if [ "${SANDBOX_KUBE:-1}" = 1 ]; then
 	if [ -n "$kube_build" ]; then
 		t0=$SECONDS
-		wait "$kube_build" && log "the cluster's background builds are done (waited $((SECONDS - t0)) s)" ||
-			{ tail -5 /tmp/sandbox-kube-build.log; log "the cluster's background builds failed: kube-up.sh builds what is missing"; }
+		wait "$kube_build" && step "the cluster's background builds are done (waited $((SECONDS - t0)) s)" ||
+			{ tail -5 /tmp/sandbox-kube-build.log; step "the cluster's background builds failed: kube-up.sh builds what is missing"; }
 	fi
 	if [ -n "$early" ]; then
 		t0=$SECONDS
-		wait "$early" && log "the images went in beside the builds (waited $((SECONDS - t0)) s)" ||
-			{ tail -5 /tmp/sandbox-import-early.log; log "the imports beside the builds failed: importing after kube-up.sh"; }
+		wait "$early" && step "the images went in beside the builds (waited $((SECONDS - t0)) s)" ||
+			{ tail -5 /tmp/sandbox-import-early.log; step "the imports beside the builds failed: importing after kube-up.sh"; }
 	fi
 	# Traefik serves one test (TestHelmIngress, which waits for it while
 	# ROOT/bin/.traefik.building names a live build): its ~5.5 cold minutes
 	# go beside the cluster's start and the first suites, not before them.
-	log "scripts/traefik.sh in the background (log /tmp/sandbox-traefik-build.log)"
+	step "scripts/traefik.sh in the background (log /tmp/sandbox-traefik-build.log)"
 	bash scripts/traefik.sh "$KROOT" >/tmp/sandbox-traefik-build.log 2>&1 &
 	traefik_build=$!
 	trap 'kill "$traefik_build" ${early:+"$early"} 2>/dev/null || true; bash scripts/kube-down.sh "$KROOT" >/dev/null 2>&1 || true' EXIT
-	log "scripts/kube-up.sh $KROOT"
+	step "scripts/kube-up.sh $KROOT"
 	KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT"
-	log "scripts/helm.sh $KROOT (the chart's suite: real helm)"
+	step "scripts/helm.sh $KROOT (the chart's suite: real helm)"
 	bash scripts/helm.sh "$KROOT"
 	helm=$KROOT/bin/helm
-	log "import sandbox/{exec,dev,desktop}:local into the cluster (logs /tmp/sandbox-import-NAME.log)"
+	step "import sandbox/{exec,dev,desktop}:local into the cluster (logs /tmp/sandbox-import-NAME.log)"
 	imports || die "an image import failed"
 	kubeconfig=$KROOT/etc/admin.kubeconfig
 fi
@@ -222,22 +225,22 @@ export SANDBOX_TEST_IMAGES=$IMAGES SANDBOX_TEST_KUBECONFIG=$kubeconfig SANDBOX_T
 # spends ~25 building), the benchmarks are skipped, loudly, rather than
 # failing everything for the clock.
 bench=()
-if [ $# -eq 0 ] && [ $((SECONDS / 60)) -ge "${SANDBOX_BENCH_BUDGET_MIN:-50}" ]; then
-	log "WARNING: $((SECONDS / 60)) min spent (budget ${SANDBOX_BENCH_BUDGET_MIN:-50}): the benchmarks are skipped this run"
-elif [ $# -eq 0 ]; then
+if [ "$full" = 1 ] && [ $((SECONDS / 60)) -ge "${SANDBOX_BENCH_BUDGET_MIN:-50}" ]; then
+	step "WARNING: $((SECONDS / 60)) min spent (budget ${SANDBOX_BENCH_BUDGET_MIN:-50}): the benchmarks are skipped this run"
+elif [ "$full" = 1 ]; then
 	bench=(-args -test.bench=. -test.benchtime=1x)
 fi
-log "go test -count=1 -timeout 60m -parallel 4 $* ${pkgs[*]:-} ${bench[*]} (SANDBOX_TEST_REQUIRE=$require)"
+step "go test -count=1 -timeout 60m -parallel 4 $* ${pkgs[*]:-} ${bench[*]} (SANDBOX_TEST_REQUIRE=$require)"
 go test -count=1 -timeout 60m -parallel 4 "$@" "${pkgs[@]}" "${bench[@]}"
 if [ "$load" = 1 ]; then
-	log "go test -count=1 $* ./load/ ${bench[*]} (the hostile-tenant suite, alone on the machine)"
+	step "go test -count=1 $* ./load/ ${bench[*]} (the hostile-tenant suite, alone on the machine)"
 	go test -count=1 -timeout 20m "$@" ./load/ "${bench[@]}"
 fi
 # A second node joins the cluster (on this machine: scripts/kube-up.sh's
 # KUBE_UP_NODE=2) after every other suite, which it would otherwise spread
 # their pods over, and one test leases across both.
 if [ -n "$kubeconfig" ] && [ "$full" = 1 ]; then
-	log "KUBE_UP_NODE=2 scripts/kube-up.sh $KROOT (a second node), then TestKubeTwoNodes"
+	step "KUBE_UP_NODE=2 scripts/kube-up.sh $KROOT (a second node), then TestKubeTwoNodes"
 	KUBE_UP_NODE=2 KUBE_UP_KUBECTL=0 bash scripts/kube-up.sh "$KROOT"
 	KUBE_NODE=2 bash scripts/kube-image.sh "$KROOT" sandbox/exec:local "$IMAGES/exec/rootfs"
 	SANDBOX_TEST_REQUIRE=$require,kube-nodes go test -count=1 -timeout 10m -run '^TestKubeTwoNodes$' ./test/integration/

@@ -13,12 +13,11 @@
 #   SANDBOX_ORG     org of the minted key (default demo)
 set -euo pipefail
 
-log() { printf '[up] %s\n' "$*"; }
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/scripts/lib.sh"
+preamble up
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "[up] error: must run as root (sudo $0)" >&2
-	exit 1
-fi
+[ "$(id -u)" -eq 0 ] || die "must run as root (sudo $0)"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DATA=${SANDBOX_DATA:-/var/lib/sandbox}
@@ -34,13 +33,13 @@ SANDBOX_IMAGES=$IMAGES SANDBOX_SDK_DEPS=1 bash scripts/deps.sh
 # the host then stalls. systemd's 4194304 is kept; a lower one is raised,
 # now and at boot.
 if [ "$(cat /proc/sys/kernel/pid_max)" -lt 4194304 ]; then
-	log "raising kernel.pid_max to 4194304 (was $(cat /proc/sys/kernel/pid_max)), in /etc/sysctl.d/60-sandbox.conf too"
+	step "raising kernel.pid_max to 4194304 (was $(cat /proc/sys/kernel/pid_max)), in /etc/sysctl.d/60-sandbox.conf too"
 	sysctl -q -w kernel.pid_max=4194304
 	printf 'kernel.pid_max = 4194304\n' >/etc/sysctl.d/60-sandbox.conf
 fi
 
 install -d -m 0700 "$DATA"
-log "minting a tenant API key for org $ORG in $DATA"
+step "minting a tenant API key for org $ORG in $DATA"
 KEY=$(bin/sandbox keys create --data "$DATA" --org "$ORG")
 
 # The address a client on this machine dials.
