@@ -195,6 +195,38 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// settlingStore is a lease settling while the sweep reads the rows: once
+// the rows are read, the object name is claimed by a row (written just
+// after the read) and no longer held by the server (Keep).
+type settlingStore struct {
+	*store.Store
+	settle func()
+}
+
+func (s settlingStore) List(ctx context.Context, f store.Filter) ([]*sandbox.Sandbox, error) {
+	rows, err := s.Store.List(ctx, f)
+	s.settle()
+	return rows, err
+}
+
+// TestSweepAsksKeepFirst: an object the server holds with no row (a warm
+// sandbox a lease has taken, older than the grace: it waited in the pool)
+// is asked about before the rows are read, so one whose row is written
+// (and which the server lets go of) after the read is never deleted.
+func TestSweepAsksKeepFirst(t *testing.T) {
+	e := newEnv(t)
+	e.lease(org("acme"), service.LeaseRequest{})
+	e.rt.Put("sbx-warm-taken", "u1", "sb_warm", e.clock().Add(-time.Hour), true)
+	var mu sync.Mutex
+	held := true
+	r := &reaper.Reaper{Runtime: e.rt, Service: e.svc, Log: e.r.Log, Now: e.clock,
+		Store: settlingStore{Store: e.st, settle: func() { mu.Lock(); held = false; mu.Unlock() }},
+		Keep:  func(name string) bool { mu.Lock(); defer mu.Unlock(); return held && name == "sbx-warm-taken" }}
+	if n, err := r.Sweep(context.Background()); err != nil || n != 0 || !slices.Contains(e.rt.Objects(), "sbx-warm-taken") {
+		t.Errorf("swept %d (%v): %v; the taken warm sandbox must stay", n, err, e.rt.Objects())
+	}
+}
+
 // TestRunDrains: Run reaps at start, and returns once ctx ends.
 func TestRunDrains(t *testing.T) {
 	e := newEnv(t)

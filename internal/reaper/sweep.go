@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -34,6 +35,10 @@ func (r *Reaper) Sweep(ctx context.Context) (deleted int, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("sweep: listing runtime objects: %w", err)
 	}
+	// What the server holds with no row yet is asked BEFORE the rows are
+	// read: one it lets go of after (a warm sandbox whose lease just
+	// wrote its row) is claimed by a row the read finds.
+	objs = slices.DeleteFunc(objs, func(o runtime.Object) bool { return r.Keep != nil && r.Keep(o.Name) })
 	if len(objs) == 0 {
 		return 0, nil
 	}
@@ -54,7 +59,7 @@ func (r *Reaper) Sweep(ctx context.Context) (deleted int, err error) {
 	}
 	var errs []error
 	for _, o := range objs {
-		if claimed[o.Name] || now().Sub(o.Created) < grace || r.Keep != nil && r.Keep(o.Name) {
+		if claimed[o.Name] || now().Sub(o.Created) < grace {
 			continue
 		}
 		err := r.Runtime.Delete(ctx, runtime.Ref{Name: o.Name, UID: o.UID})

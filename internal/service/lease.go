@@ -182,6 +182,10 @@ func (s *Service) lease(ctx context.Context, req LeaseRequest, from *sandbox.San
 	if from == nil {
 		warmed, isWarm = s.takeWarm(ctx, sb)
 	}
+	if isWarm {
+		// Until its row is written the pool still holds it, for the sweep.
+		defer s.d.Warm.Settled(warmed.Name)
+	}
 	sb.Volume = volumeName(org, sb)
 	admit := func(u quota.Use, newProject bool) error { return quota.Check(pol, u, ask(newProject)) }
 	if sb.Project != "" {

@@ -294,6 +294,9 @@ type Credentials interface {
 type Warm interface {
 	// Take hands out one of class on image, its id and object, or false.
 	Take(class, image string) (warm.Sandbox, bool)
+	// Settled says the lease that took the object named name has
+	// written its row (or deleted the object).
+	Settled(name string)
 }
 
 // noCredentials hands none.

@@ -16,8 +16,8 @@ import (
 // TestLeaseTakesWarm: a lease of the exec class's image with no project
 // and no network is handed a sandbox the pool started (WarmSpec's: the
 // spec the lease would have made), relabelled for its org before its row
-// names it, and starts nothing; a lease the pool cannot serve starts its
-// own.
+// names it, and starts nothing, and settles it with the pool once its row
+// is written; a lease the pool cannot serve starts its own.
 func TestLeaseTakesWarm(t *testing.T) {
 	var pool *warm.Pool
 	exec := sandbox.MustClass(sandbox.ClassExec)
@@ -56,6 +56,9 @@ func TestLeaseTakesWarm(t *testing.T) {
 	}
 	if row := h.row(acme, sb.ID); row.Status != sandbox.StatusRunning || row.UID != obj.UID || row.Volume != warmSpec.Volume.Name {
 		t.Errorf("row %+v, object uid %s, volume %s", row, obj.UID, warmSpec.Volume.Name)
+	}
+	if pool.Holds(name) {
+		t.Error("the pool still holds a sandbox whose lease wrote its row (the lease never settled it)")
 	}
 	name = waitWarm()
 	netd := h.lease(acme, service.LeaseRequest{Network: &netpolicy.Policy{}})

@@ -100,8 +100,11 @@ type Pool struct {
 	// be deleted. Set before Run.
 	Prime func(ctx context.Context, w Sandbox) (release func(taken bool))
 
-	mu      sync.Mutex
-	ready   []Sandbox
+	mu    sync.Mutex
+	ready []Sandbox
+	// taken are the names handed out whose leases have not yet settled
+	// (Settled): no row names them yet either, and the sweep spares them.
+	taken   map[string]bool
 	running bool // Run is on: only then is anything handed out
 	kick    chan struct{}
 }
@@ -113,7 +116,7 @@ func New(cfg Config, rt Runtime, class, image string, spec Spec, log *slog.Logge
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Pool{size: cfg.size(), class: class, image: image, rt: rt, spec: spec, log: log.With("component", "warm"),
-		kick: make(chan struct{}, 1)}
+		taken: map[string]bool{}, kick: make(chan struct{}, 1)}
 }
 
 // Size is how many sandboxes the pool keeps started.
@@ -121,7 +124,8 @@ func (p *Pool) Size() int { return p.size }
 
 // Take hands out a warm sandbox of class on image, or false when there is
 // none ready; its successor starts in the background. The caller owns it
-// from here: it relabels it for its lease, or deletes it.
+// from here: it relabels it for its lease, or deletes it, and then calls
+// Settled — until then the pool still Holds it.
 func (p *Pool) Take(class, image string) (Sandbox, bool) {
 	if p == nil || class != p.class || image != p.image {
 		return Sandbox{}, false
@@ -133,6 +137,7 @@ func (p *Pool) Take(class, image string) (Sandbox, bool) {
 	}
 	w := p.ready[0]
 	p.ready = p.ready[1:]
+	p.taken[w.Object.Name] = true
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -141,14 +146,28 @@ func (p *Pool) Take(class, image string) (Sandbox, bool) {
 	return w, true
 }
 
-// Holds says whether the object named name is one the pool holds (the
-// sweep spares it: no row claims it yet).
+// Settled says the lease that took the sandbox named name is done with
+// the pool: its row names it (or it was deleted).
+func (p *Pool) Settled(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.taken, name)
+}
+
+// Holds says whether the object named name is one the pool holds, ready
+// or taken by a lease that has not settled (the sweep spares it: no row
+// claims it yet). A sandbox sits in the pool for as long as no lease
+// comes, so its age says nothing: a sweep that read the rows before the
+// lease wrote its row must still find it held.
 func (p *Pool) Holds(name string) bool {
 	if p == nil {
 		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.taken[name] {
+		return true
+	}
 	for _, w := range p.ready {
 		if w.Object.Name == name {
 			return true

@@ -48,7 +48,8 @@ func waitReady(t *testing.T, p *warm.Pool, n int) {
 // TestPool: a previous server's warm sandboxes go when the pool starts;
 // it fills to its size, hands one out only for its class and image (its
 // labels are the spec's), starts a successor, spares for the sweep only
-// what it holds, and deletes what it holds when it stops.
+// what it holds (a taken one until its lease settles), and deletes what it
+// holds when it stops.
 func TestPool(t *testing.T) {
 	rt := fake.New()
 	stray, err := rt.Create(t.Context(), spec("sb_stray", "sbx-stray"))
@@ -76,8 +77,14 @@ func TestPool(t *testing.T) {
 	if !ok || w.Object.Labels[runtime.LabelSandbox] != w.ID || w.Object.Labels[warm.Label] == "" {
 		t.Fatalf("take: %+v %v", w, ok)
 	}
+	// Held until its lease settles (its row written): a sweep that read
+	// the rows before then must not take it for an orphan.
+	if !p.Holds(w.Object.Name) {
+		t.Error("lets go of what it handed out before its lease settled")
+	}
+	p.Settled(w.Object.Name)
 	if p.Holds(w.Object.Name) {
-		t.Error("still holds what it handed out")
+		t.Error("still holds what it handed out after its lease settled")
 	}
 	waitReady(t, p, 2) // its successor
 	if got := len(rt.Objects()); got != 4 {
