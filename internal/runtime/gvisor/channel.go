@@ -231,7 +231,7 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 	}
 	if req.TTY {
 		var tty *os.File
-		ptmx, tty, err = pty.Open()
+		ptmx, tty, err = openPTY()
 		if err != nil {
 			return fmt.Errorf("gvisor: exec: %w", err)
 		}
@@ -377,6 +377,43 @@ func drain(ours []*os.File, copies *sync.WaitGroup) {
 	<-finished
 }
 
+// openPTY opens a terminal whose master (ours) is non-blocking, in Go's
+// poller, so that closing it ends a read under way. creack/pty's Open
+// leaves it blocking (its ioctls go through Fd), and a blocking master's
+// read ends only when every holder of the terminal has closed it: a
+// program that left a background process on the terminal (`setsid cmd &`,
+// a shell's `disown`) would hold its exec, and its goroutines and thread,
+// for as long as that process lives.
+func openPTY() (ptmx, tty *os.File, err error) {
+	p, tty, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer p.Close()
+	fd, err := unix.FcntlInt(p.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		tty.Close()
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), tty, nil
+}
+
+// setSize sets the terminal's size through its raw connection: Fd (which
+// pty.Setsize uses) would make the master blocking again.
+func setSize(ptmx *os.File, sz runtime.Size) {
+	if rc, err := ptmx.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: sz.Rows, Col: sz.Cols})
+		})
+	}
+}
+
 // resize applies each size to the terminal and tells the program's
 // foreground process group (SIGWINCH), as runsc does for its own
 // terminal, until stop closes or sizes does.
@@ -387,7 +424,7 @@ func resize(c *container.Container, pid int32, ptmx *os.File, sizes <-chan runti
 			if !ok {
 				return
 			}
-			pty.Setsize(ptmx, &pty.Winsize{Cols: sz.Cols, Rows: sz.Rows})
+			setSize(ptmx, sz)
 			c.Sandbox.SignalProcess(c.ID, pid, unix.SIGWINCH, true)
 		case <-stop:
 			return

@@ -11,9 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
@@ -81,15 +81,44 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 
 	var ptmx *os.File
 	if req.TTY {
-		ptmx, err = pty.Start(cmd)
+		var tty *os.File
+		ptmx, tty, err = openPTY()
 		if err != nil {
 			return fmt.Errorf("gvisor: exec: %w", err)
 		}
-		defer ptmx.Close()
+		// As pty.Start: the terminal is runsc's stdio and controlling
+		// terminal, which runsc hands the program.
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+		err = cmd.Start()
+		tty.Close()
+		if err != nil {
+			ptmx.Close()
+			return fmt.Errorf("gvisor: exec: %w", err)
+		}
 		go func() {
 			if req.Stdin != nil {
 				io.Copy(ptmx, req.Stdin)
 			}
+		}()
+		outDone := make(chan struct{})
+		go func() {
+			defer close(outDone)
+			w := req.Stdout
+			if w == nil {
+				w = io.Discard
+			}
+			io.Copy(w, ptmx) // ends with EIO once the client exits
+		}()
+		// A background process inside may hold the terminal: the output
+		// is cut 2 s after the program's end, as the pipes' (WaitDelay).
+		defer func() {
+			select {
+			case <-outDone:
+			case <-time.After(2 * time.Second):
+			}
+			ptmx.Close()
+			<-outDone
 		}()
 		// The resizer is gone before the pty closes (the defers run in
 		// reverse): a Setsize on a closing file is a race.
@@ -103,22 +132,12 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 					if !ok {
 						return
 					}
-					pty.Setsize(ptmx, &pty.Winsize{Cols: sz.Cols, Rows: sz.Rows})
+					setSize(ptmx, sz)
 				case <-resizeDone:
 					return
 				}
 			}
 		}()
-		outDone := make(chan struct{})
-		go func() {
-			defer close(outDone)
-			w := req.Stdout
-			if w == nil {
-				w = io.Discard
-			}
-			io.Copy(w, ptmx) // ends with EIO once the client exits
-		}()
-		defer func() { <-outDone }()
 	} else {
 		cmd.Stdin = req.Stdin
 		cmd.Stdout = req.Stdout

@@ -111,9 +111,22 @@ func TestListByLabel(t *testing.T) {
 	}
 }
 
+// TestExecTTYAndResize: a terminal's program sees a terminal of the size
+// asked, and of a new size sent while it runs; over the control channel
+// and through the runsc CLI alike.
 func TestExecTTYAndResize(t *testing.T) {
 	r := newRuntime(t)
 	obj := create(t, r, "sbx-gvisortest000000004", "four")
+	for _, channel := range []bool{true, false} {
+		t.Run(map[bool]string{true: "channel", false: "runsc-exec"}[channel], func(t *testing.T) {
+			r.channel = channel
+			defer func() { r.channel = true }()
+			ttyAndResize(t, r, obj)
+		})
+	}
+}
+
+func ttyAndResize(t *testing.T, r *Runtime, obj runtime.Object) {
 	resize := make(chan runtime.Size, 1)
 	resize <- runtime.Size{Cols: 123, Rows: 45}
 	stdinR, stdinW := io.Pipe()
@@ -157,6 +170,39 @@ func TestExecTTYAndResize(t *testing.T) {
 			t.Errorf("tty output lacks %q:\n%s", want, s)
 		}
 	}
+}
+
+// TestTTYOutlivedByItsChild: a terminal's program that leaves a process
+// holding the terminal (its own session: no hangup reaches it) ends its
+// exec; the output is cut shortly after, as a pipe's is. A master that
+// stayed blocking held the exec (and a thread) for the child's whole life.
+func TestTTYOutlivedByItsChild(t *testing.T) {
+	r := newRuntime(t)
+	obj := create(t, r, "sbx-gvisortest000000013", "thirteen")
+	for _, channel := range []bool{true, false} {
+		t.Run(map[bool]string{true: "channel", false: "runsc-exec"}[channel], func(t *testing.T) {
+			r.channel = channel
+			defer func() { r.channel = true }()
+			var out lockedBuffer
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				done <- r.Exec(context.Background(), obj.Name, runtime.ExecRequest{
+					Argv: []string{"sh", "-c", "setsid sleep 120 & echo started"}, TTY: true, Stdout: &out,
+				})
+			}()
+			select {
+			case err := <-done:
+				if err != nil || !strings.Contains(out.String(), "started") {
+					t.Errorf("exec: %v, output %q", err, out.String())
+				}
+				t.Logf("ended after %v", time.Since(start).Round(time.Millisecond))
+			case <-time.After(60 * time.Second):
+				t.Fatal("the exec waits for the child that holds its terminal")
+			}
+		})
+	}
+	r.Exec(context.Background(), obj.Name, runtime.ExecRequest{Argv: []string{"pkill", "sleep"}})
 }
 
 func TestCancelKillsInside(t *testing.T) {
