@@ -63,3 +63,46 @@ func TestFramesJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardReadsFrames: the guard counts ping requests (not answers, not
+// bytes of a data body that look like one, however the reads split the
+// frames), and refuses a stream the runner opens past the bound.
+func TestGuardReadsFrames(t *testing.T) {
+	ping := func(flags uint16) []byte {
+		h := header(2, 0)
+		binary.BigEndian.PutUint16(h[2:], flags)
+		return h
+	}
+	var wire []byte
+	for range maxPings {
+		wire = append(wire, ping(1)...)
+		wire = append(wire, ping(2)...) // an answer
+		body := bytes.Repeat(ping(1), 100)
+		wire = append(append(wire, header(0, uint32(len(body)))...), body...)
+	}
+	for _, step := range []int{1, 5, 12, 13, 4096} {
+		g := guard{}
+		for rest := wire; len(rest) > 0; {
+			n := min(step, len(rest))
+			if err := g.scan(rest[:n]); err != nil {
+				t.Fatalf("reads of %d: %v after %d bytes", step, err, len(wire)-len(rest))
+			}
+			rest = rest[n:]
+		}
+		if err := g.scan(ping(1)); err == nil {
+			t.Errorf("reads of %d: ping %d passed", step, maxPings+1)
+		}
+	}
+	open := 0
+	g := guard{streams: func() int { return open }}
+	syn := header(1, 0)
+	binary.BigEndian.PutUint16(syn[2:], 1)
+	open = maxStreams - 1
+	if err := g.scan(syn); err != nil {
+		t.Fatalf("a stream under the bound: %v", err)
+	}
+	open = maxStreams
+	if err := g.scan(syn); err == nil {
+		t.Error("a stream past the bound passed")
+	}
+}

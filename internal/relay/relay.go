@@ -28,7 +28,9 @@
 //
 // Both ends use this package, so they cannot drift apart. The runner's end
 // runs where hostile code runs: the server reads only the one status byte
-// and the yamux frames, which the library bounds (a stream's window).
+// and the yamux frames, which the library bounds (a stream's window), and
+// a guard in front of it ends a session whose runner floods it with pings
+// or streams (guard).
 package relay
 
 import (
@@ -37,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -86,6 +89,10 @@ type Targets struct {
 	// Credential writes the lease credential (an empty one removes it).
 	Credential func(token []byte) error
 }
+
+// acceptBacklog bounds the runner's streams not yet accepted by the
+// server (its calls on the API socket, above the pool's maxInward).
+const acceptBacklog = 32
 
 // MaxCredential bounds a credential the runner's end reads.
 const MaxCredential = 64 << 10
@@ -276,10 +283,24 @@ func NewClient(rwc io.ReadWriteCloser) (*Client, error) {
 	if _, err := io.ReadFull(rwc, got); err != nil || string(got) != hello {
 		return nil, fmt.Errorf("%w (it answered %q: %v)", ErrNoRelay, got, err)
 	}
-	s, err := yamux.Client(newFrames(rwc), config())
+	// The guard learns the session's streams once there is a session; the
+	// runner opens none before it is asked.
+	var sess atomic.Pointer[yamux.Session]
+	wire := &guarded{frames: newFrames(rwc), g: guard{streams: func() int {
+		if s := sess.Load(); s != nil {
+			return s.NumStreams()
+		}
+		return 0
+	}}}
+	cfg := config()
+	// The runner's streams wait here to be accepted; past the backlog the
+	// library resets them, keeping nothing of theirs.
+	cfg.AcceptBacklog = acceptBacklog
+	s, err := yamux.Client(wire, cfg)
 	if err != nil {
 		return nil, err
 	}
+	sess.Store(s)
 	return &Client{s: s}, nil
 }
 

@@ -3,9 +3,11 @@ package relay_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
@@ -257,5 +259,77 @@ func TestCredential(t *testing.T) {
 	none := pairWith(t, relay.Targets{})
 	if err := none.Credential(ctx, []byte("t")); !errors.Is(err, relay.ErrNoCredential) {
 		t.Errorf("no writer: %v", err)
+	}
+}
+
+// hostileRunner answers the hello, then writes frames, reading what the
+// server writes only if reads: code in a sandbox that stopped the relay
+// and writes to its pipe.
+func hostileRunner(t *testing.T, reads bool, frame func(i int) []byte) *relay.Client {
+	t.Helper()
+	a, b := net.Pipe()
+	go func() {
+		io.ReadFull(b, make([]byte, len("sandbox-relay 1\n")))
+		b.Write([]byte("sandbox-relay 1\n"))
+		if reads {
+			go io.Copy(io.Discard, b)
+		}
+		for i := 0; ; i++ {
+			if _, err := b.Write(frame(i)); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := relay.NewClient(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); b.Close() })
+	return c
+}
+
+func yamuxHeader(typ byte, flags uint16, stream, length uint32) []byte {
+	h := make([]byte, 12)
+	h[1] = typ
+	binary.BigEndian.PutUint16(h[2:], flags)
+	binary.BigEndian.PutUint32(h[4:], stream)
+	binary.BigEndian.PutUint32(h[8:], length)
+	return h
+}
+
+// TestFloodEndsSession: a runner that floods the server's end with pings
+// while it reads nothing (the library answers each from a goroutine of its
+// own, which waits up to 10 s), or that opens streams and never closes
+// them (each kept, with what was sent on it, until both ends close it), has
+// its session ended, and the server's goroutines stay bounded.
+func TestFloodEndsSession(t *testing.T) {
+	for name, flood := range map[string]struct {
+		reads bool
+		frame func(int) []byte
+	}{
+		"pings":   {false, func(i int) []byte { return yamuxHeader(2, 1, 0, uint32(i)) }},
+		"streams": {true, func(i int) []byte { return yamuxHeader(1, 1, uint32(2*i+2), 0) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := goruntime.NumGoroutine()
+			c := hostileRunner(t, flood.reads, flood.frame)
+			go func() { // the server accepts and closes each stream at once
+				for {
+					conn, err := c.Accept()
+					if err != nil {
+						return
+					}
+					conn.Close()
+				}
+			}()
+			select {
+			case <-c.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the session still runs; %d goroutines (%d before)", goruntime.NumGoroutine(), before)
+			}
+			if n := goruntime.NumGoroutine(); n > before+100 {
+				t.Errorf("%d goroutines after the flood, %d before", n, before)
+			}
+		})
 	}
 }

@@ -382,8 +382,20 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 			p.serveAPI(chctx, s)
 		}()
 	}
-	<-ended
-	if chctx.Err() == nil && p.Log != nil {
+	byItself := false
+	select {
+	case <-ended:
+		byItself = chctx.Err() == nil
+	case <-client.Done():
+		// The session ended while the exec runs on (a runner that stopped
+		// answering its keep-alive, or that flooded the session): the exec
+		// goes too, or each such relay would keep its exec (a process on
+		// the host, a stream on a cluster) for the sandbox's whole life.
+		byItself = chctx.Err() == nil
+		release()
+		<-ended
+	}
+	if byItself && p.Log != nil {
 		p.Log.Warn("a sandbox's relay ended by itself: its previews' connections broke", "sandbox", sb.ID, "err", execErr, "stderr", stderr.String())
 	}
 	client.Close()
@@ -496,8 +508,8 @@ func (s *link) stop() {
 }
 
 // maxInward bounds the calls one sandbox has open at once on its API
-// socket: more are closed as they come, so one sandbox cannot hold the
-// server's connections.
+// socket: more wait, then are refused (see Accept), so one sandbox cannot
+// hold the server's connections.
 const maxInward = 32
 
 // serveAPI asks s's runner to listen on the sandbox's API socket and
@@ -533,25 +545,27 @@ type apiListener struct {
 	sem chan struct{}
 }
 
+// Accept takes a call's slot before it accepts the call: while maxInward
+// are open, the runner's next streams wait in the session's backlog, and
+// past it the library resets them — an accepted stream closed at once
+// would be kept, with what was sent on it, until the runner closed it too.
 func (l *apiListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.s.client.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.sem <- struct{}{}:
-		default:
-			c.Close() // too many at once
-			continue
-		}
-		if !l.s.hold() {
-			<-l.sem
-			c.Close()
-			return nil, errors.New("the relay ended")
-		}
-		return &apiConn{Conn: c, release: func() { l.s.closed(); <-l.sem }}, nil
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.s.client.Done():
+		return nil, errors.New("the relay ended")
 	}
+	c, err := l.s.client.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	if !l.s.hold() {
+		<-l.sem
+		c.Close()
+		return nil, errors.New("the relay ended")
+	}
+	return &apiConn{Conn: c, release: func() { l.s.closed(); <-l.sem }}, nil
 }
 
 // Close leaves the link to its own end.

@@ -242,3 +242,43 @@ func TestConnectForwardsFirst(t *testing.T) {
 		t.Fatalf("a sandbox with no forward started %d relays", n)
 	}
 }
+
+// stoppedRunner answers the hello, floods the session with pings, and
+// then answers nothing and never exits: a relay the sandbox's own code
+// stopped (SIGSTOP) after writing to its pipe.
+type stoppedRunner struct{ ended chan struct{} }
+
+func (x *stoppedRunner) Exec(ctx context.Context, _ string, req runtime.ExecRequest) error {
+	const hello = "sandbox-relay 1\n"
+	io.ReadFull(req.Stdin, make([]byte, len(hello)))
+	io.WriteString(req.Stdout, hello)
+	ping := make([]byte, 12)
+	ping[1], ping[3] = 2, 1 // a ping request
+	go func() { // a write the server no longer reads blocks, as a pipe's
+		for range 1000 {
+			if _, err := req.Stdout.Write(ping); err != nil {
+				return
+			}
+		}
+	}()
+	<-ctx.Done() // only the exec's end ends it
+	req.Stdout.(io.Closer).Close()
+	close(x.ended)
+	return ctx.Err()
+}
+
+// TestSessionEndEndsExec: a relay whose session ended while its exec runs
+// on (here: the session's guard ended it) has its exec ended too, at once
+// and not at the sandbox's end: each stopped relay would keep one.
+func TestSessionEndEndsExec(t *testing.T) {
+	x := &stoppedRunner{ended: make(chan struct{})}
+	p := New(x, runner{}, channels{})
+	p.API = http.NotFoundHandler()
+	defer p.Close()
+	p.Hold(context.Background(), &sandbox.Sandbox{ID: "sb_1", Name: "c1"})()
+	select {
+	case <-x.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exec of a relay whose session ended still runs")
+	}
+}
