@@ -254,7 +254,8 @@ func (x *stoppedRunner) Exec(ctx context.Context, _ string, req runtime.ExecRequ
 	io.WriteString(req.Stdout, hello)
 	ping := make([]byte, 12)
 	ping[1], ping[3] = 2, 1 // a ping request
-	go func() {             // a write the server no longer reads blocks, as a pipe's
+	// A write the server no longer reads blocks, as a pipe's.
+	go func() {
 		for range 1000 {
 			if _, err := req.Stdout.Write(ping); err != nil {
 				return
