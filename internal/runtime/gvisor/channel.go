@@ -98,7 +98,7 @@ func (r *Runtime) container(name string) (*container.Container, error) {
 	if v, ok := r.loaded.Load(name); ok {
 		return v.(*container.Container), nil
 	}
-	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	c, err := container.Load(r.root, exactID(name), container.LoadOpts{Exact: true})
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, runtime.ErrNotFound
@@ -112,6 +112,13 @@ func (r *Runtime) container(name string) (*container.Container, error) {
 		}
 	}
 	return c, nil
+}
+
+// exactID names the container name alone, never one whose name it begins
+// (runsc's own Load, as the CLI calls it, takes a prefix): a sandbox is its
+// own root container, its sandbox id its container id.
+func exactID(name string) container.FullID {
+	return container.FullID{SandboxID: name, ContainerID: name}
 }
 
 // tornDown says name's bundle is gone: its teardown removed it, and may
@@ -147,7 +154,7 @@ func (r *Runtime) statsChannel(name string) (runtime.Stats, error) {
 // process is gone), and its control server asked for its processes, the
 // real test that the sandbox still answers.
 func (r *Runtime) runningChannel(name string) bool {
-	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{})
+	c, err := container.Load(r.root, exactID(name), container.LoadOpts{Exact: true})
 	if err != nil || c.Status != container.Running || !c.IsSandboxRunning() {
 		return false
 	}
@@ -163,7 +170,7 @@ func (r *Runtime) deleteChannel(name string) error {
 	// No check of the container's state on its load (a control call,
 	// which a sentry stuck in a forward's connect answers only minutes
 	// later): Destroy kills the sandbox whatever state it is in.
-	c, err := container.Load(r.root, container.FullID{ContainerID: name}, container.LoadOpts{SkipCheck: true})
+	c, err := container.Load(r.root, exactID(name), container.LoadOpts{Exact: true, SkipCheck: true})
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil

@@ -819,3 +819,31 @@ func TestForwardPortStalledApp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNamesArePrefixesOfNames: a container whose name begins another's
+// is reached by its own name alone (runsc's Load, as its CLI calls it,
+// takes a prefix and refuses it as ambiguous; after the shorter one's
+// state went, it would find the longer one).
+func TestNamesArePrefixesOfNames(t *testing.T) {
+	r := newRuntime(t)
+	short := create(t, r, "sbx-gvisortest00000014", "fourteen")
+	long := create(t, r, "sbx-gvisortest00000014x", "fourteen-x")
+	for _, o := range []runtime.Object{short, long} {
+		var out bytes.Buffer
+		if err := r.Exec(context.Background(), o.Name, runtime.ExecRequest{Argv: []string{"hostname"}, Stdout: &out}); err != nil {
+			t.Errorf("exec in %s: %v", o.Name, err)
+		}
+		if st, err := r.Stats(context.Background(), o.Name); err != nil || st.Processes < 1 {
+			t.Errorf("stats of %s: %+v %v", o.Name, st, err)
+		}
+	}
+	if err := r.Delete(context.Background(), runtime.Ref{Name: short.Name, UID: short.UID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Exec(context.Background(), short.Name, runtime.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("exec in the deleted %s: %v", short.Name, err)
+	}
+	if st, err := r.Status(context.Background(), long.Name); err != nil || !st.Running {
+		t.Errorf("the longer-named one after the shorter's delete: %+v %v", st, err)
+	}
+}
