@@ -313,6 +313,12 @@ func (k *Keeper) credential(ctx context.Context, sb *sandbox.Sandbox, inherited,
 		org, id, token := p.Org, sb.ID, tok.AccessToken
 		k.creds.schedule(id, time.AfterFunc(left*2/3, func() { k.refresh(org, id, token) }))
 	}
+	// A lease that ended meanwhile keeps nothing: its Forget may have run
+	// between the check above and the set (or the schedule). Its row says
+	// so by now; a later end's Forget comes after its row does.
+	if _, err := leases.LeaseEnd(ctx, p.Org, sb.ID); err != nil {
+		k.creds.set(sb.ID, nil)
+	}
 }
 
 // warmRelay starts sb's relay in the background; the returned wait

@@ -234,6 +234,32 @@ func TestEndedLeaseKeepsNothing(t *testing.T) {
 	}
 }
 
+// TestEndDuringWriteKeepsNothing: a lease that ends (its row, then its
+// Forget) while its credential is being written keeps neither the
+// credential nor a refresh of it.
+func TestEndDuringWriteKeepsNothing(t *testing.T) {
+	w, k, sb := setup(t, time.Hour)
+	w.ttl = time.Minute // ends before the lease: a refresh is scheduled
+	w.gate = make(chan struct{})
+	k.Hand(caller("acme", "jwt"), sb, false)
+	for deadline := time.Now().Add(5 * time.Second); k.creds.get(sb.ID) == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no credential kept before its write")
+		}
+	}
+	w.mu.Lock()
+	delete(w.rows, sb.ID)
+	w.mu.Unlock()
+	k.Forget(sb.ID)
+	close(w.gate)
+	wait(t, k, sb.ID)
+	k.creds.mu.Lock()
+	defer k.creds.mu.Unlock()
+	if k.creds.m[sb.ID] != nil || k.creds.refresh[sb.ID] != nil {
+		t.Errorf("an ended lease kept %+v, refresh %v", k.creds.m[sb.ID], k.creds.refresh[sb.ID])
+	}
+}
+
 // A credential that ends before its lease is exchanged again, for itself,
 // before it ends; Forget stops that.
 func TestRefresh(t *testing.T) {
