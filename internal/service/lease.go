@@ -368,9 +368,23 @@ func (s *Service) takeWarm(ctx context.Context, sb *sandbox.Sandbox) (runtime.Ob
 	if !ok {
 		return runtime.Object{}, false
 	}
+	// One that waited long may have died meanwhile (the host's OOM killer,
+	// say): it is asked, at a control call's cost, not handed out dead.
+	if time.Since(w.Ready) > warmAskAfter {
+		if o, err := s.d.Runtime.Status(ctx, w.Object.Name); err != nil || !o.Running {
+			s.log.Warn("a warm sandbox died while it waited; the lease starts its own", "name", w.Object.Name, "err", err)
+			s.dropWarm(w.Object)
+			s.d.Warm.Settled(w.Object.Name)
+			return runtime.Object{}, false
+		}
+	}
 	sb.ID, sb.Name = w.ID, w.Object.Name
 	return w.Object, true
 }
+
+// warmAskAfter is how long a warm sandbox waits before its lease asks
+// whether it still runs: one just started is handed out as it is.
+const warmAskAfter = 10 * time.Second
 
 // adoptWarm gives the warm sandbox o to sb, whose row names it now: its
 // labels become sb's. One that cannot be relabelled is deleted, and the

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -123,5 +124,62 @@ func TestRecoverWarmCut(t *testing.T) {
 	}
 	if row := h.row(acme, id); row.Status != sandbox.StatusRunning || row.UID != obj.UID {
 		t.Errorf("row after the recovery: %+v", row)
+	}
+}
+
+// oneWarm hands out one sandbox it was given and records what settled.
+type oneWarm struct {
+	mu      sync.Mutex
+	w       *warm.Sandbox
+	settled []string
+}
+
+func (o *oneWarm) Take(string, string) (warm.Sandbox, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.w == nil {
+		return warm.Sandbox{}, false
+	}
+	w := *o.w
+	o.w = nil
+	return w, true
+}
+
+func (o *oneWarm) Settled(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.settled = append(o.settled, name)
+}
+
+// TestLeaseSkipsDeadWarm: a warm sandbox that waited long and died while
+// it waited is not handed out: the lease starts its own, the dead one is
+// deleted and settled with the pool.
+func TestLeaseSkipsDeadWarm(t *testing.T) {
+	pool := &oneWarm{}
+	h := newHarness(t, func(_ *service.Config, d *service.Deps) { d.Warm = pool })
+	exec := sandbox.MustClass(sandbox.ClassExec)
+	spec := service.WarmSpec(exec, sandbox.RuntimeGVisor)("sb_deadwarm", "sbx-deadwarm")
+	obj, err := h.rt.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.rt.Put(obj.Name, obj.UID, "sb_deadwarm", obj.Created, false) // died
+	pool.w = &warm.Sandbox{ID: "sb_deadwarm", Object: obj, Ready: time.Now().Add(-time.Hour)}
+	sb := h.lease(acme, service.LeaseRequest{})
+	if sb.Name == obj.Name || sb.Status != sandbox.StatusRunning {
+		t.Fatalf("the lease took the dead warm sandbox: %+v", sb)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := h.rt.Status(t.Context(), obj.Name); errors.Is(err, runtime.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead warm sandbox was not deleted")
+		}
+	}
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	if len(pool.settled) != 1 || pool.settled[0] != obj.Name {
+		t.Errorf("settled %v, want [%s]", pool.settled, obj.Name)
 	}
 }

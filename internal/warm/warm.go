@@ -75,6 +75,9 @@ type Runtime interface {
 type Sandbox struct {
 	ID     string
 	Object runtime.Object
+	// Ready is when it was ready: one that waited long may have died
+	// meanwhile (see service's takeWarm).
+	Ready time.Time
 
 	release func(taken bool) // Prime's
 }
@@ -256,6 +259,7 @@ func (p *Pool) start(ctx context.Context) error {
 	p.mu.Lock()
 	kept := ctx.Err() == nil
 	if kept {
+		w.Ready = time.Now()
 		p.ready = append(p.ready, w)
 	}
 	p.mu.Unlock()
