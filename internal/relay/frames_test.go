@@ -106,3 +106,32 @@ func TestGuardReadsFrames(t *testing.T) {
 		t.Error("a stream past the bound passed")
 	}
 }
+
+// FuzzGuard: the guard reads any bytes without panicking, and how the
+// reads split them changes nothing: the same bytes in one read or in
+// reads of any size are refused alike.
+func FuzzGuard(f *testing.F) {
+	ping := header(2, 0)
+	binary.BigEndian.PutUint16(ping[2:], 1)
+	f.Add(bytes.Repeat(ping, maxPings+1), 5)
+	f.Add(append(header(0, 24), bytes.Repeat(ping, 2)...), 7)
+	f.Add([]byte{0, 0, 0}, 1)
+	f.Fuzz(func(t *testing.T, b []byte, step int) {
+		if step <= 0 || step > len(b) {
+			step = max(len(b), 1)
+		}
+		open := maxStreams - 2
+		whole := guard{streams: func() int { return open }}
+		errWhole := whole.scan(b)
+		split := guard{streams: func() int { return open }}
+		var errSplit error
+		for rest := b; len(rest) > 0 && errSplit == nil; {
+			n := min(step, len(rest))
+			errSplit = split.scan(rest[:n])
+			rest = rest[n:]
+		}
+		if (errWhole == nil) != (errSplit == nil) {
+			t.Fatalf("one read: %v; reads of %d: %v", errWhole, step, errSplit)
+		}
+	})
+}

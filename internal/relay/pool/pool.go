@@ -492,12 +492,16 @@ func (s *link) lingered() {
 		s.mu.Unlock()
 		return
 	}
+	// Checked and stopped under one lock: a connection opened in between
+	// would be cut by the stop.
 	s.mu.Lock()
-	again := s.nopen > 0
-	s.mu.Unlock()
-	if !again {
-		s.stop()
+	if s.nopen > 0 || s.stopped {
+		s.mu.Unlock()
+		return
 	}
+	s.stopped = true
+	s.mu.Unlock()
+	s.end()
 }
 
 func (s *link) stop() {
