@@ -275,15 +275,46 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		copyOut(req.Stderr, errR)
 	}
 
-	pid, err := c.Execute(&config.Config{RootDir: r.root}, args)
-	// A control socket that refused the connection ran nothing (seen once
-	// in a burst of 100 leases): asked again, a few times, shortly.
-	for wait := 10 * time.Millisecond; err != nil && unconnected(err) && wait <= 80*time.Millisecond && ctx.Err() == nil; wait *= 2 {
-		time.Sleep(wait)
-		pid, err = c.Execute(&config.Config{RootDir: r.root}, args)
+	// The call runs beside the caller's ctx: the sentry takes it under the
+	// lock of its whole control server, which a port forward's connect can
+	// hold for TCP's retries (see ForwardPort). A caller whose ctx ends
+	// first goes at once, and a program that starts after all is killed.
+	type started struct {
+		pid int32
+		err error
 	}
-	closeAll(theirs) // the sentry holds its own copies
-	theirs = nil
+	startedc := make(chan started, 1)
+	passed := theirs
+	theirs = nil // closed by the call's goroutine, once the call has sent them
+	go func() {
+		pid, err := c.Execute(&config.Config{RootDir: r.root}, args)
+		// A control socket that refused the connection ran nothing (seen
+		// once in a burst of 100 leases): asked again, a few times, shortly.
+		for wait := 10 * time.Millisecond; err != nil && unconnected(err) && wait <= 80*time.Millisecond && ctx.Err() == nil; wait *= 2 {
+			time.Sleep(wait)
+			pid, err = c.Execute(&config.Config{RootDir: r.root}, args)
+		}
+		// The sentry holds its own copies now. Not before: a number
+		// closed while the call sends it could be another file's by then.
+		closeAll(passed)
+		startedc <- started{pid, err}
+	}()
+	var pid int32
+	select {
+	case st := <-startedc:
+		pid, err = st.pid, st.err
+	case <-ctx.Done():
+		go func() {
+			if st := <-startedc; st.err == nil {
+				if err := c.SignalProcessGroup(unix.SIGKILL, st.pid); err != nil {
+					c.SignalProcess(unix.SIGKILL, st.pid)
+				}
+			}
+		}()
+		closeAll(ours) // nothing ran yet: no output to wait for
+		copies.Wait()
+		return ctx.Err()
+	}
 	if err != nil {
 		closeAll(ours)
 		copies.Wait()
@@ -333,10 +364,14 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 	case w = <-done:
 	case <-ctx.Done():
 		// Killed inside: the program is its session's and process
-		// group's leader, so the group takes its children with it.
-		if err := c.SignalProcessGroup(unix.SIGKILL, pid); err != nil {
-			c.SignalProcess(unix.SIGKILL, pid)
-		}
+		// group's leader, so the group takes its children with it. The
+		// signal waits for the control server like any call (see above):
+		// the wait for the end is bounded, the signal's own goroutine is not.
+		go func() {
+			if err := c.SignalProcessGroup(unix.SIGKILL, pid); err != nil {
+				c.SignalProcess(unix.SIGKILL, pid)
+			}
+		}()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):

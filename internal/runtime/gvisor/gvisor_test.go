@@ -787,8 +787,9 @@ func get(t *testing.T, r *Runtime, name string, port int) string {
 // queue full) holds the sentry's connect for TCP's SYN retries, and the
 // sentry's control server with it: the stuck forward is given up after
 // forwardSlow, the sandbox's forwards are off (ErrNoForward at once: its
-// previews go through the relay), and no more than that one call of this
-// server waits on the sandbox.
+// previews go through the relay), no more than that one call of this
+// server waits on the sandbox, and a command behind it ends at its own
+// deadline.
 func TestForwardPortStalledApp(t *testing.T) {
 	r := forwardRuntime(t)
 	ctx := context.Background()
@@ -813,6 +814,14 @@ func TestForwardPortStalledApp(t *testing.T) {
 	v, _ := r.forwards.Load(obj.Name)
 	if f := v.(*forwarder); len(f.turn) != 1 {
 		t.Errorf("calls under way on the sandbox: %d", len(f.turn))
+	}
+	// A command waits behind the stuck connect for its control call, but
+	// no longer than its own deadline.
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	t0 = time.Now()
+	if err := r.Exec(cctx, obj.Name, runtime.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 3*time.Second {
+		t.Errorf("a command of 1 s behind the stuck connect: %v after %v", err, time.Since(t0))
 	}
 	// Its end ends the stuck call (the sentry's socket closes).
 	if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
