@@ -30,6 +30,10 @@ type Sandboxes interface {
 	Wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	// Run runs one program in a sandbox of the caller's org.
 	Run(ctx context.Context, id string, cmd service.Command) (service.Outcome, error)
+	// Use holds a sandbox of the caller's org in use (woken, counted as
+	// one command) until done; RunIn runs a program in it, under that use.
+	Use(ctx context.Context, id string) (sb *sandbox.Sandbox, work context.Context, done func(), err error)
+	RunIn(ctx, work context.Context, sb *sandbox.Sandbox, cmd service.Command) (service.Outcome, error)
 }
 
 var _ Sandboxes = (*service.Service)(nil)
@@ -127,7 +131,7 @@ func (c *Consoles) Terminal(ctx context.Context, id, arg string, stdin io.Reader
 	if arg != "" {
 		argv = append(argv, arg)
 	}
-	return c.attach(ctx, id, runtime.ExecRequest{Argv: argv, TTY: true, Stdin: stdin, Stdout: stdout, Resize: resize}, nil)
+	return c.attach(ctx, id, runtime.ExecRequest{Argv: argv, TTY: true, Stdin: stdin, Stdout: stdout, Resize: resize})
 }
 
 // displayScript starts the desktop's display once (Xvfb, a window manager,
@@ -185,48 +189,58 @@ const displayPort = 5900
 func (c *Consoles) Screen(ctx context.Context, id string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	req := runtime.ExecRequest{Argv: []string{"sh", "-c", displayScript}, Stdin: stdin, Stdout: stdout, Stderr: stderr}
 	if c.ports == nil {
-		return c.attach(ctx, id, req, nil)
+		return c.attach(ctx, id, req)
 	}
-	sb, err := c.sb.Wake(ctx, id)
+	// The connection is made under the screen's use of the sandbox, the
+	// one command it counts: no sleep comes between the connect and its run.
+	sb, work, done, err := c.sb.Use(ctx, id)
 	if err != nil {
 		return 0, err
 	}
+	defer done()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second) // the dial's, as a preview's
 	conn, err := c.ports.Connect(dctx, sb, displayPort)
 	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, nil // the client went away
+	var exec func(context.Context, string, runtime.ExecRequest) error
+	switch {
+	case err == nil:
+		defer conn.Close() // also when the service runs nothing (a sandbox that went)
+		// The connection is the command: the service runs it as it runs
+		// the script (the lease extended, ended by a stop).
+		exec = func(ctx context.Context, _ string, req runtime.ExecRequest) error {
+			defer conn.Close()
+			stop := context.AfterFunc(ctx, func() { conn.Close() })
+			defer stop()
+			go func() {
+				io.Copy(conn, req.Stdin)
+				conn.Close() // the client went away: so does the display's side
+			}()
+			io.Copy(req.Stdout, conn)
+			return ctx.Err()
 		}
-		return c.attach(ctx, id, req, nil)
+	case ctx.Err() != nil:
+		return 0, nil // the client went away
 	}
-	defer conn.Close() // also when the service runs nothing (a sandbox that went)
-	// The connection is the command, counted once: the service runs it as
-	// it runs the script (in use, the lease extended, ended by a stop).
-	return c.attach(ctx, id, req, func(ctx context.Context, _ string, req runtime.ExecRequest) error {
-		defer conn.Close()
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		defer stop()
-		go func() {
-			io.Copy(conn, req.Stdin)
-			conn.Close() // the client went away: so does the display's side
-		}()
-		io.Copy(req.Stdout, conn)
-		return ctx.Err()
-	})
+	return answer(ctx)(c.sb.RunIn(ctx, work, sb, service.Command{ExecRequest: req, KeepAlive: true, Code: true, Exec: exec}))
 }
 
 // attach runs an interactive program as a connection: it keeps the
 // sandbox in use and its lease extended while it runs, and answers the
 // program's exit code (137 after a stop; 0 when the client went away).
-// exec, when set, runs it instead of a new exec (service.Command.Exec).
-func (c *Consoles) attach(ctx context.Context, id string, req runtime.ExecRequest, exec func(context.Context, string, runtime.ExecRequest) error) (int, error) {
-	o, err := c.sb.Run(ctx, id, service.Command{ExecRequest: req, KeepAlive: true, Code: true, Exec: exec})
-	switch {
-	case err == nil:
-		return o.Code, nil
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return 0, nil // the client went away
+func (c *Consoles) attach(ctx context.Context, id string, req runtime.ExecRequest) (int, error) {
+	return answer(ctx)(c.sb.Run(ctx, id, service.Command{ExecRequest: req, KeepAlive: true, Code: true}))
+}
+
+// answer is a connection's answer of its run: the program's exit code,
+// 0 when the client (ctx) went away.
+func answer(ctx context.Context) func(service.Outcome, error) (int, error) {
+	return func(o service.Outcome, err error) (int, error) {
+		switch {
+		case err == nil:
+			return o.Code, nil
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return 0, nil // the client went away
+		}
+		return 0, err
 	}
-	return 0, err
 }
