@@ -1,6 +1,9 @@
 package service
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetRecordTimeout makes the deadline of a start's record shorter than the
 // start itself, which the test that pins its placement needs; it returns
@@ -19,3 +22,6 @@ func (s *Service) MapSizes() (locks, sandboxes, orgs int) {
 	sandboxes, orgs = s.cmds.sizes()
 	return
 }
+
+// HoldLock takes the lock of sandbox id of ctx's org; it returns the undo.
+func (s *Service) HoldLock(ctx context.Context, id string) func() { return s.lockSandbox(ctx, id) }

@@ -24,7 +24,7 @@ type inflight struct {
 
 	mu   sync.Mutex
 	next uint64
-	cmds byID // by sandbox id
+	cmds byID // by org and sandbox id (workKey)
 	// chans are the channels held open into each sandbox (a preview
 	// relay): no command, never counted, and closed before a sleep.
 	chans byID
@@ -49,9 +49,14 @@ func (f *inflight) start(ctx context.Context, org, id string, limit int) (_ cont
 			return nil, nil, err
 		}
 	}
-	ctx, done = f.register(&f.cmds, ctx, id, release)
+	ctx, done = f.register(&f.cmds, ctx, workKey(org, id), release)
 	return ctx, done, nil
 }
+
+// workKey keys a command by its org and sandbox id: a caller of another
+// org naming the id (its answer a 404 to come) registers apart, and never
+// counts as the owner's work (which a sleep would back off from).
+func workKey(org, id string) string { return org + "\x00" + id }
 
 // hold registers a channel into sandbox id: its context ends when the
 // sandbox sleeps, is stopped or ends, or done is called.
@@ -91,10 +96,10 @@ func (f *inflight) register(m *byID, ctx context.Context, id string, release fun
 	}
 }
 
-// stop cancels every command of sandbox id and waits (up to wait) until
-// they have returned, which is after the runtime killed them inside.
-func (f *inflight) stop(id string, wait time.Duration) int {
-	return f.cancelAll(&f.cmds, id, wait)
+// stop cancels every command of sandbox id of org and waits (up to wait)
+// until they have returned, which is after the runtime killed them inside.
+func (f *inflight) stop(org, id string, wait time.Duration) int {
+	return f.cancelAll(&f.cmds, workKey(org, id), wait)
 }
 
 // release closes the channels into sandbox id and waits (up to wait)
@@ -126,11 +131,11 @@ func (f *inflight) cancelAll(m *byID, id string, wait time.Duration) int {
 	return len(all)
 }
 
-// count reports how many commands of sandbox id run.
-func (f *inflight) count(id string) int {
+// count reports how many commands of sandbox id of org run.
+func (f *inflight) count(org, id string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.cmds[id])
+	return len(f.cmds[workKey(org, id)])
 }
 
 // sizes reports the sizes of the maps (for the test that they do not grow).

@@ -20,6 +20,14 @@ type idLock struct {
 // lock serialises sleep, wake and end of one sandbox. The entry lives only
 // while someone holds or waits for it, so ids that are unknown or another
 // org's (a flood of ends on made-up ids) leave nothing behind.
+// lockSandbox is the lock of sandbox id of the caller's org, keyed by
+// both: a caller of another org naming the id (its answer a 404) neither
+// waits on the owner's steps nor delays them.
+func (s *Service) lockSandbox(ctx context.Context, id string) func() {
+	p, _ := sandbox.PrincipalFrom(ctx)
+	return s.lock("sandbox\x00" + p.Org + "\x00" + id)
+}
+
 func (s *Service) lock(id string) func() {
 	s.locksMu.Lock()
 	if s.locks == nil {
@@ -163,7 +171,7 @@ func (s *Service) Wake(ctx context.Context, id string) (*sandbox.Sandbox, error)
 // its memory when it was checkpointed (and starting it fresh, files intact,
 // when the restore fails).
 func (s *Service) wake(ctx context.Context, id string) (*sandbox.Sandbox, error) {
-	unlock := s.lock(id)
+	unlock := s.lockSandbox(ctx, id)
 	defer unlock()
 	sb, err := s.d.Store.Get(ctx, id)
 	if err != nil || sb.Status != sandbox.StatusSleeping {
@@ -242,8 +250,12 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 			return nil, nil
 		}
 	}
-	unlock := s.lock(id)
+	unlock := s.lockSandbox(ctx, id)
 	defer unlock()
+	// Another org's id is a 404 before anything waits on the sandbox.
+	if _, err := s.d.Store.Get(ctx, id); err != nil {
+		return nil, err
+	}
 	// A checkpoint taken mid-write would keep half a credential.
 	if err := s.d.Credentials.Wait(ctx, id); err != nil {
 		return nil, err
@@ -268,7 +280,7 @@ func (s *Service) SleepIf(ctx context.Context, id string, guard func(*sandbox.Sa
 	if err := s.transition(ctx, sb, moved(sb, sandbox.StatusSleeping)); err != nil {
 		return nil, err
 	}
-	if n := s.cmds.count(sb.ID); n > 0 {
+	if n := s.cmds.count(sb.Org, sb.ID); n > 0 {
 		if err := s.transition(ctx, sb, moved(sb, sandbox.StatusRunning)); err != nil {
 			return nil, err
 		}
@@ -317,7 +329,7 @@ func (s *Service) died(ctx context.Context, sb *sandbox.Sandbox, cause error) er
 	if err == nil && obj.Running {
 		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
 	}
-	unlock := s.lock(sb.ID)
+	unlock := s.lockSandbox(ctx, sb.ID)
 	defer unlock()
 	cur, err := s.d.Store.Get(ctx, sb.ID)
 	if err != nil || cur.Status != sandbox.StatusRunning || cur.Name != sb.Name {
@@ -349,7 +361,7 @@ func (s *Service) Stop(ctx context.Context, id string) (*StopResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := s.cmds.stop(sb.ID, 15*time.Second)
+	n := s.cmds.stop(sb.Org, sb.ID, 15*time.Second)
 	s.cmds.release(sb.ID, 15*time.Second)
 	if sb.Status == sandbox.StatusRunning {
 		killCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
@@ -382,7 +394,7 @@ func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*
 	if !sandbox.ValidID(id) {
 		return nil, notFound()
 	}
-	unlock := s.lock(id)
+	unlock := s.lockSandbox(ctx, id)
 	defer unlock()
 	sb, err := s.Get(ctx, id)
 	if err != nil {
@@ -396,7 +408,7 @@ func (s *Service) EndIf(ctx context.Context, id string, purge bool, guard func(*
 	}
 	ctx = context.WithoutCancel(ctx)
 	log := s.log.With("sandbox", sb.ID)
-	s.cmds.stop(sb.ID, 5*time.Second)
+	s.cmds.stop(sb.Org, sb.ID, 5*time.Second)
 	s.cmds.release(sb.ID, 5*time.Second)
 	if sb.Status != sandbox.StatusSleeping && sb.UID != "" {
 		err := s.d.Runtime.Delete(ctx, runtime.Ref{Name: sb.Name, UID: sb.UID})

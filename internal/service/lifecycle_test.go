@@ -347,3 +347,28 @@ func TestRenew(t *testing.T) {
 		t.Error("renew not stored")
 	}
 }
+
+// TestOtherOrgWaitsOnNothing: a call of another org naming a sandbox's id
+// is a 404 at once while the owner's step holds the sandbox (a sleep's
+// checkpoint, say): it neither waits on the owner's lock (a delay that
+// would tell the id exists) nor holds it.
+func TestOtherOrgWaitsOnNothing(t *testing.T) {
+	h := newHarness(t)
+	sb := h.lease(acme, service.LeaseRequest{})
+	unlock := h.svc.HoldLock(acme, sb.ID)
+	defer unlock()
+	other := orgCtx("globex")
+	for name, call := range map[string]func(context.Context) error{
+		"end":     func(ctx context.Context) error { _, err := h.svc.End(ctx, sb.ID, false); return err },
+		"sleep":   func(ctx context.Context) error { _, err := h.svc.Sleep(ctx, sb.ID); return err },
+		"network": func(ctx context.Context) error { _, err := h.svc.SetNetwork(ctx, sb.ID, nil); return err },
+	} {
+		ctx, cancel := context.WithTimeout(other, 2*time.Second)
+		t0 := time.Now()
+		err := call(ctx)
+		cancel()
+		if sandbox.KindOf(err) != sandbox.KindNotFound || time.Since(t0) > time.Second {
+			t.Errorf("%s of another org's id: %v after %v, want a 404 at once", name, err, time.Since(t0))
+		}
+	}
+}

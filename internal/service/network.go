@@ -66,7 +66,7 @@ func (s *Service) SetNetwork(ctx context.Context, id string, p *netpolicy.Policy
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lock(id)
+	unlock := s.lockSandbox(ctx, id)
 	defer unlock()
 	sb, err := s.d.Store.Get(ctx, id)
 	if err != nil {
