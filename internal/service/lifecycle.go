@@ -326,7 +326,10 @@ func (s *Service) died(ctx context.Context, sb *sandbox.Sandbox, cause error) er
 	ctx = context.WithoutCancel(ctx)
 	msg := "the channel to the sandbox broke; the sandbox may have died"
 	obj, err := s.d.Runtime.Status(ctx, sb.Name)
-	if err == nil && obj.Running {
+	// Only a container known to be gone is: a backend that could not say
+	// (an API server's 429 or 5xx, the very trouble that breaks a channel)
+	// leaves it be, or a pod and its scratch files would go for nothing.
+	if err == nil && obj.Running || err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return sandbox.Wrap(sandbox.KindBadGateway, cause, msg)
 	}
 	unlock := s.lockSandbox(ctx, sb.ID)

@@ -372,3 +372,28 @@ func TestOtherOrgWaitsOnNothing(t *testing.T) {
 		}
 	}
 }
+
+// statusFails is a backend whose Status cannot answer (an API server's 503).
+type statusFails struct{ *fake.Runtime }
+
+func (statusFails) Status(context.Context, string) (runtime.Object, error) {
+	return runtime.Object{}, errors.New("the server is currently unable to handle the request")
+}
+
+// TestDiedNotWhenUnsure: a broken channel whose backend cannot say whether
+// the container runs (the API server's trouble breaks both) is a plain
+// 502: the sandbox is not put to sleep, its container not deleted.
+func TestDiedNotWhenUnsure(t *testing.T) {
+	h := newHarness(t, func(_ *service.Config, d *service.Deps) { d.Runtime = statusFails{d.Runtime.(*fake.Runtime)} })
+	sb := h.lease(acme, service.LeaseRequest{})
+	h.rt.SetExec(func(ctx context.Context, name string, req runtime.ExecRequest) error { return fake.ErrBroken })
+	_, err := h.svc.Exec(acme, sb.ID, service.ExecRequest{Command: "x"}, nil, nil)
+	wantKind(t, err, sandbox.KindBadGateway)
+	row := h.row(acme, sb.ID)
+	if row.Status != sandbox.StatusRunning {
+		t.Errorf("a sandbox the backend could not see was put to sleep: %s", row.Status)
+	}
+	if _, err := h.rt.Status(t.Context(), row.Name); err != nil {
+		t.Errorf("its container was deleted: %v", err)
+	}
+}
