@@ -359,7 +359,7 @@ func (s *Server) routes() {
 		Query: []string{"after: resume after this event id (or send Last-Event-ID)"}, Errors: []int{404}})
 	if s.MCP != nil {
 		for _, m := range []string{"POST", "GET", "DELETE"} {
-			s.raw(m+" /mcp", s.MCP, doc{Summary: "The typed ops as MCP tools (streamable HTTP transport; JSON-RPC as the MCP specification says)",
+			s.raw(m+" /mcp", s.perKeyOnly(s.MCP), doc{Summary: "The typed ops as MCP tools (streamable HTTP transport; JSON-RPC as the MCP specification says)",
 				BodyRaw: map[string]string{"POST": "application/json"}[m], AnswerRaw: map[string]string{"POST": "application/json", "GET": "text/event-stream", "DELETE": ""}[m],
 				Errors: []int{400, 401, 404, 405}})
 		}
@@ -564,6 +564,25 @@ func (s *Server) authenticateScope(scope string, next http.HandlerFunc) http.Han
 
 // maxPerKey bounds the open requests (and hence connections) of one key.
 const maxPerKey = 256
+
+// perKeyOnly bounds a door that authenticates by itself (MCP, whose
+// streams are long) to maxPerKey open requests of one bearer, as every
+// other door is: a key opening stream after stream is refused (429).
+func (s *Server) perKeyOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token, ok := bearer(r.Header.Get("Authorization")); ok {
+			release, ok := s.perKey.take(token)
+			if !ok {
+				e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
+				e.RetryAfter = 1
+				s.writeError(w, r, e)
+				return
+			}
+			defer release()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // progressBody pushes the connection's read deadline out on every read of
 // the body, and lifts it at the body's end, so that a handler that runs long

@@ -73,7 +73,12 @@ func newAPIWithout(t *testing.T, lacks []runtime.Capability, cfg ...api.Config) 
 		names = append(names, string(c))
 	}
 	h := api.New(api.Deps{Leases: svc, Work: svc, Stats: stats.New(svc, caps.Stats, "fake"), Volumes: vols, Files: fs.Files, Quotas: usage.New(quota.Policy{}, st, st, cmds), Operator: st, Consoles: terminal.New(svc, nil), Interpreter: it, Ops: ops.New(fs, processes.New(svc, st, rt, nil, nil, "fake", nil, nil), nil, it), Auth: st,
-		Metrics: m.Handler(), Backend: "fake", Capabilities: names}, log, append(cfg, api.Config{})[0])
+		Metrics: m.Handler(), Backend: "fake", Capabilities: names,
+		MCP: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { // a door that authenticates by itself
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, "{}")
+		}),
+	}, log, append(cfg, api.Config{})[0])
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)
@@ -427,7 +432,7 @@ func TestConsoleInputIsBounded(t *testing.T) {
 }
 
 // TestRequestsPerKey: one key holds at most MaxPerKey requests at once; the
-// next is a 429, another key is served.
+// next is a 429 (on /mcp too), another key is served.
 func TestRequestsPerKey(t *testing.T) {
 	e := newAPI(t)
 	var sb struct{ ID string }
@@ -458,6 +463,9 @@ func TestRequestsPerKey(t *testing.T) {
 		t.Errorf("%s", a.body)
 	}
 	e.must(200, "GET", "/v1/sandbox", "globex", "")
+	// MCP, which authenticates by itself, is held to the same bound.
+	e.must(429, "POST", "/mcp", "acme", "{}")
+	e.must(200, "POST", "/mcp", "globex", "{}")
 	cancel()
 	wg.Wait()
 }
