@@ -548,22 +548,34 @@ func (s *Server) authenticateScope(scope string, next http.HandlerFunc) http.Han
 		// opening connection after connection is refused, not served.
 		release, ok := s.perKey.take(token)
 		if !ok {
-			e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
-			e.RetryAfter = 1
-			s.writeError(w, r, e)
+			s.writeError(w, r, tooManyOfKey())
 			return
 		}
 		defer release()
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: s.opts.Stall}
-			r.Body.(*progressBody).extend()
-		}
+		s.bodyStall(w, r)
 		next(w, r.WithContext(sandbox.WithPrincipal(r.Context(), p)))
 	})
 }
 
 // maxPerKey bounds the open requests (and hence connections) of one key.
 const maxPerKey = 256
+
+// tooManyOfKey is the refusal of a key's request past maxPerKey.
+func tooManyOfKey() error {
+	e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
+	e.RetryAfter = 1
+	return e
+}
+
+// bodyStall bounds the wait for r's body (see progressBody), once it is
+// admitted.
+func (s *Server) bodyStall(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		b := &progressBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: s.opts.Stall}
+		b.extend()
+		r.Body = b
+	}
+}
 
 // perKeyOnly bounds a door that authenticates by itself (MCP, whose
 // streams are long) to maxPerKey open requests of one bearer, as every
@@ -573,9 +585,7 @@ func (s *Server) perKeyOnly(next http.Handler) http.Handler {
 		if token, ok := bearer(r.Header.Get("Authorization")); ok {
 			release, ok := s.perKey.take(token)
 			if !ok {
-				e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
-				e.RetryAfter = 1
-				s.writeError(w, r, e)
+				s.writeError(w, r, tooManyOfKey())
 				return
 			}
 			defer release()

@@ -89,7 +89,13 @@ func (s *Server) Handler() http.Handler {
 		r = r.WithContext(preview.WithOrigin(r.Context(), o))
 		if domain != "" {
 			if port, id, ok := preview.ParseHost(r.Host, domain); ok {
-				s.hostPreview(w, r, id, port)
+				// Bounded like the API's own answers and bodies: a client
+				// that takes none of an answer, or trickles a body, holds
+				// a connection and one of the org's commands no longer
+				// than --stall-timeout (a link or a public port is anyone's).
+				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, rc: http.NewResponseController(w), stall: s.opts.Stall}
+				s.bodyStall(sw, r)
+				s.hostPreview(sw, r, id, port)
 				return
 			}
 		}
@@ -257,9 +263,7 @@ func (s *Server) keyAccess(w http.ResponseWriter, r *http.Request) (_ context.Co
 	}
 	release, ok = s.perKey.take(token)
 	if !ok {
-		e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
-		e.RetryAfter = 1
-		s.previewError(w, r, e)
+		s.previewError(w, r, tooManyOfKey())
 		return nil, nil, true
 	}
 	return sandbox.WithPrincipal(r.Context(), p), release, false

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,10 +41,16 @@ const maxEventLine = 8 << 10
 // is a command of its sandbox (a slot of the org's commands quota, and it
 // keeps the sandbox awake); a watch waiting for its stream is not: it runs
 // on the sandbox's channel, so the sandbox may sleep, which ends it.
+//
+// A sandbox keeps at most maxWaiting watches waiting for their streams: a
+// new one ends the longest-waiting past that, or a client opening and
+// dropping streams would pile up watches (and their kept events) nothing
+// counts.
 const (
 	watchGrace     = 30 * time.Second
 	watchKeep      = 1024
 	watchKeepBytes = 256 << 10
+	maxWaiting     = 4
 )
 
 // watch is one running `sandbox-runner watch` and the events it said, kept
@@ -64,6 +71,7 @@ type watch struct {
 	err     error
 	streams int
 	idle    *time.Timer
+	waiting time.Time // since its last stream ended (streams == 0)
 }
 
 // at is the id of the stream's place after event n.
@@ -232,6 +240,26 @@ func (f *Files) startWatch(ctx context.Context, sb *sandbox.Sandbox, path string
 	return w, nil
 }
 
+// endWaiting ends the watches of sandbox id that wait for a stream past
+// the maxWaiting that waited least (a stream's end calls it); f.wmu is held.
+func (f *Files) endWaiting(id string) {
+	var waiting []*watch
+	for _, w := range f.watches {
+		w.mu.Lock()
+		if w.sandbox == id && w.streams == 0 && !w.ended {
+			waiting = append(waiting, w)
+		}
+		w.mu.Unlock()
+	}
+	if len(waiting) <= maxWaiting {
+		return
+	}
+	slices.SortFunc(waiting, func(a, b *watch) int { return b.waiting.Compare(a.waiting) }) // the latest first
+	for _, w := range waiting[maxWaiting:] {
+		w.cancel()
+	}
+}
+
 // Close ends every watch, the ones waiting for their streams to come back
 // too, and waits for them: the server's shutdown.
 func (f *Files) Close() {
@@ -246,10 +274,11 @@ func (f *Files) Close() {
 // detach ends a stream of w: the last one leaves w running for watchGrace.
 func (f *Files) detach(w *watch) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.streams--; w.streams > 0 || w.ended {
+		w.mu.Unlock()
 		return
 	}
+	w.waiting = time.Now()
 	w.idle = time.AfterFunc(watchGrace, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -257,6 +286,10 @@ func (f *Files) detach(w *watch) {
 			w.cancel()
 		}
 	})
+	w.mu.Unlock()
+	f.wmu.Lock()
+	f.endWaiting(w.sandbox)
+	f.wmu.Unlock()
 }
 
 // follow streams w from after event number from (-1: from now): ready, an

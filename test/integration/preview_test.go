@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -444,5 +445,57 @@ func TestPreviewPublicOnRunsc(t *testing.T) {
 	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+id, "acme", nil)
 	if res, _ := fetchPreview(t, "GET", e.http.URL+"/hello.txt", http.Header{"Host": {"8000-" + hostLabel(id) + ".localhost"}}); res.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a public port after the end: %d", res.StatusCode)
+	}
+}
+
+// TestPreviewStalledReaderOnRunsc: a host-form preview's client that takes
+// none of the answer (a link or a public port is anyone's) loses its
+// connection at the stall bound, as an API client does, and the org's
+// command it held is free again: it cannot pin the org's commands.
+func TestPreviewStalledReaderOnRunsc(t *testing.T) {
+	cfg := server.Config{Service: service.Config{PublicPreviews: true}}
+	cfg.API.Stall = 500 * time.Millisecond
+	e := newEnvConfig(t, cfg)
+	id := e.lease("acme", map[string]any{"publicPorts": []int{8000}})
+	e.sh("acme", id, "head -c 268435456 /dev/zero > big")
+	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
+	e.waitListening("acme", id, 8000)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.http.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /big HTTP/1.1\r\nHost: 8000-%s.localhost\r\n\r\n", hostLabel(id))
+	// Read nothing; the server gives up after the bound and closes.
+	time.Sleep(3 * time.Second)
+	conn.(*net.TCPConn).SetReadBuffer(4 << 10)
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n, _ := io.Copy(io.Discard, conn)
+	if n >= 256<<20 {
+		t.Errorf("the whole answer (%d bytes) went to a client that read nothing for 3 s", n)
+	}
+	// The connection is gone, and with it the command it held.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var q struct {
+			Quotas []struct {
+				Name string
+				Used float64
+			}
+		}
+		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox/quota", "acme", nil).Body, &q)
+		used := -1.0
+		for _, l := range q.Quotas {
+			if l.Name == "commands" {
+				used = l.Used
+			}
+		}
+		if used == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stalled preview still holds a command: %v in use", used)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
