@@ -35,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -415,7 +416,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	}
 	created, err := r.cfg.Client.CoreV1().Pods(r.ns).Create(ctx, r.pod(spec), metav1.CreateOptions{})
 	if err != nil {
-		return runtime.Object{}, fmt.Errorf("kube: creating pod: %w", err)
+		err = fmt.Errorf("kube: creating pod: %w", err)
+		if !apierrors.IsAlreadyExists(err) && !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+			if derr := r.dropUncertain(ctx, spec); derr != nil {
+				err = fmt.Errorf("%w (and removing the pod it may have stored: %v)", err, derr)
+			}
+		}
+		return runtime.Object{}, err
 	}
 	ref := runtime.Ref{Name: created.Name, UID: string(created.UID)}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
@@ -444,14 +451,43 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Object
 	return object(p), nil
 }
 
-// waitRunning polls the pod until it runs, the cluster refuses it (judge:
-// a *runtime.StartError, at once), or ctx ends. claim is the pod's project
-// claim, "" for scratch.
+// dropUncertain deletes the pod of spec that a failed create may have
+// stored after all (the server's timeout, a 5xx, a connection cut after
+// the request went): its lease fails, and no row would ever claim it.
+// Only a pod of this sandbox (its label) is deleted, by its identity.
+func (r *Runtime) dropUncertain(ctx context.Context, spec runtime.Spec) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(dctx, spec.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case p.Labels[runtime.LabelSandbox] != spec.Labels[runtime.LabelSandbox]:
+		return nil // not this sandbox's
+	}
+	if err := r.Delete(dctx, runtime.Ref{Name: p.Name, UID: string(p.UID)}); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// waitRunning follows the pod until it runs, the cluster refuses it
+// (judge: a *runtime.StartError, at once), or ctx ends. claim is the pod's
+// project claim, "" for scratch.
+//
+// It watches, not polls: a poll every 50 ms was 20 requests a second per
+// pending lease, from the one client (and rate limiter) every org's calls
+// share, and a slow pull holds a lease pending for its whole start
+// timeout. A watch is one request per change of the pod, and a read again
+// after watchFor of silence.
 func (r *Runtime) waitRunning(ctx context.Context, name, claim string) (*corev1.Pod, error) {
+	pods := r.cfg.Client.CoreV1().Pods(r.ns)
 	var last *corev1.Pod
 	var readClaim time.Time // when the claim is read next; zero: not held for it
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
 	for {
-		p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err == nil:
 			last = p
@@ -481,16 +517,51 @@ func (r *Runtime) waitRunning(ctx context.Context, name, claim string) (*corev1.
 		default:
 			return nil, fmt.Errorf("kube: reading pod %s: %w", name, err)
 		}
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			why := "no status yet"
 			if last != nil {
 				why = reason(last)
 			}
 			return nil, fmt.Errorf("kube: pod %s did not run within the start timeout: %s", name, why)
-		case <-time.After(50 * time.Millisecond):
 		}
+		version := ""
+		if last != nil {
+			version = last.ResourceVersion
+		}
+		p, err = r.nextPod(ctx, name, version)
 	}
+}
+
+// watchFor bounds one watch of a starting pod: after it the pod is read
+// again (a claim's grace, a watch the server ended).
+const watchFor = 2 * time.Second
+
+// nextPod is the pod as it is after its next change from version (or
+// after watchFor without one): the watch's event, else a read.
+func (r *Runtime) nextPod(ctx context.Context, name, version string) (*corev1.Pod, error) {
+	pods := r.cfg.Client.CoreV1().Pods(r.ns)
+	wctx, cancel := context.WithTimeout(ctx, watchFor)
+	defer cancel()
+	secs := int64(watchFor / time.Second)
+	w, err := pods.Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: version, TimeoutSeconds: &secs})
+	if err != nil {
+		// No watch (a version too old, a refusal): read again shortly.
+		select {
+		case <-wctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		return pods.Get(ctx, name, metav1.GetOptions{})
+	}
+	defer w.Stop()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if p, isPod := ev.Object.(*corev1.Pod); ok && isPod && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+			return p, nil
+		}
+		// The watch's end, a deletion or the server's error: a read says.
+	case <-wctx.Done():
+	}
+	return pods.Get(ctx, name, metav1.GetOptions{})
 }
 
 func running(p *corev1.Pod) bool {

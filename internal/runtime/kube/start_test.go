@@ -8,8 +8,11 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/sandboxd/sandbox/internal/runtime"
 )
@@ -193,5 +196,38 @@ func TestEnsureClaimWaitsOutADeletion(t *testing.T) {
 	defer cancel()
 	if err := r.ensureClaim(ctx, runtime.Volume{Name: "project-2"}); err == nil || !strings.Contains(err.Error(), "still being deleted") {
 		t.Errorf("a claim that never goes: %v", err)
+	}
+}
+
+// TestCreateUncertain: a create the API server stored but answered with an
+// error (its timeout, a cut connection) deletes the pod it may have made,
+// and only a pod of this sandbox: the lease fails, and no row would ever
+// claim it. A refusal (the name taken) leaves what is there.
+func TestCreateUncertain(t *testing.T) {
+	c := fake.NewClientset()
+	c.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		obj := a.(k8stesting.CreateAction).GetObject()
+		if err := c.Tracker().Create(corev1.SchemeGroupVersion.WithResource("pods"), obj, "sandboxes"); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewTimeoutError("the request timed out", 1)
+	})
+	r := &Runtime{cfg: Config{Client: c, StartTimeout: time.Second, Image: func(n string) string { return "sandbox/" + n + ":local" }}, ns: "sandboxes"}
+	spec := runtime.Spec{Name: "sbx-uncertain", Labels: map[string]string{runtime.LabelSandbox: "sb_uncertain"}, Image: "exec",
+		Volume: runtime.Volume{Name: "scratch-sb_uncertain", Scratch: true}}
+	if _, err := r.Create(context.Background(), spec); err == nil {
+		t.Fatal("a create answered with a timeout succeeded")
+	}
+	if _, err := c.CoreV1().Pods("sandboxes").Get(context.Background(), spec.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod the failed create stored is still there: %v", err)
+	}
+	// Another sandbox's pod of that name (a refusal's, say) stays.
+	c = fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: "sandboxes", Labels: map[string]string{runtime.LabelSandbox: "sb_other"}}})
+	r.cfg.Client = c
+	if err := r.dropUncertain(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Pods("sandboxes").Get(context.Background(), spec.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("another sandbox's pod went: %v", err)
 	}
 }
