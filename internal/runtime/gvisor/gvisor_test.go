@@ -111,19 +111,27 @@ func TestListByLabel(t *testing.T) {
 	}
 }
 
+// bothWays runs f as two subtests, over the control channel (i 0) and
+// through the runsc CLI (i 1), r set to each in turn.
+func bothWays(t *testing.T, r *Runtime, f func(t *testing.T, i int)) {
+	for i, channel := range []bool{true, false} {
+		t.Run(map[bool]string{true: "channel", false: "cli"}[channel], func(t *testing.T) {
+			r.channel = channel
+			defer func() { r.channel = true }()
+			f(t, i)
+		})
+	}
+}
+
 // TestExecTTYAndResize: a terminal's program sees a terminal of the size
 // asked, and of a new size sent while it runs; over the control channel
 // and through the runsc CLI alike.
 func TestExecTTYAndResize(t *testing.T) {
 	r := newRuntime(t)
 	obj := create(t, r, "sbx-gvisortest000000004", "four")
-	for _, channel := range []bool{true, false} {
-		t.Run(map[bool]string{true: "channel", false: "runsc-exec"}[channel], func(t *testing.T) {
-			r.channel = channel
-			defer func() { r.channel = true }()
-			ttyAndResize(t, r, obj)
-		})
-	}
+	bothWays(t, r, func(t *testing.T, _ int) {
+		ttyAndResize(t, r, obj)
+	})
 }
 
 func ttyAndResize(t *testing.T, r *Runtime, obj runtime.Object) {
@@ -179,29 +187,25 @@ func ttyAndResize(t *testing.T, r *Runtime, obj runtime.Object) {
 func TestTTYOutlivedByItsChild(t *testing.T) {
 	r := newRuntime(t)
 	obj := create(t, r, "sbx-gvisortest000000013", "thirteen")
-	for _, channel := range []bool{true, false} {
-		t.Run(map[bool]string{true: "channel", false: "runsc-exec"}[channel], func(t *testing.T) {
-			r.channel = channel
-			defer func() { r.channel = true }()
-			var out lockedBuffer
-			done := make(chan error, 1)
-			start := time.Now()
-			go func() {
-				done <- r.Exec(context.Background(), obj.Name, runtime.ExecRequest{
-					Argv: []string{"sh", "-c", "setsid sleep 120 & echo started"}, TTY: true, Stdout: &out,
-				})
-			}()
-			select {
-			case err := <-done:
-				if err != nil || !strings.Contains(out.String(), "started") {
-					t.Errorf("exec: %v, output %q", err, out.String())
-				}
-				t.Logf("ended after %v", time.Since(start).Round(time.Millisecond))
-			case <-time.After(60 * time.Second):
-				t.Fatal("the exec waits for the child that holds its terminal")
+	bothWays(t, r, func(t *testing.T, _ int) {
+		var out lockedBuffer
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			done <- r.Exec(context.Background(), obj.Name, runtime.ExecRequest{
+				Argv: []string{"sh", "-c", "setsid sleep 120 & echo started"}, TTY: true, Stdout: &out,
+			})
+		}()
+		select {
+		case err := <-done:
+			if err != nil || !strings.Contains(out.String(), "started") {
+				t.Errorf("exec: %v, output %q", err, out.String())
 			}
-		})
-	}
+			t.Logf("ended after %v", time.Since(start).Round(time.Millisecond))
+		case <-time.After(60 * time.Second):
+			t.Fatal("the exec waits for the child that holds its terminal")
+		}
+	})
 	r.Exec(context.Background(), obj.Name, runtime.ExecRequest{Argv: []string{"pkill", "sleep"}})
 }
 
@@ -393,47 +397,43 @@ func TestExecBothWays(t *testing.T) {
 // process, no state runsc knows, no cgroup, no bundle.
 func TestDeleteBothWays(t *testing.T) {
 	r := newRuntime(t)
-	for i, channel := range []bool{true, false} {
-		t.Run(map[bool]string{true: "channel", false: "cli"}[channel], func(t *testing.T) {
-			r.channel = channel
-			defer func() { r.channel = true }()
-			obj := create(t, r, fmt.Sprintf("sbx-gvisordelete0000000%d", i), fmt.Sprintf("del%d", i))
-			m, err := r.loadMeta(obj.Name)
-			if err != nil {
-				t.Fatal(err)
+	bothWays(t, r, func(t *testing.T, i int) {
+		obj := create(t, r, fmt.Sprintf("sbx-gvisordelete0000000%d", i), fmt.Sprintf("del%d", i))
+		m, err := r.loadMeta(obj.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.runsc(context.Background(), m.Flags, "state", obj.Name)
+		var st runscState
+		if err != nil || json.Unmarshal(out, &st) != nil || st.Pid <= 0 {
+			t.Fatalf("state: %s %v", out, err)
+		}
+		cgroups := []string{filepath.Join(cgroupRoot, "cpu", cgroupParent, obj.Name), filepath.Join(cgroupRoot, "memory", cgroupParent, obj.Name), filepath.Join(cgroupRoot, cgroupParent, obj.Name)}
+		if err := r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+			t.Fatal(err)
+		}
+		// Gone, or a zombie its reaper (the host's init) has yet to wait for.
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", st.Pid)); err == nil {
+			if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) == 0 || f[0] != "Z" {
+				t.Errorf("the sandbox process after the delete: %s", b)
 			}
-			out, err := r.runsc(context.Background(), m.Flags, "state", obj.Name)
-			var st runscState
-			if err != nil || json.Unmarshal(out, &st) != nil || st.Pid <= 0 {
-				t.Fatalf("state: %s %v", out, err)
+		}
+		if _, err := r.runsc(context.Background(), m.Flags, "state", obj.Name); err == nil {
+			t.Errorf("runsc still knows %s", obj.Name)
+		}
+		for _, dir := range append(cgroups, filepath.Join(r.bundles, obj.Name)) {
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s after the delete: %v", dir, err)
 			}
-			cgroups := []string{filepath.Join(cgroupRoot, "cpu", cgroupParent, obj.Name), filepath.Join(cgroupRoot, "memory", cgroupParent, obj.Name), filepath.Join(cgroupRoot, cgroupParent, obj.Name)}
-			if err := r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
-				t.Fatal(err)
-			}
-			// Gone, or a zombie its reaper (the host's init) has yet to wait for.
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", st.Pid)); err == nil {
-				if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) == 0 || f[0] != "Z" {
-					t.Errorf("the sandbox process after the delete: %s", b)
-				}
-			}
-			if _, err := r.runsc(context.Background(), m.Flags, "state", obj.Name); err == nil {
-				t.Errorf("runsc still knows %s", obj.Name)
-			}
-			for _, dir := range append(cgroups, filepath.Join(r.bundles, obj.Name)) {
-				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("%s after the delete: %v", dir, err)
-				}
-			}
-			if objs, err := r.List(context.Background(), map[string]string{runtime.LabelSandbox: fmt.Sprintf("del%d", i)}); err != nil || len(objs) != 0 {
-				t.Errorf("listed after the delete: %v %v", objs, err)
-			}
-			// A second delete of what is gone: not found, not an error of runsc's.
-			if err := r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}); !errors.Is(err, runtime.ErrNotFound) {
-				t.Errorf("deleting it again: %v", err)
-			}
-		})
-	}
+		}
+		if objs, err := r.List(context.Background(), map[string]string{runtime.LabelSandbox: fmt.Sprintf("del%d", i)}); err != nil || len(objs) != 0 {
+			t.Errorf("listed after the delete: %v %v", objs, err)
+		}
+		// A second delete of what is gone: not found, not an error of runsc's.
+		if err := r.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("deleting it again: %v", err)
+		}
+	})
 }
 
 // BenchmarkDelete: a sandbox's delete in this process and through a
@@ -620,59 +620,55 @@ func TestKeptAfterTeardown(t *testing.T) {
 func TestStatusBothWays(t *testing.T) {
 	r := newRuntime(t)
 	ctx := context.Background()
-	for i, channel := range []bool{true, false} {
-		t.Run(map[bool]string{true: "channel", false: "cli"}[channel], func(t *testing.T) {
-			r.channel = channel
-			defer func() { r.channel = true }()
-			obj := create(t, r, fmt.Sprintf("sbx-gvisorstatus0000000%d", i), fmt.Sprintf("st%d", i))
-			if st, err := r.Status(ctx, obj.Name); err != nil || !st.Running || st.UID != obj.UID {
-				t.Fatalf("a started sandbox: %+v %v", st, err)
-			}
-			// A command first: the channel keeps the container it loaded.
-			if err := r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"true"}}); err != nil {
-				t.Fatal(err)
-			}
-			m, err := r.loadMeta(obj.Name)
+	bothWays(t, r, func(t *testing.T, i int) {
+		obj := create(t, r, fmt.Sprintf("sbx-gvisorstatus0000000%d", i), fmt.Sprintf("st%d", i))
+		if st, err := r.Status(ctx, obj.Name); err != nil || !st.Running || st.UID != obj.UID {
+			t.Fatalf("a started sandbox: %+v %v", st, err)
+		}
+		// A command first: the channel keeps the container it loaded.
+		if err := r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := r.loadMeta(obj.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.runsc(ctx, m.Flags, "state", obj.Name)
+		var st runscState
+		if err != nil || json.Unmarshal(out, &st) != nil || st.Pid <= 0 {
+			t.Fatalf("state: %s %v", out, err)
+		}
+		if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err := r.Status(ctx, obj.Name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := r.runsc(ctx, m.Flags, "state", obj.Name)
-			var st runscState
-			if err != nil || json.Unmarshal(out, &st) != nil || st.Pid <= 0 {
-				t.Fatalf("state: %s %v", out, err)
+			if !got.Running {
+				break
 			}
-			if err := unix.Kill(st.Pid, unix.SIGKILL); err != nil {
-				t.Fatal(err)
+			if time.Now().After(deadline) {
+				t.Fatal("a sandbox whose sandbox process was killed still runs")
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				got, err := r.Status(ctx, obj.Name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !got.Running {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("a sandbox whose sandbox process was killed still runs")
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			// The next command, through the kept container, is the
-			// channel's failure (the service's "died"), never a program's
-			// exit or a wait.
-			err = r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"true"}})
-			if xe := new(runtime.ExitError); err == nil || errors.As(err, &xe) {
-				t.Errorf("a command in a killed sandbox: %v", err)
-			}
-			if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
-				t.Errorf("deleting a killed sandbox: %v", err)
-			}
-			if _, kept := r.loaded.Load(obj.Name); kept {
-				t.Error("the deleted sandbox's container is still kept")
-			}
-		})
-	}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// The next command, through the kept container, is the
+		// channel's failure (the service's "died"), never a program's
+		// exit or a wait.
+		err = r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"true"}})
+		if xe := new(runtime.ExitError); err == nil || errors.As(err, &xe) {
+			t.Errorf("a command in a killed sandbox: %v", err)
+		}
+		if err := r.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+			t.Errorf("deleting a killed sandbox: %v", err)
+		}
+		if _, kept := r.loaded.Load(obj.Name); kept {
+			t.Error("the deleted sandbox's container is still kept")
+		}
+	})
 }
 
 // TestForwardPort: runsc's port forward reaches a server on the sandbox's
