@@ -546,9 +546,9 @@ func (s *Server) authenticateScope(scope string, next http.HandlerFunc) http.Han
 		}
 		// One key holds at most maxPerKey requests at once: a client
 		// opening connection after connection is refused, not served.
-		release, ok := s.perKey.take(token)
-		if !ok {
-			s.writeError(w, r, tooManyOfKey())
+		release, err := s.perKey.admit(token)
+		if err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		defer release()
@@ -560,11 +560,16 @@ func (s *Server) authenticateScope(scope string, next http.HandlerFunc) http.Han
 // maxPerKey bounds the open requests (and hence connections) of one key.
 const maxPerKey = 256
 
-// tooManyOfKey is the refusal of a key's request past maxPerKey.
-func tooManyOfKey() error {
-	e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
-	e.RetryAfter = 1
-	return e
+// admit takes one of key's maxPerKey open requests; past them the
+// refusal (429) is the error.
+func (c *keyCounter) admit(key string) (release func(), err error) {
+	release, ok := c.take(key)
+	if !ok {
+		e := sandbox.Errorf(sandbox.KindLimit, "more than %d requests of this key are open at once; wait for some to finish", maxPerKey)
+		e.RetryAfter = 1
+		return nil, e
+	}
+	return release, nil
 }
 
 // bodyStall bounds the wait for r's body (see progressBody), once it is
@@ -583,9 +588,9 @@ func (s *Server) bodyStall(w http.ResponseWriter, r *http.Request) {
 func (s *Server) perKeyOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token, ok := bearer(r.Header.Get("Authorization")); ok {
-			release, ok := s.perKey.take(token)
-			if !ok {
-				s.writeError(w, r, tooManyOfKey())
+			release, err := s.perKey.admit(token)
+			if err != nil {
+				s.writeError(w, r, err)
 				return
 			}
 			defer release()

@@ -261,9 +261,9 @@ func (s *Server) keyAccess(w http.ResponseWriter, r *http.Request) (_ context.Co
 		s.previewError(w, r, err)
 		return nil, nil, true
 	}
-	release, ok = s.perKey.take(token)
-	if !ok {
-		s.previewError(w, r, tooManyOfKey())
+	release, err = s.perKey.admit(token)
+	if err != nil {
+		s.previewError(w, r, err)
 		return nil, nil, true
 	}
 	return sandbox.WithPrincipal(r.Context(), p), release, false
