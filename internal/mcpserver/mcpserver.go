@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -91,7 +92,102 @@ func New(o *ops.Ops, authn Authenticator, log *slog.Logger, version string) http
 		// refuses the session's id presented with another org's key.
 		return &auth.TokenInfo{UserID: p.Org, Extra: map[string]any{principalKey: p}}, nil
 	}
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(watchKey(sameAsUnknown(h), authn))
+	live := &sessions{srv: s, max: maxSessions, byOrg: map[string]map[string]time.Time{}}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(live.bound(watchKey(sameAsUnknown(h), authn)))
+}
+
+// maxSessions bounds the MCP sessions one org keeps open. The SDK keeps a
+// session (its connection's goroutines and buffers) until its client
+// deletes it or it idles for the SessionTimeout: a client that opened them
+// in a loop would hold the memory all orgs share. Past the bound the org's
+// least recently used session is closed; its client's next request is the
+// SDK's 404, on which the transport's clients start a new session.
+const maxSessions = 64
+
+// sessions counts each org's open MCP sessions by the ids the SDK gave
+// them (the Mcp-Session-Id of the answer to a request without one).
+type sessions struct {
+	srv   *mcp.Server
+	max   int
+	mu    sync.Mutex
+	byOrg map[string]map[string]time.Time // org → session id → its last request
+}
+
+func (c *sessions) bound(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ti := auth.TokenInfoFromContext(r.Context())
+		if ti == nil || ti.UserID == "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		org := ti.UserID
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			c.touch(org, id, false)
+			h.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodPost {
+			c.makeRoom(org)
+		}
+		h.ServeHTTP(w, r)
+		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+			c.touch(org, id, true)
+		}
+	})
+}
+
+// touch notes a request of org's session id. Only the answer that opened
+// the session adds it: an id org did not open (another org's, which the
+// SDK answers 404) is not counted as org's.
+func (c *sessions) touch(org, id string, opened bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.byOrg[org]
+	if _, ok := m[id]; !ok && !opened {
+		return
+	}
+	if m == nil {
+		m = map[string]time.Time{}
+		c.byOrg[org] = m
+	}
+	m[id] = time.Now()
+}
+
+// makeRoom closes org's least recently used sessions until a new one is
+// within the bound, after forgetting those the SDK has closed by itself
+// (a client's DELETE, the idle timeout).
+func (c *sessions) makeRoom(org string) {
+	c.mu.Lock()
+	m := c.byOrg[org]
+	if len(m) < c.max {
+		c.mu.Unlock()
+		return
+	}
+	open := map[string]*mcp.ServerSession{}
+	for ss := range c.srv.Sessions() {
+		open[ss.ID()] = ss
+	}
+	var closing []*mcp.ServerSession
+	for id := range m {
+		if open[id] == nil {
+			delete(m, id)
+		}
+	}
+	for len(m) >= c.max {
+		oldest, at := "", time.Time{}
+		for id, t := range m {
+			if oldest == "" || t.Before(at) {
+				oldest, at = id, t
+			}
+		}
+		delete(m, oldest)
+		closing = append(closing, open[oldest])
+	}
+	c.mu.Unlock()
+	// Closed outside the lock: the SDK's close takes its own.
+	for _, ss := range closing {
+		ss.Close()
+	}
 }
 
 // watchKey ends a request (an MCP stream can be long) once the key that

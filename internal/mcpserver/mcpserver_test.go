@@ -307,3 +307,29 @@ func TestRevokedKeyRefusedMidSession(t *testing.T) {
 		t.Fatalf("a revoked key leased %v", objs)
 	}
 }
+
+// An org that opens session after session keeps at most MaxSessions of
+// them: past it its least recently used one is closed (its next call
+// fails), and another org's session is not touched.
+func TestSessionsBoundedPerOrg(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	other := e.session(t, "globex")
+	var mine []*mcp.ClientSession
+	for range mcpserver.MaxSessions {
+		mine = append(mine, e.session(t, "acme"))
+	}
+	// The first is used again: the second is now the least recently used.
+	if _, err := mine[0].ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.session(t, "acme")
+	if _, err := mine[1].ListTools(ctx, nil); err == nil {
+		t.Fatal("an org holds more than MaxSessions sessions: its least recently used one still answers")
+	}
+	for i, s := range append([]*mcp.ClientSession{other, mine[0]}, mine[2:]...) {
+		if _, err := s.ListTools(ctx, nil); err != nil {
+			t.Fatalf("session %d closed: %v", i, err)
+		}
+	}
+}
