@@ -93,13 +93,20 @@ func initMain(args []string) int {
 			fmt.Fprintln(os.Stderr, "sandbox-runner init: the start stamp:", err)
 		}
 	}
-	// No signal ends init. They are caught and dropped, not ignored: an
-	// ignored disposition is inherited across exec, and every process
-	// init starts would then be deaf to TERM and INT.
+	// TERM ends init, and with it the sandbox: it is how the kubelet stops
+	// a pod, which waits out its least grace (two seconds) for an init deaf
+	// to it before the kill. From inside, only the sandbox's own code can
+	// send it, and that code can end its own sandbox anyway. The other
+	// signals are caught and dropped, not ignored: an ignored disposition
+	// is inherited across exec, and every process init starts would then
+	// be deaf to INT.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	go func() {
-		for range sigs {
+		for s := range sigs {
+			if s == syscall.SIGTERM {
+				os.Exit(0)
+			}
 		}
 	}()
 	b := make([]byte, 8)

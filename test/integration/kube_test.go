@@ -461,3 +461,50 @@ func TestKubePrivateImage(t *testing.T) {
 		t.Errorf("in the pod: %q", out)
 	}
 }
+
+// TestKubeDeleteWaitsForTheContainers: Delete returns once the pod's
+// processes are gone from the node, not when its object leaves the
+// apiserver (a forced delete, grace 0, does that first): an ended project
+// sandbox must not write its volume beside the next lease's, nor hold the
+// node's memory past its end.
+func TestKubeDeleteWaitsForTheContainers(t *testing.T) {
+	e, _, _ := newKubeEnv(t)
+	ctx := context.Background()
+	spec := runtime.Spec{
+		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()},
+		Image: "exec", Runtime: "gvisor", Workdir: "/mnt/data",
+		Volume: runtime.Volume{Name: "scratch-x", Scratch: true, SizeMiB: 64}, CPUs: 0.5, MemoryMiB: 256,
+	}
+	obj, err := e.srv.Runtime.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(podProcesses(t, obj.UID)) == 0 {
+		t.Fatal("no process of the running pod found on the node: the check below could not fail")
+	}
+	start := time.Now()
+	if err := e.srv.Runtime.Delete(ctx, runtime.Ref{Name: obj.Name, UID: obj.UID}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted in %v", time.Since(start))
+	if left := podProcesses(t, obj.UID); len(left) != 0 {
+		t.Fatalf("the deleted pod's processes still run on the node: %v", left)
+	}
+}
+
+// podProcesses lists the node's processes in the cgroup of the pod uid
+// (the kubelet's cgroupfs driver names it pod<uid>; gVisor's sandbox and
+// gofer are in it, a runc container in a cgroup below it).
+func podProcesses(t *testing.T, uid string) []string {
+	t.Helper()
+	files, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && (strings.Contains(string(b), "/pod"+uid+"/") || strings.Contains(string(b), "/pod"+uid+"\n")) {
+			comm, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "comm"))
+			out = append(out, filepath.Base(filepath.Dir(f))+":"+strings.TrimSpace(string(comm)))
+		}
+	}
+	return out
+}

@@ -146,13 +146,18 @@ var runnerDir = path.Dir(runtime.RunnerPath)
 // UID and GID every sandbox process runs as.
 const uid, gid = 1000, 1000
 
-// initScript is PID 1: it reaps orphans (sh's wait reaps any child) and
-// never exits on a signal. It is sh's, not bash's: a pulled image may have
-// no bash.
+// initScript is PID 1: it reaps orphans (sh's wait reaps any child), exits
+// on TERM and on no other signal. It is sh's, not bash's: a pulled image
+// may have no bash.
+//
+// TERM is how the kubelet stops a pod: an init deaf to it holds the
+// pod's end (and Delete's wait) for the kubelet's least grace, two
+// seconds, before the kill. From inside, only the sandbox's own code can
+// send it, and that code can end its own sandbox anyway.
 //
 // It first stamps the start (/tmp is the pod's own emptyDir): what has a
 // later ctime on the root filesystem is what the sandbox changed.
-const initScript = `: > ` + startStamp + `; trap '' TERM INT HUP; while :; do sleep 86400 & wait; done`
+const initScript = `: > ` + startStamp + `; trap 'exit 0' TERM; trap '' INT HUP; while :; do sleep 86400 & wait; done`
 
 // initArgs is PID 1's command: the runner's init where pods have the
 // runner (it keeps the background processes and stamps the start; the
@@ -624,9 +629,16 @@ func (r *Runtime) ensureClaim(ctx context.Context, v runtime.Volume) error {
 // it is gone, and its egress NetworkPolicy (which the garbage collector
 // would remove after the pod anyway: it is the pod's). NotFound and
 // Conflict (another pod under the name) mean stop.
+//
+// The grace is the least the apiserver keeps graceful, a second: a pod
+// deleted with none leaves the apiserver at once while the node kills its
+// containers when it gets to it, so the wait below would end with the
+// sandbox still running (writing its project's volume beside the next
+// lease's, holding the node's memory). With a grace the kubelet removes
+// the pod only after its containers are dead and its volumes unmounted.
 func (r *Runtime) Delete(ctx context.Context, ref runtime.Ref) error {
 	uid := types.UID(ref.UID)
-	grace := int64(0)
+	grace := int64(1)
 	err := r.cfg.Client.CoreV1().Pods(r.ns).Delete(ctx, ref.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid}, GracePeriodSeconds: &grace,
 	})
