@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/sandboxd/sandbox/internal/netpolicy"
 	"github.com/sandboxd/sandbox/internal/runtime"
@@ -145,15 +146,21 @@ type objects[T any] interface {
 
 // ensure creates want, or makes the existing object say what want says
 // (set copies want's content onto it and reports whether to write it).
+// Another server starting beside this one (the chart's replicas) may make
+// or write the object between the read and the write: its AlreadyExists
+// and Conflict are answered by reading again.
 func ensure[T metav1.Object](ctx context.Context, c objects[T], want T, set func(cur T) bool) error {
-	cur, err := c.Get(ctx, want.GetName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		if _, err = c.Create(ctx, want, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			return ensure(ctx, c, want, set) // made meanwhile (another server)
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}, func() error {
+		cur, err := c.Get(ctx, want.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = c.Create(ctx, want, metav1.CreateOptions{})
+		} else if err == nil && set(cur) {
+			_, err = c.Update(ctx, cur, metav1.UpdateOptions{})
 		}
-	} else if err == nil && set(cur) {
-		_, err = c.Update(ctx, cur, metav1.UpdateOptions{})
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("kube: the egress gateway's %s: %w", want.GetName(), err)
 	}
