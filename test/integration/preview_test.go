@@ -448,54 +448,59 @@ func TestPreviewPublicOnRunsc(t *testing.T) {
 	}
 }
 
-// TestPreviewStalledReaderOnRunsc: a host-form preview's client that takes
-// none of the answer (a link or a public port is anyone's) loses its
-// connection at the stall bound, as an API client does, and the org's
-// command it held is free again: it cannot pin the org's commands.
-func TestPreviewStalledReaderOnRunsc(t *testing.T) {
+// TestPreviewStalledReader: a host-form preview's client that takes none
+// of the answer (a link or a public port is anyone's) loses its connection
+// at the stall bound, as an API client does, and the org's command it held
+// is free again: it cannot pin the org's commands. On both backends.
+func TestPreviewStalledReader(t *testing.T) {
 	cfg := server.Config{Service: service.Config{PublicPreviews: true}}
 	cfg.API.Stall = 500 * time.Millisecond
-	e := newEnvConfig(t, cfg)
-	id := e.lease("acme", map[string]any{"publicPorts": []int{8000}})
-	e.sh("acme", id, "head -c 268435456 /dev/zero > big")
-	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
-	e.waitListening("acme", id, 8000)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(e.http.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "GET /big HTTP/1.1\r\nHost: 8000-%s.localhost\r\n\r\n", hostLabel(id))
-	// Read nothing; the server gives up after the bound and closes.
-	time.Sleep(3 * time.Second)
-	conn.(*net.TCPConn).SetReadBuffer(4 << 10)
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	n, _ := io.Copy(io.Discard, conn)
-	if n >= 256<<20 {
-		t.Errorf("the whole answer (%d bytes) went to a client that read nothing for 3 s", n)
-	}
-	// The connection is gone, and with it the command it held.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var q struct {
-			Quotas []struct {
-				Name string
-				Used float64
+	onBackends(t, cfg, func(t *testing.T, e *env) {
+		id := e.lease("acme", map[string]any{"publicPorts": []int{8000}})
+		e.sh("acme", id, "head -c 268435456 /dev/zero > big")
+		e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
+		e.waitListening("acme", id, 8000)
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.http.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /big HTTP/1.1\r\nHost: 8000-%s.localhost\r\n\r\n", hostLabel(id))
+		// Read nothing; the server gives up after the bound and closes:
+		// what it wrote before is in the sockets' buffers (a few MiB), then
+		// the end.
+		time.Sleep(3 * time.Second)
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := io.Copy(io.Discard, conn)
+		if err != nil {
+			t.Errorf("the server did not close a connection whose client read nothing for 3 s (%d bytes read): %v", n, err)
+		}
+		if n >= 256<<20 {
+			t.Errorf("the whole answer (%d bytes) went to a client that read nothing for 3 s", n)
+		}
+		// The connection is gone, and with it the command it held.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var q struct {
+				Quotas []struct {
+					Name string
+					Used float64
+				}
 			}
-		}
-		json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox/quota", "acme", nil).Body, &q)
-		used := -1.0
-		for _, l := range q.Quotas {
-			if l.Name == "commands" {
-				used = l.Used
+			json.Unmarshal(e.must(http.StatusOK, "GET", "/v1/sandbox/quota", "acme", nil).Body, &q)
+			used := -1.0
+			for _, l := range q.Quotas {
+				if l.Name == "commands" {
+					used = l.Used
+				}
 			}
+			if used == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the stalled preview still holds a command: %v in use", used)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if used == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stalled preview still holds a command: %v in use", used)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	})
 }

@@ -155,29 +155,31 @@ func TestWatchDir(t *testing.T) {
 
 // TestWatchesWaitingAreBounded: streams opened and dropped one after the
 // other leave at most a few watches waiting for their clients (each a
-// process in the sandbox and events kept on the server), not one each.
+// process in the sandbox and events kept on the server), not one each. On
+// both backends.
 func TestWatchesWaitingAreBounded(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", nil)
-	e.sh("acme", id, "mkdir -p out")
-	for range 10 {
-		ctx, cancel := context.WithCancel(context.Background())
-		events := watchStream(t, ctx, e, id, "")
-		nextEvents(t, events, 1) // ready: the watch is in place
-		cancel()
-		for range events {
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", nil)
+		e.sh("acme", id, "mkdir -p out")
+		for range 10 {
+			ctx, cancel := context.WithCancel(context.Background())
+			events := watchStream(t, ctx, e, id, "")
+			nextEvents(t, events, 1) // ready: the watch is in place
+			cancel()
+			for range events {
+			}
 		}
-	}
-	var n int
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out := e.sh("acme", id, "ps -eo args | grep -c '[ ]watch ' || true")
-		n = 0
-		fmt.Sscan(out, &n)
-		if n <= 4 || time.Now().After(deadline) {
-			break
+		var n int
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			out := e.sh("acme", id, "ps -eo args | grep -c '[ ]watch ' || true")
+			n = 0
+			fmt.Sscan(out, &n)
+			if n <= 4 || time.Now().After(deadline) {
+				break
+			}
 		}
-	}
-	if n > 4 {
-		t.Errorf("%d watches run in the sandbox after 10 dropped streams, want at most 4 waiting", n)
-	}
+		if n > 4 {
+			t.Errorf("%d watches run in the sandbox after 10 dropped streams, want at most 4 waiting", n)
+		}
+	})
 }
