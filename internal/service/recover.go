@@ -68,6 +68,16 @@ func (s *Service) Recover(ctx context.Context, objs map[string]runtime.Object) (
 					continue
 				}
 			}
+			if alive && sb.Network != nil && s.caps.Network != nil {
+				// The start may have been cut between the container and its
+				// policy (a pod's NetworkPolicy comes after the pod runs):
+				// the row's policy is put in place, or the start fails as
+				// the lease would have.
+				if err := s.caps.Network.SetNetwork(ctx, sb.Name, networkRules(sb)); err != nil {
+					log.Warn("recover: the interrupted lease's network policy could not be applied", "err", err)
+					alive = false
+				}
+			}
 			if alive {
 				next := moved(sb, sandbox.StatusRunning)
 				next.UID = obj.UID

@@ -11,6 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sandboxd/sandbox/internal/runtime"
+	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/server"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
@@ -200,4 +202,62 @@ func TestKubeAPINetworkNames(t *testing.T) {
 	if r.Status != http.StatusNotImplemented || !strings.Contains(string(r.Body), "raw.example") {
 		t.Errorf("a name denied inside internet on kube: %d %s", r.Status, r.Body)
 	}
+}
+
+// TestKubeRecoverAppliesNetwork: a lease cut by a restart after its pod
+// ran but before its NetworkPolicy was made (the policy comes after the
+// pod) is completed at recovery with the row's policy: its sandbox reaches
+// what the lease allowed, not nothing.
+func TestKubeRecoverAppliesNetwork(t *testing.T) {
+	cfg := server.Config{}
+	cfg.Service.NetworkAllow = []string{"198.51.100.0/24"}
+	e, c, ns := newKubeEnvConfig(t, cfg)
+	testenv.NewRoutedInternet(t)
+	ctx := sandbox.WithPrincipal(context.Background(), sandbox.Principal{Org: "acme", Subject: "test"})
+
+	// The row as the lease writes it before the start, and the pod as the
+	// start made it before the cut: no policy yet.
+	now := time.Now().UTC()
+	sb := &sandbox.Sandbox{ID: sandbox.NewID(), Org: "acme", Class: "exec", Status: sandbox.StatusPending, Image: "exec", Runtime: "gvisor",
+		Workdir: "/mnt/data", Name: sandbox.NewName(), CreatedAt: now, LastUsedAt: now, ExpiresAt: now.Add(time.Hour),
+		Network: &sandbox.NetworkPolicy{Allow: []string{"198.51.100.0/24"}, Ports: []int{80}}}
+	sb.Volume = "scratch-" + sb.ID
+	if err := e.srv.Store.Insert(ctx, sb, nil); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := e.srv.Runtime.Create(ctx, runtime.Spec{
+		Name: sb.Name, Labels: map[string]string{runtime.LabelSandbox: sb.ID, runtime.LabelOrg: sandbox.Slug("acme")},
+		Image: "exec", Runtime: "gvisor", Workdir: sb.Workdir, Volume: runtime.Volume{Name: sb.Volume, Scratch: true, SizeMiB: 64},
+		CPUs: 0.5, MemoryMiB: 256,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nps, err := c.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{LabelSelector: "sandbox.dev/id=" + sb.ID})
+	if err != nil || len(nps.Items) != 0 {
+		t.Fatalf("before recovery the pod has a policy: %v %v", nps, err)
+	}
+
+	res, err := e.srv.Service.Recover(ctx, map[string]runtime.Object{obj.Name: obj})
+	if err != nil || res.Adopted != 1 {
+		t.Fatalf("recover: %+v %v", res, err)
+	}
+	if nps, err = c.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{LabelSelector: "sandbox.dev/id=" + sb.ID}); err != nil || len(nps.Items) != 1 {
+		t.Fatalf("after recovery the sandbox's NetworkPolicies: %v %v", nps, err)
+	}
+	get := func() string {
+		a := e.exec("acme", sb.ID, map[string]any{"argv": []string{"python3", "-c",
+			"import sys,urllib.request\ntry: print(urllib.request.urlopen(sys.argv[1], timeout=3).read().decode(), end='')\nexcept Exception as e: sys.exit(1)", "http://" + testenv.RoutedA + "/"}})
+		return a.Stdout
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	got := get()
+	for !strings.HasPrefix(got, "internet ") && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		got = get()
+	}
+	if !strings.HasPrefix(got, "internet ") {
+		t.Errorf("the recovered sandbox does not reach what its lease allowed: %q", got)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+sb.ID, "acme", nil)
 }
