@@ -226,7 +226,7 @@ func pullImage(ctx context.Context, st *store.Store, dir, org, name, src string,
 		if err := image.Push(ctx, img, ref); err != nil {
 			return err
 		}
-		p, err = image.Record(ctx, dir, img, ref, "")
+		p, err = image.Record(ctx, dir, img, ref, "", "")
 	} else {
 		p, err = image.Unpack(ctx, dir, img, source, image.Limits{}, progress)
 	}

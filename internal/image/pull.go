@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -47,7 +49,13 @@ type Pulled struct {
 	Pinned string `json:"pinned,omitempty"`
 	// Seeded says the image carries a saved workdir (a snapshot's).
 	Seeded bool `json:"seeded,omitempty"`
-	// PullSecret is the cluster's imagePullSecret for a private registry.
+	// Access is how each org (by its slug) that pulled the image has the
+	// cluster pull it: from its own reference, with its own
+	// imagePullSecret for a private registry, never another org's (which
+	// that org could revoke, or point elsewhere).
+	Access map[string]Access `json:"access,omitempty"`
+	// PullSecret is the one secret of a record written before Access,
+	// for Pinned, used by an org with no Access of its own.
 	PullSecret string    `json:"pullSecret,omitempty"`
 	SizeBytes  int64     `json:"sizeBytes"`
 	Files      int64     `json:"files"`
@@ -62,6 +70,25 @@ type Pulled struct {
 }
 
 var digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+
+// Access is one org's way to a recorded image in a private registry.
+type Access struct {
+	Pinned string `json:"pinned"` // the reference by digest, in the registry the secret is for
+	Secret string `json:"secret"` // the imagePullSecret
+}
+
+// recordMu serializes Record's read and write of a pulled.json.
+var recordMu sync.Mutex
+
+// AccessOf is how a pod of org (its slug) pulls the image: its own
+// Access, else the record's Pinned with the secret of a record from
+// before Access (none for a public image).
+func (p *Pulled) AccessOf(org string) Access {
+	if a, ok := p.Access[org]; ok {
+		return a
+	}
+	return Access{Pinned: p.Pinned, Secret: p.PullSecret}
+}
 
 // IsDigest says whether s names a pulled image by digest.
 func IsDigest(s string) bool { return digestPattern.MatchString(s) }
@@ -223,7 +250,7 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 	if err := Push(ctx, img, ref); err != nil {
 		return nil, err
 	}
-	p, err := Record(ctx, dir, img, ref, "")
+	p, err := Record(ctx, dir, img, ref, "", "")
 	if err != nil {
 		return nil, err
 	}
@@ -431,19 +458,28 @@ func Unpack(ctx context.Context, dir string, img v1.Image, source string, lim Li
 // Record notes img (read from ref) for a backend that runs images as
 // they are in their registry — a cluster's nodes pull them — so nothing is
 // unpacked: only pulled.json, with the reference pinned by digest. The
-// size is the layers' as the registry stores them.
-func Record(ctx context.Context, dir string, img v1.Image, ref, pullSecret string) (*Pulled, error) {
+// size is the layers' as the registry stores them. An org's pull (org, its
+// slug, not "") is recorded as its Access: ref's registry, with
+// pullSecret if it is private; another org's stays as it is.
+func Record(ctx context.Context, dir string, img v1.Image, ref, org, pullSecret string) (*Pulled, error) {
 	dg, err := img.Digest()
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	digest := dg.String()
-	if p, err := InspectPulled(dir, digest); err == nil && (pullSecret == "" || p.PullSecret == pullSecret) {
-		return p, nil
+	recordMu.Lock() // one write of a record at a time: each org's secret is kept
+	defer recordMu.Unlock()
+	old, err := InspectPulled(dir, digest)
+	if err != nil {
+		old = nil
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
+	}
+	pinned := r.Context().Digest(digest).String()
+	if old != nil && (org == "" || old.Access[org] == Access{Pinned: pinned, Secret: pullSecret}) {
+		return old, nil
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
@@ -460,9 +496,21 @@ func Record(ctx context.Context, dir string, img v1.Image, ref, pullSecret strin
 	for _, l := range m.Layers {
 		size += l.Size
 	}
-	p := &Pulled{Digest: digest, Source: ref, Pinned: r.Context().Digest(digest).String(), PullSecret: pullSecret, SizeBytes: size, Layers: len(m.Layers),
+	p := &Pulled{Digest: digest, Source: ref, Pinned: pinned, SizeBytes: size, Layers: len(m.Layers),
 		PulledAt: time.Now().UTC(), Env: cfg.Config.Env, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User,
 		Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd}
+	if old != nil {
+		// Another org's pull of the same digest: what the others pull
+		// from, and with which secret, stays.
+		p.Source, p.Pinned, p.PullSecret, p.PulledAt = old.Source, old.Pinned, old.PullSecret, old.PulledAt
+		p.Access = maps.Clone(old.Access)
+	}
+	if org != "" {
+		if p.Access == nil {
+			p.Access = map[string]Access{}
+		}
+		p.Access[org] = Access{Pinned: pinned, Secret: pullSecret}
+	}
 	d, _ := pulledDir(dir, digest)
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return nil, fmt.Errorf("image: %w", err)

@@ -130,31 +130,38 @@ func (l *registry) Pull(ctx context.Context, ref string, auth *image.Auth, lim i
 	if err != nil {
 		return nil, err
 	}
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	org = sandbox.Slug(org)
 	secret := ""
 	if auth != nil {
-		// The node pulls too: the credentials become the namespace's
-		// imagePullSecret, which the image's pods name.
+		// The node pulls too: the credentials become an imagePullSecret
+		// of the org's own, which the org's pods of the image name.
 		r, err := name.ParseReference(ref)
 		if err != nil {
 			return nil, err
 		}
-		if secret, err = l.rt.PullSecret(ctx, r.Context().RegistryStr(), auth.Username, auth.Password); err != nil {
+		if secret, err = l.rt.PullSecret(ctx, org, r.Context().RegistryStr(), auth.Username, auth.Password); err != nil {
 			return nil, err
 		}
 	}
-	return image.Record(ctx, l.dir, img, ref, secret)
+	return image.Record(ctx, l.dir, img, ref, org, secret)
 }
 
-// secret is the imagePullSecret of a recorded image, if it has one.
-func (l *registry) secret(name string) string {
+// access is how a pod of org (its slug) pulls a recorded image: the
+// reference and the imagePullSecret, if it needs one.
+func (l *registry) access(org, name string) (ref, secret string) {
 	if !image.IsDigest(name) {
-		return ""
+		return "", ""
 	}
 	p, err := image.InspectPulled(l.dir, name)
 	if err != nil {
-		return ""
+		return "", ""
 	}
-	return p.PullSecret
+	a := p.AccessOf(org)
+	return a.Pinned, a.Secret
 }
 
 // Rootfs has nothing to inspect: the image is unpacked on a node.
@@ -387,7 +394,7 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (backend, err
 		if err != nil {
 			return backend{}, err
 		}
-		rt, err := kube.Open(ctx, cfg.Kube, kube.Hooks{Image: lib.podImage, ImageEnv: lib.env, PullSecret: lib.secret, NetworkPrivate: bounds.Private}, log)
+		rt, err := kube.Open(ctx, cfg.Kube, kube.Hooks{Image: lib.podImage, ImageEnv: lib.env, PullSecret: lib.access, NetworkPrivate: bounds.Private}, log)
 		if err != nil {
 			return backend{}, err
 		}

@@ -429,8 +429,9 @@ func TestKubeImage(t *testing.T) {
 }
 
 // TestKubePrivateImage: an image of a registry with basic auth — the
-// credentials become the namespace's imagePullSecret, the pod names it, the
-// node pulls with it; nothing of them is in the pod's environment.
+// credentials become the org's own imagePullSecret, the pod names it, the
+// node pulls with it; nothing of them is in the pod's environment; another
+// org with the same user gets a secret of its own.
 func TestKubePrivateImage(t *testing.T) {
 	reg := testenv.NeedRegistry(t, true)
 	cfg := server.Config{Images: imagesWithClasses(t)}
@@ -459,6 +460,35 @@ func TestKubePrivateImage(t *testing.T) {
 	}
 	if out := e.sh("acme", id, "ls /bin/busybox; env | grep -c "+reg.Password+" || true"); out != "/bin/busybox\n0\n" {
 		t.Errorf("in the pod: %q", out)
+	}
+
+	// Another org with the same registry user (a shared vendor account)
+	// gets a secret of its own: neither org's pods pull with what the
+	// other gave, which it could replace or revoke.
+	e.must(http.StatusCreated, "POST", "/v1/images", "globex", map[string]string{"name": "p", "ref": ref, "username": reg.User, "password": reg.Password})
+	gid := e.lease("globex", map[string]any{"image": "p"})
+	gpods, err := c.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox + "=" + gid})
+	if err != nil || len(gpods.Items) != 1 || len(gpods.Items[0].Spec.ImagePullSecrets) != 1 {
+		t.Fatalf("globex's pods: %v %v", gpods, err)
+	}
+	gsec := gpods.Items[0].Spec.ImagePullSecrets[0].Name
+	if gsec == sec.Name {
+		t.Errorf("two orgs' pods pull with one secret, %s", gsec)
+	}
+	for org, name := range map[string]string{"acme": sec.Name, "globex": gsec} {
+		s, err := c.CoreV1().Secrets(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil || s.Labels[runtime.LabelOrg] != sandbox.Slug(org) {
+			t.Errorf("%s's pull secret %s: labels %v, %v", org, name, s.Labels, err)
+		}
+	}
+	if out := e.sh("globex", gid, "ls /bin/busybox"); out != "/bin/busybox\n" {
+		t.Errorf("in globex's pod: %q", out)
+	}
+	// acme's next pod still names acme's.
+	id2 := e.lease("acme", map[string]any{"image": "p"})
+	pods, err = c.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: runtime.LabelSandbox + "=" + id2})
+	if err != nil || len(pods.Items) != 1 || len(pods.Items[0].Spec.ImagePullSecrets) != 1 || pods.Items[0].Spec.ImagePullSecrets[0].Name != sec.Name {
+		t.Errorf("acme's pod after globex's pull: %v %v", pods, err)
 	}
 }
 

@@ -60,9 +60,10 @@ type Config struct {
 	// Image maps a class image name to the container image; nil means
 	// "sandbox/NAME:local".
 	Image func(name string) string
-	// PullSecret names the imagePullSecret a pod of an image needs (a
-	// private registry's); nil or "" means none.
-	PullSecret func(image string) string
+	// PullSecret is how a pod of an org (its slug) pulls a pulled image:
+	// its reference ("": Image's) and the imagePullSecret it names (""
+	// for none: a public registry). Nil: Image's reference, no secret.
+	PullSecret func(org, image string) (ref, secret string)
 	// RunnerImage is an image holding cmd/sandbox-runner at RunnerInImage
 	// (the server's own image): an init container of it copies the runner
 	// into a volume in memory that the sandbox's container mounts
@@ -358,7 +359,11 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 		p.Spec.RuntimeClassName = &rc
 	}
 	if r.cfg.PullSecret != nil {
-		if name := r.cfg.PullSecret(spec.Image); name != "" {
+		ref, name := r.cfg.PullSecret(spec.Labels[runtime.LabelOrg], spec.Image)
+		if ref != "" {
+			p.Spec.Containers[0].Image = ref
+		}
+		if name != "" {
 			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: name}}
 		}
 	}
@@ -368,15 +373,17 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 // PullSecret keeps a private registry's credentials as an imagePullSecret
 // of the sandbox namespace — the node's to read when it pulls, never a
 // pod's environment or a sandbox's file — and answers its name: one per
-// (registry, user), its password the newest given.
-func (r *Runtime) PullSecret(ctx context.Context, registry, user, password string) (string, error) {
-	sum := sha256.Sum256([]byte(registry + "\x00" + user))
+// (org, registry, user), its password the newest the org gave. An org's
+// pods name only its own: another org with the same user (a shared
+// vendor account) cannot replace or revoke what they pull with.
+func (r *Runtime) PullSecret(ctx context.Context, org, registry, user, password string) (string, error) {
+	sum := sha256.Sum256([]byte(org + "\x00" + registry + "\x00" + user))
 	name := "sandbox-pull-" + hex.EncodeToString(sum[:8])
 	cfg, _ := json.Marshal(map[string]any{"auths": map[string]any{registry: map[string]string{
 		"username": user, "password": password, "auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + password)),
 	}}})
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "sandbox"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "sandbox", runtime.LabelOrg: org}},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data:       map[string][]byte{corev1.DockerConfigJsonKey: cfg},
 	}

@@ -76,7 +76,7 @@ type Options struct {
 type Hooks struct {
 	Image          func(string) string
 	ImageEnv       func(string) []string
-	PullSecret     func(string) string
+	PullSecret     func(org, image string) (ref, secret string)
 	NetworkPrivate []netip.Prefix
 }
 
