@@ -637,6 +637,18 @@ if [ "$only" != containerd ] && [ "$N" = 1 ]; then
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 		--initial-cluster sandbox-kube=http://127.0.0.1:2380
+	# The audit log records the exec subresource's requests (their URIs) as a
+	# cluster's audit would: the tests read it for what must not be there (a
+	# command's environment). Nothing else is audited.
+	cat >"$ROOT/etc/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  resources: [{group: "", resources: [pods/exec]}]
+- level: None
+EOF
 	# Every address (the pods reach it on the bridge, which comes up with the
 	# first pod); the host guard keeps the port shut to anything but loopback
 	# and the pods. The kubernetes Service's endpoint is the bridge's address.
@@ -648,7 +660,8 @@ if [ "$only" != containerd ] && [ "$N" = 1 ]; then
 		--service-account-signing-key-file="$P/sa.key" --service-cluster-ip-range="$SERVICE_CIDR" \
 		--allow-privileged=true --kubelet-preferred-address-types=InternalIP \
 		--kubelet-client-certificate="$P/kubelet-client.crt" --kubelet-client-key="$P/kubelet-client.key" \
-		--profiling=false
+		--profiling=false --audit-policy-file="$ROOT/etc/audit-policy.yaml" \
+		--audit-log-path="$ROOT/logs/audit.log" --audit-log-maxsize=50 --audit-log-maxbackup=1
 fi
 start "containerd$sfx" "$ROOT/bin/containerd" --config "$ROOT/etc/containerd$sfx.toml"
 for _ in $(seq 150); do

@@ -7,6 +7,8 @@
 // `sandbox-runner connect` one preview connection (connect.go: the way of
 // servers before the relay);
 // `sandbox-runner credential` writes the lease credential (credential.go);
+// `sandbox-runner exec` runs a kube exec whose argv and environment come on
+// stdin (exec.go);
 // `sandbox-runner stats` reads the sandbox's use from inside (stats.go).
 //
 // The server bind-mounts it read-only into every sandbox and runs it over
@@ -67,6 +69,8 @@ func main() {
 			os.Exit(connectMain(os.Args[2:]))
 		case "credential":
 			os.Exit(credentialMain())
+		case "exec":
+			os.Exit(execMain())
 		case "install":
 			os.Exit(installMain(os.Args[2:]))
 		case "stats":

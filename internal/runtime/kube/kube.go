@@ -880,8 +880,10 @@ var baseEnv = []string{
 }
 
 // Exec runs a program through the exec subresource, which has no working
-// directory, environment or user of its own: env(1) sets the first two (the
-// container runs as uid 1000). Every exec carries a random SANDBOX_EXEC
+// directory, environment or user of its own: with the runner, `sandbox-runner
+// exec` sets the first two from a header on stdin (out of the exec URL);
+// without it, or for a terminal, env(1) does, from the URL (the container
+// runs as uid 1000). Every exec carries a random SANDBOX_EXEC
 // token in its environment, inherited by whatever it starts; cancelling
 // kills every process holding the token, inside the pod.
 func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
@@ -903,6 +905,16 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	env = append(env, "SANDBOX_EXEC="+token)
 	argv := append([]string{"/bin/sh", "-c", execWrapper, "sh", req.Dir}, env...)
 	argv = append(argv, req.Argv...)
+	stdin := req.Stdin
+	if r.cfg.RunnerImage != "" && !req.TTY {
+		// The exec URL carries only the runner's name: the command, its
+		// directory and its environment (a caller's secrets, often) come
+		// first on stdin, out of the apiserver's audit log and of any
+		// proxy's (see cmd/sandbox-runner/exec.go). A terminal's stdin
+		// goes through the pod's line discipline, which would echo them:
+		// a terminal's command stays in the URL.
+		argv, stdin = []string{runtime.RunnerPath, "exec"}, execStdin(req.Dir, env, req.Argv, req.Stdin)
+	}
 	stdout, stderr := req.Stdout, req.Stderr
 	if stdout == nil {
 		stdout = io.Discard
@@ -915,13 +927,29 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		defer cancel()
 		r.stream(kctx, name, []string{"/bin/sh", "-c", killScript, "SANDBOX_EXEC=" + token}, false, nil, io.Discard, io.Discard, nil)
 	}
-	err = r.streamKilling(ctx, name, argv, req.TTY, req.Stdin, stdout, stderr, req.Resize, kill)
+	err = r.streamKilling(ctx, name, argv, req.TTY, stdin, stdout, stderr, req.Resize, kill)
 	if ctx.Err() != nil {
 		// The stream is gone; the program may not be. Kill it inside.
 		kill()
 		return ctx.Err()
 	}
 	return err
+}
+
+// execStdin is the stdin of `sandbox-runner exec`: the header (its length
+// in 8 hex digits, then JSON of the directory, environment and argv), then
+// the command's own stdin, if it has one.
+func execStdin(dir string, env, argv []string, stdin io.Reader) io.Reader {
+	h, _ := json.Marshal(struct {
+		Dir  string   `json:"dir"`
+		Env  []string `json:"env"`
+		Argv []string `json:"argv"`
+	}{dir, env, argv})
+	rs := []io.Reader{strings.NewReader(fmt.Sprintf("%08x", len(h))), bytes.NewReader(h)}
+	if stdin != nil {
+		rs = append(rs, stdin)
+	}
+	return io.MultiReader(rs...)
 }
 
 // killScript kills the command an exec started: the processes holding its

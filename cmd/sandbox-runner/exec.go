@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// execHeader is what `sandbox-runner exec` reads before the program's
+// stdin: where to run, with which environment, what.
+type execHeader struct {
+	Dir  string   `json:"dir"`
+	Env  []string `json:"env"`
+	Argv []string `json:"argv"`
+}
+
+// maxExecHeader bounds the header (argv and environment together): Linux
+// takes no more than a few MiB of them either.
+const maxExecHeader = 4 << 20
+
+// execMain is `sandbox-runner exec`: the kube backend's exec of a command
+// whose directory, environment and argv come on stdin, not in the exec
+// subresource's URL — which the apiserver's audit log records (at the
+// Metadata level too: the request URI) and every proxy on the way may. A
+// caller's env often holds its own secrets (an API key for the program).
+//
+// Stdin starts with the header's length in 8 hex digits and that many
+// bytes of JSON (execHeader); the rest is the program's. Exactly those
+// bytes are read (os.Stdin is not buffered), then the program replaces
+// this process with the rest of stdin unread. It answers as the shell
+// wrapper before it did: 126 for a directory it cannot enter or a program
+// it cannot run, 127 for one not found (on the header's PATH).
+func execMain() int {
+	h, err := readExecHeader(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-runner exec:", err)
+		return 125
+	}
+	if h.Dir != "" {
+		if err := os.Chdir(h.Dir); err != nil {
+			fmt.Fprintf(os.Stderr, "sandbox-runner exec: cd %s: %v\n", h.Dir, errors.Unwrap(err))
+			return 126
+		}
+	}
+	path, err := lookPath(h.Argv[0], h.Env)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-runner exec:", err)
+		return 127
+	}
+	err = syscall.Exec(path, h.Argv, h.Env)
+	fmt.Fprintf(os.Stderr, "sandbox-runner exec: %s: %v\n", h.Argv[0], err)
+	if errors.Is(err, syscall.ENOENT) {
+		return 127
+	}
+	return 126
+}
+
+func readExecHeader(r io.Reader) (*execHeader, error) {
+	var n [8]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, fmt.Errorf("the header's length: %w", err)
+	}
+	size, err := strconv.ParseUint(string(n[:]), 16, 32)
+	if err != nil || size > maxExecHeader {
+		return nil, fmt.Errorf("the header's length %q", n[:])
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("the header: %w", err)
+	}
+	var h execHeader
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("the header: %w", err)
+	}
+	if len(h.Argv) == 0 || h.Argv[0] == "" {
+		return nil, errors.New("the header has no argv")
+	}
+	return &h, nil
+}
