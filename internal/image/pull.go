@@ -256,10 +256,8 @@ func Append(ctx context.Context, dir, base string, layers []string, repo, source
 	}
 	if len(layers) > 1 && !p.Seeded {
 		p.Seeded = true
-		d, _ := pulledDir(dir, p.Digest)
-		raw, _ := json.MarshalIndent(p, "", "  ")
-		if err := os.WriteFile(filepath.Join(d, "pulled.json"), raw, 0o644); err != nil {
-			return nil, fmt.Errorf("image: %w", err)
+		if err := writePulled(dir, p); err != nil {
+			return nil, err
 		}
 	}
 	p.Source, p.SizeBytes = source, u.Cost
@@ -478,8 +476,20 @@ func Record(ctx context.Context, dir string, img v1.Image, ref, org, pullSecret 
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	pinned := r.Context().Digest(digest).String()
-	if old != nil && (org == "" || old.Access[org] == Access{Pinned: pinned, Secret: pullSecret}) {
-		return old, nil
+	if old != nil {
+		if org == "" || old.Access[org] == (Access{Pinned: pinned, Secret: pullSecret}) {
+			return old, nil
+		}
+		// Another org's pull of a digest recorded before: the record as
+		// it is (what the others pull from, and with which secret; a
+		// snapshot's Seeded), with this org's access added.
+		p := *old
+		p.Access = maps.Clone(old.Access)
+		if p.Access == nil {
+			p.Access = map[string]Access{}
+		}
+		p.Access[org] = Access{Pinned: pinned, Secret: pullSecret}
+		return &p, writePulled(dir, &p)
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
@@ -499,31 +509,34 @@ func Record(ctx context.Context, dir string, img v1.Image, ref, org, pullSecret 
 	p := &Pulled{Digest: digest, Source: ref, Pinned: pinned, SizeBytes: size, Layers: len(m.Layers),
 		PulledAt: time.Now().UTC(), Env: cfg.Config.Env, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User,
 		Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd}
-	if old != nil {
-		// Another org's pull of the same digest: what the others pull
-		// from, and with which secret, stays.
-		p.Source, p.Pinned, p.PullSecret, p.PulledAt = old.Source, old.Pinned, old.PullSecret, old.PulledAt
-		p.Access = maps.Clone(old.Access)
-	}
 	if org != "" {
-		if p.Access == nil {
-			p.Access = map[string]Access{}
-		}
-		p.Access[org] = Access{Pinned: pinned, Secret: pullSecret}
+		p.Access = map[string]Access{org: {Pinned: pinned, Secret: pullSecret}}
 	}
-	d, _ := pulledDir(dir, digest)
+	if err := writePulled(dir, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// writePulled writes p as its image's pulled.json, whole (a temporary file
+// renamed).
+func writePulled(dir string, p *Pulled) error {
+	d, err := pulledDir(dir, p.Digest)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(d, 0o755); err != nil {
-		return nil, fmt.Errorf("image: %w", err)
+		return fmt.Errorf("image: %w", err)
 	}
 	raw, _ := json.MarshalIndent(p, "", "  ")
 	tmp := filepath.Join(d, "pulled.json.tmp")
 	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
-		return nil, fmt.Errorf("image: %w", err)
+		return fmt.Errorf("image: %w", err)
 	}
 	if err := os.Rename(tmp, filepath.Join(d, "pulled.json")); err != nil {
-		return nil, fmt.Errorf("image: %w", err)
+		return fmt.Errorf("image: %w", err)
 	}
-	return p, nil
+	return nil
 }
 
 // RemovePulled deletes a pulled image's files.

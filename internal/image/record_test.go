@@ -33,6 +33,19 @@ func TestRecordKeepsEachOrgsAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the first record said of the image stays (a snapshot's Seeded,
+	// its source) when another org's pull adds its access.
+	p.Seeded = true
+	if err := writePulled(dir, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Record(ctx, dir, img, "mirror.example/tool:2", "hooli2", ""); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = InspectPulled(dir, dg.String()); err != nil || !p.Seeded || p.Source != "a.example/team/tool:1" {
+		t.Fatalf("after another org's pull: %+v %v", p, err)
+	}
+	delete(p.Access, "hooli2")
 	for org, want := range map[string]Access{
 		"acme":    {Pinned: "a.example/team/tool@" + dg.String(), Secret: "sandbox-pull-a"},
 		"globex":  {Pinned: "mirror.example/tool@" + dg.String(), Secret: "sandbox-pull-g"},
