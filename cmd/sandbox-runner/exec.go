@@ -33,7 +33,8 @@ const maxExecHeader = 4 << 20
 // bytes are read (os.Stdin is not buffered), then the program replaces
 // this process with the rest of stdin unread. It answers as the shell
 // wrapper before it did: 126 for a directory it cannot enter or a program
-// it cannot run, 127 for one not found (on the header's PATH).
+// it cannot run, 127 for one not found (on the header's PATH, nor by the
+// image's env(1)).
 func execMain() int {
 	h, err := readExecHeader(os.Stdin)
 	if err != nil {
@@ -46,12 +47,19 @@ func execMain() int {
 			return 126
 		}
 	}
-	path, err := lookPath(h.Argv[0], h.Env)
+	argv := h.Argv
+	path, err := lookPath(argv[0], h.Env)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sandbox-runner exec:", err)
-		return 127
+		// Not a file on PATH: the image's own env(1) may still run it, as
+		// it did under the shell wrapper (busybox's runs its applets by
+		// name, with no link on PATH); it answers 127 if it cannot.
+		if path, err = lookPath("env", h.Env); err != nil {
+			fmt.Fprintf(os.Stderr, "sandbox-runner exec: %s: not found\n", argv[0])
+			return 127
+		}
+		argv = append(append([]string{"env", "-i"}, h.Env...), argv...)
 	}
-	err = syscall.Exec(path, h.Argv, h.Env)
+	err = syscall.Exec(path, argv, h.Env)
 	fmt.Fprintf(os.Stderr, "sandbox-runner exec: %s: %v\n", h.Argv[0], err)
 	if errors.Is(err, syscall.ENOENT) {
 		return 127

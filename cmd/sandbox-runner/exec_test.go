@@ -56,6 +56,15 @@ func TestExecReadsItsHeaderOnly(t *testing.T) {
 	if _, _, code := run(header("", env, []string{"no-such-program"})); code != 127 {
 		t.Errorf("a program that is not there: exit %d, want 127", code)
 	}
+	// A name that is no file on PATH goes to the image's env(1), which
+	// may know it (busybox's applets).
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	os.WriteFile(filepath.Join(bin, "env"), []byte("#!/bin/sh\necho \"env ran: $*\"\n"), 0o755)
+	out, errs, code = run(header("", []string{"PATH=" + bin + ":/bin", "A=b"}, []string{"applet", "x"}))
+	if want := "env ran: -i PATH=" + bin + ":/bin A=b applet x\n"; code != 0 || out != want {
+		t.Errorf("a name on no PATH: exit %d, stdout %q (stderr %q), want %q", code, out, errs, want)
+	}
 	for _, bad := range []string{"", "0000000", "zzzzzzzz{}", "00000002{}", "00ffffff{"} {
 		if _, _, code := run(bad); code != 125 {
 			t.Errorf("header %q: exit %d, want 125", bad, code)
