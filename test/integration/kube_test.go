@@ -153,9 +153,8 @@ func TestKubeAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.send(websocket.MessageText, `{"resize":{"cols":99,"rows":33}}`)
-	k.send(websocket.MessageBinary, "stty size; echo kube-$((6*7))\r")
-	k.expect("33 99")
+	k.expectSize(33, 99)
+	k.send(websocket.MessageBinary, "echo kube-$((6*7))\r")
 	k.expect("kube-42")
 	k.c.Close(websocket.StatusNormalClosure, "")
 

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -75,6 +76,37 @@ func (k *term) expect(want string) {
 	}
 }
 
+// expectSize sends a resize to rows×cols and waits for the pty to say so.
+// The resize travels beside the input (on Kubernetes, the exec's resize
+// channel, applied by the node while the shell already reads), so a stty
+// typed at once may run before it lands: it is asked again, every second
+// and a half, until it says the new size. (A read past its context closes
+// the connection, so the asking is beside the one read.)
+func (k *term) expectSize(rows, cols int) {
+	k.t.Helper()
+	k.send(websocket.MessageText, fmt.Sprintf(`{"resize":{"cols":%d,"rows":%d}}`, cols, rows))
+	done := make(chan struct{})
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := k.c.Write(ctx, websocket.MessageBinary, []byte("stty size\r"))
+			cancel()
+			if err != nil {
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(1500 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { close(done); <-asked }()
+	k.expect(fmt.Sprintf("%d %d", rows, cols))
+}
+
 func dialStatus(res *http.Response) int {
 	if res == nil {
 		return 0
@@ -111,9 +143,8 @@ func TestTerminal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dial: %v", err)
 		}
-		k.send(websocket.MessageText, `{"resize":{"cols":123,"rows":41}}`)
-		k.send(websocket.MessageBinary, "stty size; echo \"term=$TERM shell=$0\"\r")
-		k.expect("41 123")
+		k.expectSize(41, 123)
+		k.send(websocket.MessageBinary, "echo \"term=$TERM shell=$0\"\r")
 		k.expect("term=xterm")
 		k.expect("shell=zsh") // zsh first
 		k.send(websocket.MessageBinary, "[[ -o login ]] && echo login-shell\r")
