@@ -73,9 +73,15 @@ flock 8
 tmp=$ROOT/images/tmp-$key
 log=$ROOT/images/import-$key.log
 
+# A local image is in no registry: once the kubelet's image collection
+# (under disk pressure, or past its high threshold) removed it, no pod of it
+# could start again (pull policy Never). containerd reports an image with
+# this label as pinned, which the kubelet never collects.
+PIN=io.cri-containerd.pinned=pinned
 have=$("${CTR[@]}" images ls "name==$full" 2>/dev/null | awk 'NR>1' || true)
 if [ "${FORCE:-0}" != 1 ] && [ "$(cat "$hashfile" 2>/dev/null)" = "$hash" ] &&
 	grep -qF "org.sandboxd.source-hash=$hash" <<<"$have"; then
+	grep -qF "$PIN" <<<"$have" || "${CTR[@]}" images label "$full" "$PIN" >/dev/null
 	step "$full is up to date (source hash ${hash:0:16}, $hashfile)"
 	exit 0
 fi
@@ -88,7 +94,7 @@ args=(-ref "$REF" -tmp "$tmp" -label "org.sandboxd.source-hash=$hash" -label "or
 for c in "${cmd[@]}"; do args+=(-cmd "$c"); done
 rm -f "$hashfile"
 "$ROOT/bin/imgtar" "${args[@]}" "$ROOTFS" |
-	"${CTR[@]}" images import --label "org.sandboxd.source-hash=$hash" - >"$log" 2>&1 || {
+	"${CTR[@]}" images import --label "org.sandboxd.source-hash=$hash" --label "$PIN" - >"$log" 2>&1 || {
 	tail -n 20 "$log" >&2
 	die "import failed (log $log)"
 }
