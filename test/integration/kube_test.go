@@ -174,16 +174,22 @@ func TestKubeAPI(t *testing.T) {
 	}
 }
 
+// scratchSpec is a small exec pod of its own sandbox, for the tests that
+// drive the runtime directly.
+func scratchSpec() runtime.Spec {
+	return runtime.Spec{
+		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()},
+		Image: "exec", Runtime: "gvisor", Workdir: "/mnt/data",
+		Volume: runtime.Volume{Name: "scratch-x", Scratch: true, SizeMiB: 64}, CPUs: 0.5, MemoryMiB: 256,
+	}
+}
+
 // TestKubeDeleteUIDPrecondition: a delete that names the UID of a pod that
 // was since recreated under the same name is refused, and the new pod stays.
 func TestKubeDeleteUIDPrecondition(t *testing.T) {
 	e, c, ns := newKubeEnv(t)
 	ctx := context.Background()
-	spec := runtime.Spec{
-		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()},
-		Image: "exec", Runtime: "gvisor", Workdir: "/mnt/data",
-		Volume: runtime.Volume{Name: "scratch-x", Scratch: true, SizeMiB: 64}, CPUs: 0.5, MemoryMiB: 256,
-	}
+	spec := scratchSpec()
 	first, err := e.srv.Runtime.Create(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -500,15 +506,12 @@ func TestKubePrivateImage(t *testing.T) {
 func TestKubeDeleteWaitsForTheContainers(t *testing.T) {
 	e, _, _ := newKubeEnv(t)
 	ctx := context.Background()
-	spec := runtime.Spec{
-		Name: sandbox.NewName(), Labels: map[string]string{runtime.LabelSandbox: sandbox.NewID()},
-		Image: "exec", Runtime: "gvisor", Workdir: "/mnt/data",
-		Volume: runtime.Volume{Name: "scratch-x", Scratch: true, SizeMiB: 64}, CPUs: 0.5, MemoryMiB: 256,
-	}
+	spec := scratchSpec()
 	obj, err := e.srv.Runtime.Create(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { e.srv.Runtime.Delete(context.Background(), runtime.Ref{Name: obj.Name, UID: obj.UID}) })
 	if len(podProcesses(t, obj.UID)) == 0 {
 		t.Fatal("no process of the running pod found on the node: the check below could not fail")
 	}

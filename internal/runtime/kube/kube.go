@@ -903,9 +903,8 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		env = append(env, "TERM=xterm-256color")
 	}
 	env = append(env, "SANDBOX_EXEC="+token)
-	argv := append([]string{"/bin/sh", "-c", execWrapper, "sh", req.Dir}, env...)
-	argv = append(argv, req.Argv...)
-	stdin := req.Stdin
+	var argv []string
+	var stdin io.Reader
 	if r.cfg.RunnerImage != "" && !req.TTY {
 		// The exec URL carries only the runner's name: the command, its
 		// directory and its environment (a caller's secrets, often) come
@@ -914,6 +913,9 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		// goes through the pod's line discipline, which would echo them:
 		// a terminal's command stays in the URL.
 		argv, stdin = []string{runtime.RunnerPath, "exec"}, execStdin(req.Dir, env, req.Argv, req.Stdin)
+	} else {
+		argv = append(append([]string{"/bin/sh", "-c", execWrapper, "sh", req.Dir}, env...), req.Argv...)
+		stdin = req.Stdin
 	}
 	stdout, stderr := req.Stdout, req.Stderr
 	if stdout == nil {
