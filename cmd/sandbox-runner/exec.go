@@ -16,6 +16,11 @@ type execHeader struct {
 	Dir  string   `json:"dir"`
 	Env  []string `json:"env"`
 	Argv []string `json:"argv"`
+	// TTY runs the program on a terminal of the runner's own, of Cols×Rows
+	// when both are set; the rest of stdin is then frames (see tty.go).
+	TTY  bool   `json:"tty,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
 }
 
 // maxExecHeader bounds the header (argv and environment together): Linux
@@ -34,16 +39,22 @@ const maxExecHeader = 4 << 20
 // this process with the rest of stdin unread. It answers as the shell
 // wrapper before it did: 126 for a directory it cannot enter or a program
 // it cannot run, 127 for one not found (on the header's PATH, nor by the
-// image's env(1)).
+// image's env(1)). With the header's TTY, the program runs on a terminal
+// instead, under this process (ttyMain); what the runner says of its own
+// then goes to stdout, the terminal's one stream.
 func execMain() int {
 	h, err := readExecHeader(os.Stdin)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-runner exec:", err)
 		return 125
 	}
+	say, eol := io.Writer(os.Stderr), "\n"
+	if h.TTY {
+		say, eol = os.Stdout, "\r\n"
+	}
 	if h.Dir != "" {
 		if err := os.Chdir(h.Dir); err != nil {
-			fmt.Fprintf(os.Stderr, "sandbox-runner exec: cd %s: %v\n", h.Dir, errors.Unwrap(err))
+			fmt.Fprintf(say, "sandbox-runner exec: cd %s: %v%s", h.Dir, errors.Unwrap(err), eol)
 			return 126
 		}
 	}
@@ -54,13 +65,16 @@ func execMain() int {
 		// it did under the shell wrapper (busybox's runs its applets by
 		// name, with no link on PATH); it answers 127 if it cannot.
 		if path, err = lookPath("env", h.Env); err != nil {
-			fmt.Fprintf(os.Stderr, "sandbox-runner exec: %s: not found\n", argv[0])
+			fmt.Fprintf(say, "sandbox-runner exec: %s: not found%s", argv[0], eol)
 			return 127
 		}
 		argv = append(append([]string{"env", "-i"}, h.Env...), argv...)
 	}
+	if h.TTY {
+		return ttyMain(h, path, argv, os.Stdin)
+	}
 	err = syscall.Exec(path, argv, h.Env)
-	fmt.Fprintf(os.Stderr, "sandbox-runner exec: %s: %v\n", h.Argv[0], err)
+	fmt.Fprintf(say, "sandbox-runner exec: %s: %v%s", h.Argv[0], err, eol)
 	if errors.Is(err, syscall.ENOENT) {
 		return 127
 	}

@@ -568,6 +568,16 @@ func TestKubeExecOutOfTheAuditLog(t *testing.T) {
 	if out := e.exec("acme", id, map[string]any{"argv": []string{"no-such-program"}}); out.ExitCode != 127 {
 		t.Errorf("a missing program: %+v", out)
 	}
+	// A terminal's command too: here the name of a tmux session (the
+	// exec image has no tmux, which the terminal says).
+	session := "termword" + sandbox.NewID()[3:]
+	tk, _ := e.ticketFor("acme", id, "terminal")
+	k, _, derr := e.dialTerm(t, id, tk, session)
+	if derr != nil {
+		t.Fatalf("the terminal: %v", derr)
+	}
+	k.expect("tmux is not installed")
+	k.c.Close(websocket.StatusNormalClosure, "")
 	// The pod's execs are in the audit log, their URIs whole (so the
 	// check below can fail); the secret and the argv are nowhere in it.
 	sb, err := e.srv.Store.Get(sandbox.WithPrincipal(t.Context(), sandbox.Principal{Org: "acme", Subject: "test"}), id)
@@ -592,7 +602,7 @@ func TestKubeExecOutOfTheAuditLog(t *testing.T) {
 	if !seen() {
 		t.Fatalf("no exec of pod %s in the audit log %s", sb.Name, audit)
 	}
-	for what, s := range map[string]string{"environment": secret, "argv": word} {
+	for what, s := range map[string]string{"environment": secret, "argv": word, "terminal's argv": session} {
 		if bytes.Contains(log, []byte(s)) {
 			t.Errorf("the exec's %s is in the apiserver's audit log", what)
 		}

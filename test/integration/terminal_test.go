@@ -76,12 +76,23 @@ func (k *term) expect(want string) {
 	}
 }
 
-// expectSize sends a resize to rows×cols and waits for the pty to say so.
-// The resize travels beside the input (on Kubernetes, the exec's resize
-// channel, applied by the node while the shell already reads), so a stty
-// typed at once may run before it lands: it is asked again, every second
-// and a half, until it says the new size. (A read past its context closes
-// the connection, so the asking is beside the one read.)
+// resized sends a resize to rows×cols and, at once, a stty that must see
+// it: a resize is ordered with the keys after it (on Kubernetes the runner
+// holds the terminal and takes both from one stream).
+func (k *term) resized(rows, cols int) {
+	k.t.Helper()
+	k.send(websocket.MessageText, fmt.Sprintf(`{"resize":{"cols":%d,"rows":%d}}`, cols, rows))
+	k.send(websocket.MessageBinary, "stty size\r")
+	k.expect(fmt.Sprintf("%d %d", rows, cols))
+}
+
+// expectSize sends a resize to rows×cols and waits for the pty to say so,
+// on a backend whose resize travels beside the input: Kubernetes without
+// the runner (the exec's resize channel, applied by the node while the
+// shell already reads), where a stty typed at once may run before it
+// lands. It is asked again, every second and a half, until it says the
+// new size. (A read past its context closes the connection, so the asking
+// is beside the one read.)
 func (k *term) expectSize(rows, cols int) {
 	k.t.Helper()
 	k.send(websocket.MessageText, fmt.Sprintf(`{"resize":{"cols":%d,"rows":%d}}`, cols, rows))
@@ -143,7 +154,7 @@ func TestTerminal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dial: %v", err)
 		}
-		k.expectSize(41, 123)
+		k.resized(41, 123)
 		k.send(websocket.MessageBinary, "echo \"term=$TERM shell=$0\"\r")
 		k.expect("term=xterm")
 		k.expect("shell=zsh") // zsh first

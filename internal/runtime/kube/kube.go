@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -101,7 +102,7 @@ type Runtime struct {
 	ns  string
 
 	mu  sync.Mutex
-	env map[string][]string // each pod's environment, as its spec says
+	env map[string]podExec // each pod's environment and runner, as its spec says
 
 	// gatewayIP is the egress gateway's Service address, every pod's
 	// resolver (invalid: no gateway); gatewayUp says it was seen ready.
@@ -832,21 +833,28 @@ func envVars(env []string) []corev1.EnvVar {
 	return out
 }
 
-// execEnv is the environment an exec in pod name starts from: its pod's,
-// read from the pod's spec once per server process (a pod's spec never
-// changes).
-func (r *Runtime) execEnv(ctx context.Context, name string) ([]string, error) {
+// podExec is what an exec in a pod starts from: the pod's environment, and
+// whether its runner is this server's (its init container ran
+// cfg.RunnerImage), which alone is known to read what Exec writes it.
+type podExec struct {
+	env    []string
+	runner bool
+}
+
+// execEnv is what an exec in pod name starts from, read from the pod's
+// spec once per server process (a pod's spec never changes).
+func (r *Runtime) execEnv(ctx context.Context, name string) (podExec, error) {
 	r.mu.Lock()
-	env, ok := r.env[name]
+	pe, ok := r.env[name]
 	r.mu.Unlock()
 	if ok {
-		return env, nil
+		return pe, nil
 	}
 	p, err := r.cfg.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("kube: reading pod %s: %w", name, err)
+		return podExec{}, fmt.Errorf("kube: reading pod %s: %w", name, err)
 	}
-	env = []string{}
+	env := []string{}
 	for _, c := range p.Spec.Containers {
 		if c.Name == container {
 			for _, e := range c.Env {
@@ -854,17 +862,23 @@ func (r *Runtime) execEnv(ctx context.Context, name string) ([]string, error) {
 			}
 		}
 	}
-	env = runtime.MergeEnv(baseEnv, env...)
+	pe.env = runtime.MergeEnv(baseEnv, env...)
+	for _, c := range p.Spec.InitContainers {
+		// A pod started by a server of another version has that server's
+		// runner, which may not read the same header (an upgrade): it is
+		// driven as a pod without one until it is started again.
+		pe.runner = pe.runner || (c.Name == "runner" && r.cfg.RunnerImage != "" && c.Image == r.cfg.RunnerImage)
+	}
 	r.mu.Lock()
 	if r.env == nil {
-		r.env = map[string][]string{}
+		r.env = map[string]podExec{}
 	}
 	if len(r.env) > 10000 {
 		clear(r.env) // bounded: a cache, refilled on use
 	}
-	r.env[name] = env
+	r.env[name] = pe
 	r.mu.Unlock()
-	return env, nil
+	return pe, nil
 }
 
 // execWrapper starts an exec: into its directory ($1, when not empty),
@@ -882,10 +896,11 @@ var baseEnv = []string{
 // Exec runs a program through the exec subresource, which has no working
 // directory, environment or user of its own: with the runner, `sandbox-runner
 // exec` sets the first two from a header on stdin (out of the exec URL);
-// without it, or for a terminal, env(1) does, from the URL (the container
-// runs as uid 1000). Every exec carries a random SANDBOX_EXEC
-// token in its environment, inherited by whatever it starts; cancelling
-// kills every process holding the token, inside the pod.
+// without it (or with another server's), env(1) does, from the URL (the
+// container runs as uid 1000).
+// Every exec carries a random SANDBOX_EXEC token in its environment,
+// inherited by whatever it starts; cancelling kills every process holding
+// the token, inside the pod.
 func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
 	if len(req.Argv) == 0 {
 		return errors.New("kube: empty argv")
@@ -894,42 +909,51 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 		return &runtime.ExitError{Code: 127} // env(1) would read it as an assignment or an option
 	}
 	token := rand.Text()
-	podEnv, err := r.execEnv(ctx, name)
+	pe, err := r.execEnv(ctx, name)
 	if err != nil {
 		return err
 	}
-	env := runtime.MergeEnv(podEnv, req.Env...)
+	env := runtime.MergeEnv(pe.env, req.Env...)
 	if req.TTY && !hasEnv(env, "TERM") {
 		env = append(env, "TERM=xterm-256color")
 	}
 	env = append(env, "SANDBOX_EXEC="+token)
-	var argv []string
-	var stdin io.Reader
-	if r.cfg.RunnerImage != "" && !req.TTY {
-		// The exec URL carries only the runner's name: the command, its
-		// directory and its environment (a caller's secrets, often) come
-		// first on stdin, out of the apiserver's audit log and of any
-		// proxy's (see cmd/sandbox-runner/exec.go). A terminal's stdin
-		// goes through the pod's line discipline, which would echo them:
-		// a terminal's command stays in the URL.
-		argv, stdin = []string{runtime.RunnerPath, "exec"}, execStdin(req.Dir, env, req.Argv, req.Stdin)
-	} else {
-		argv = append(append([]string{"/bin/sh", "-c", execWrapper, "sh", req.Dir}, env...), req.Argv...)
-		stdin = req.Stdin
-	}
 	stdout, stderr := req.Stdout, req.Stderr
 	if stdout == nil {
 		stdout = io.Discard
 	}
-	if stderr == nil && !req.TTY {
-		stderr = io.Discard
+	if stderr == nil || req.TTY {
+		stderr = io.Discard // a terminal has one stream
+	}
+	var argv []string
+	var stdin io.Reader
+	tty, resize := req.TTY, req.Resize
+	switch {
+	case pe.runner && req.TTY:
+		// The runner holds the terminal (see cmd/sandbox-runner/tty.go):
+		// the command stays out of the URL, and a resize is a frame
+		// among the keys, applied in their order. The exec itself is a
+		// plain one: the subresource's terminal would apply a resize
+		// beside the keys, whenever the node got to it.
+		frames := newTTYFrames(ctx, execHeader(req.Dir, env, req.Argv, true), req.Stdin, req.Resize)
+		defer frames.stop()
+		argv, stdin, tty, resize = []string{runtime.RunnerPath, "exec"}, frames, false, nil
+	case pe.runner:
+		// The exec URL carries only the runner's name: the command, its
+		// directory and its environment (a caller's secrets, often) come
+		// first on stdin, out of the apiserver's audit log and of any
+		// proxy's (see cmd/sandbox-runner/exec.go).
+		argv, stdin = []string{runtime.RunnerPath, "exec"}, execStdin(req.Dir, env, req.Argv, req.Stdin)
+	default:
+		argv = append(append([]string{"/bin/sh", "-c", execWrapper, "sh", req.Dir}, env...), req.Argv...)
+		stdin = req.Stdin
 	}
 	kill := func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
 		r.stream(kctx, name, []string{"/bin/sh", "-c", killScript, "SANDBOX_EXEC=" + token}, false, nil, io.Discard, io.Discard, nil)
 	}
-	err = r.streamKilling(ctx, name, argv, req.TTY, stdin, stdout, stderr, req.Resize, kill)
+	err = r.streamKilling(ctx, name, argv, tty, stdin, stdout, stderr, resize, kill)
 	if ctx.Err() != nil {
 		// The stream is gone; the program may not be. Kill it inside.
 		kill()
@@ -938,20 +962,130 @@ func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest
 	return err
 }
 
-// execStdin is the stdin of `sandbox-runner exec`: the header (its length
-// in 8 hex digits, then JSON of the directory, environment and argv), then
-// the command's own stdin, if it has one.
-func execStdin(dir string, env, argv []string, stdin io.Reader) io.Reader {
+// execHeader is what `sandbox-runner exec` reads first on stdin: its length
+// in 8 hex digits, then JSON of the directory, environment and argv, and
+// whether the runner opens a terminal for the program.
+func execHeader(dir string, env, argv []string, tty bool) []byte {
 	h, _ := json.Marshal(struct {
 		Dir  string   `json:"dir"`
 		Env  []string `json:"env"`
 		Argv []string `json:"argv"`
-	}{dir, env, argv})
-	rs := []io.Reader{strings.NewReader(fmt.Sprintf("%08x", len(h))), bytes.NewReader(h)}
+		TTY  bool     `json:"tty,omitempty"`
+	}{dir, env, argv, tty})
+	return append([]byte(fmt.Sprintf("%08x", len(h))), h...)
+}
+
+// execStdin is the stdin of `sandbox-runner exec`: the header, then the
+// command's own stdin, if it has one.
+func execStdin(dir string, env, argv []string, stdin io.Reader) io.Reader {
+	rs := []io.Reader{bytes.NewReader(execHeader(dir, env, argv, false))}
 	if stdin != nil {
 		rs = append(rs, stdin)
 	}
 	return io.MultiReader(rs...)
+}
+
+// ttyFrames is the stdin of a terminal's `sandbox-runner exec`: the header,
+// then frames of the caller's keys ('d', a 32-bit length, the bytes) and
+// sizes ('r', 16-bit columns and rows), big-endian. A size sent before some
+// keys is framed before them: a size waiting when keys come goes first.
+// It ends (EOF, which the runner takes as its caller gone) when the keys
+// do, when ctx ends, or at stop.
+type ttyFrames struct {
+	pending []byte
+	keys    chan []byte // nil without a stdin: never delivers
+	resize  <-chan runtime.Size
+	ctx     context.Context
+	stopped chan struct{}
+	once    sync.Once
+}
+
+// maxKeys is the most bytes of keys in one frame (the runner takes 64 KiB).
+const maxKeys = 32 << 10
+
+func newTTYFrames(ctx context.Context, header []byte, stdin io.Reader, resize <-chan runtime.Size) *ttyFrames {
+	f := &ttyFrames{pending: header, resize: resize, ctx: ctx, stopped: make(chan struct{})}
+	if stdin != nil {
+		f.keys = make(chan []byte)
+		go func() {
+			defer close(f.keys)
+			for {
+				b := make([]byte, maxKeys)
+				n, err := stdin.Read(b)
+				if n > 0 {
+					select {
+					case f.keys <- b[:n]:
+					case <-ctx.Done():
+						return
+					case <-f.stopped:
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return f
+}
+
+func (f *ttyFrames) stop() { f.once.Do(func() { close(f.stopped) }) }
+
+func (f *ttyFrames) Read(p []byte) (int, error) {
+	for len(f.pending) == 0 {
+		select {
+		case sz, ok := <-f.resize:
+			f.addSize(sz, ok)
+			continue
+		default:
+		}
+		select {
+		case sz, ok := <-f.resize:
+			f.addSize(sz, ok)
+		case b, ok := <-f.keys:
+			if !ok {
+				return 0, io.EOF
+			}
+			f.addSizes() // sent before these keys
+			f.pending = binary.BigEndian.AppendUint32(append(f.pending, 'd'), uint32(len(b)))
+			f.pending = append(f.pending, b...)
+		case <-f.ctx.Done():
+			return 0, io.EOF
+		case <-f.stopped:
+			return 0, io.EOF
+		}
+	}
+	n := copy(p, f.pending)
+	f.pending = f.pending[n:]
+	return n, nil
+}
+
+// addSizes frames the sizes waiting.
+func (f *ttyFrames) addSizes() {
+	for {
+		select {
+		case sz, ok := <-f.resize:
+			if f.addSize(sz, ok) {
+				continue
+			}
+		default:
+		}
+		return
+	}
+}
+
+// addSize frames sz, if the channel is open (it says so) and the size is
+// one (neither side 0).
+func (f *ttyFrames) addSize(sz runtime.Size, ok bool) bool {
+	if !ok {
+		f.resize = nil
+		return false
+	}
+	if sz.Cols > 0 && sz.Rows > 0 {
+		f.pending = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(append(f.pending, 'r'), sz.Cols), sz.Rows)
+	}
+	return true
 }
 
 // killScript kills the command an exec started: the processes holding its
