@@ -48,6 +48,14 @@ type Library interface {
 	Derive(ctx context.Context, base, source string, lim image.Limits, layers ...func(io.Writer) error) (*image.Pulled, error)
 }
 
+// Forgetter is a Library that keeps something of an org's beyond an
+// image's row (the kube backend: the org's imagePullSecret, which its
+// nodes pull with): told of each image the org deletes, with the digests
+// of the org's images left, it drops what none of them needs.
+type Forgetter interface {
+	Forget(ctx context.Context, digest string, left []string) error
+}
+
 // Sandboxes is the service's seam the catalog stands on.
 type Sandboxes interface {
 	// Use opens a piece of work on a running sandbox of the caller's org
@@ -397,9 +405,31 @@ func (c *Catalog) Images(ctx context.Context) ([]ImageInfo, error) {
 // collection no name or sandbox holds them), refused while a live sandbox
 // runs it.
 func (c *Catalog) DeleteImage(ctx context.Context, name string) (*ImageInfo, error) {
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Under the org's image lock: a pull under way (its secret made, its
+	// row not yet written) is not among the images left.
+	defer c.lock(org)()
 	im, err := c.st.DeleteImage(ctx, name, false)
 	if err != nil {
 		return nil, err
+	}
+	if f, ok := c.lib.(Forgetter); ok {
+		list, err := c.st.Images(ctx)
+		if err == nil {
+			left := make([]string, 0, len(list))
+			for _, l := range list {
+				left = append(left, l.Digest)
+			}
+			err = f.Forget(ctx, im.Digest, left)
+		}
+		if err != nil {
+			// The image is gone; what the library kept for it stays
+			// until the org's next delete.
+			c.log.Warn("image deleted, its pull access kept", "org", org, "name", name, "err", err)
+		}
 	}
 	info := infoOf(*im)
 	return &info, nil

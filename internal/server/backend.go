@@ -164,6 +164,33 @@ func (l *registry) access(org, name string) (ref, secret string) {
 	return a.Pinned, a.Secret
 }
 
+// Forget drops the org's imagePullSecret of a deleted image once none of
+// the org's images left (digests) pulls with it.
+func (l *registry) Forget(ctx context.Context, digest string, left []string) error {
+	org, err := sandbox.OrgRequired(ctx)
+	if err != nil {
+		return err
+	}
+	org = sandbox.Slug(org)
+	p, err := image.InspectPulled(l.dir, digest)
+	if err != nil {
+		return nil // no record: nothing was kept for it
+	}
+	// Only a secret of the org's own: a record from before secrets were
+	// per org names one every org of the image shares.
+	a, ok := p.Access[org]
+	secret := a.Secret
+	if !ok || secret == "" {
+		return nil
+	}
+	for _, d := range left {
+		if q, err := image.InspectPulled(l.dir, d); err == nil && q.AccessOf(org).Secret == secret {
+			return nil
+		}
+	}
+	return l.rt.DropPullSecret(ctx, org, secret)
+}
+
 // Rootfs has nothing to inspect: the image is unpacked on a node.
 func (l *registry) Rootfs(digest string) (string, error) {
 	if _, err := image.InspectPulled(l.dir, digest); err != nil {

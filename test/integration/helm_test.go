@@ -154,7 +154,7 @@ var roleRules = []any{
 	map[string]any{"apiGroups": []any{""}, "resources": []any{"pods/exec"}, "verbs": []any{"create", "get"}},
 	map[string]any{"apiGroups": []any{""}, "resources": []any{"persistentvolumeclaims"}, "verbs": []any{"get", "list", "create", "delete"}},
 	map[string]any{"apiGroups": []any{""}, "resources": []any{"events"}, "verbs": []any{"list"}},
-	map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"create", "update"}},
+	map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"create", "update", "delete"}},
 	map[string]any{"apiGroups": []any{"networking.k8s.io"}, "resources": []any{"networkpolicies"}, "verbs": []any{"get", "create", "update", "delete"}},
 	// The egress gateway, which the server makes and keeps.
 	map[string]any{"apiGroups": []any{""}, "resources": []any{"serviceaccounts", "services"}, "verbs": []any{"get", "create", "update"}},

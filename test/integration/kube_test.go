@@ -496,6 +496,31 @@ func TestKubePrivateImage(t *testing.T) {
 	if err != nil || len(pods.Items) != 1 || len(pods.Items[0].Spec.ImagePullSecrets) != 1 || pods.Items[0].Spec.ImagePullSecrets[0].Name != sec.Name {
 		t.Errorf("acme's pod after globex's pull: %v %v", pods, err)
 	}
+
+	// A deleted image takes the org's pull secret with it once no other
+	// image of the org pulls with it: a second name of the same ref keeps
+	// it; the last one's delete drops it; the other org's stays.
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "p2", "ref": ref, "username": reg.User, "password": reg.Password})
+	for _, sid := range []string{id, id2} {
+		e.must(http.StatusOK, "DELETE", "/v1/sandbox/"+sid, "acme", nil)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/images/p", "acme", nil)
+	if _, err := c.CoreV1().Secrets(ns).Get(t.Context(), sec.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("acme's pull secret went with one of its two images: %v", err)
+	}
+	e.must(http.StatusOK, "DELETE", "/v1/images/p2", "acme", nil)
+	if _, err := c.CoreV1().Secrets(ns).Get(t.Context(), sec.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("acme's pull secret after its last image was deleted: %v", err)
+	}
+	if _, err := c.CoreV1().Secrets(ns).Get(t.Context(), gsec, metav1.GetOptions{}); err != nil {
+		t.Errorf("globex's pull secret went with acme's images: %v", err)
+	}
+	// Pulled again, the image has its secret again.
+	e.must(http.StatusCreated, "POST", "/v1/images", "acme", map[string]string{"name": "p", "ref": ref, "username": reg.User, "password": reg.Password})
+	id3 := e.lease("acme", map[string]any{"image": "p"})
+	if out := e.sh("acme", id3, "ls /bin/busybox"); out != "/bin/busybox\n" {
+		t.Errorf("in acme's pod after a new pull: %q", out)
+	}
 }
 
 // TestKubeDeleteWaitsForTheContainers: Delete returns once the pod's

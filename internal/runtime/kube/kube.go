@@ -379,7 +379,7 @@ func (r *Runtime) pod(spec runtime.Spec) *corev1.Pod {
 // vendor account) cannot replace or revoke what they pull with.
 func (r *Runtime) PullSecret(ctx context.Context, org, registry, user, password string) (string, error) {
 	sum := sha256.Sum256([]byte(org + "\x00" + registry + "\x00" + user))
-	name := "sandbox-pull-" + hex.EncodeToString(sum[:8])
+	name := pullSecretPrefix + hex.EncodeToString(sum[:8])
 	cfg, _ := json.Marshal(map[string]any{"auths": map[string]any{registry: map[string]string{
 		"username": user, "password": password, "auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + password)),
 	}}})
@@ -398,6 +398,24 @@ func (r *Runtime) PullSecret(ctx context.Context, org, registry, user, password 
 	}
 	return name, nil
 }
+
+// DropPullSecret deletes org's imagePullSecret name (PullSecret's), once
+// no image of the org pulls with it. The server may not read secrets back
+// (its role creates, updates and deletes them): the name is PullSecret's
+// of the org, which only its org's records hold.
+func (r *Runtime) DropPullSecret(ctx context.Context, org, name string) error {
+	if !strings.HasPrefix(name, pullSecretPrefix) {
+		return fmt.Errorf("kube: %q is no pull secret of the server's", name)
+	}
+	err := r.cfg.Client.CoreV1().Secrets(r.ns).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kube: deleting the pull secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// pullSecretPrefix begins the name of every imagePullSecret the server keeps.
+const pullSecretPrefix = "sandbox-pull-"
 
 // pullPolicy: locally imported images (":local") are never pulled.
 func pullPolicy(image string) corev1.PullPolicy {
