@@ -162,7 +162,22 @@ func TestTerminal(t *testing.T) {
 		k.expect("login-shell")
 		k.send(websocket.MessageText, "echo text-$((6*7))\r")
 		k.expect("text-42")
+		// A job in the terminal's foreground goes with the terminal.
+		k.send(websocket.MessageBinary, "echo started-$((6*7)); sleep 4321\r")
+		k.expect("started-42")
 		k.c.Close(websocket.StatusNormalClosure, "")
+		closed := time.Now()
+		for deadline := closed.Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			left := e.sh("acme", id, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^sleep 4321' && echo $p; done; true")
+			if left == "" {
+				t.Logf("the foreground job went %v after the terminal closed", time.Since(closed).Round(time.Millisecond))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the closed terminal's foreground job still runs: %q", left)
+				break
+			}
+		}
 
 		// Refusals: spent, missing, forged, for another sandbox, for the
 		// screen; another org cannot mint one at all.

@@ -379,7 +379,15 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		// group's leader, so the group takes its children with it. The
 		// signal waits for the control server like any call (see above):
 		// the wait for the end is bounded, the signal's own goroutine is not.
+		// A terminal's foreground job first has the hangup a closed
+		// terminal gives it (a job-control shell runs it in a group of its
+		// own, which the kill leaves; the sentry does not hang up a
+		// terminal whose host side closes), as the runner's does on
+		// Kubernetes.
 		go func() {
+			if req.TTY {
+				c.Sandbox.SignalProcess(c.ID, pid, unix.SIGHUP, true)
+			}
 			if err := c.SignalProcessGroup(unix.SIGKILL, pid); err != nil {
 				c.SignalProcess(unix.SIGKILL, pid)
 			}
