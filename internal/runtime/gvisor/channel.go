@@ -222,7 +222,7 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		theirs []*os.File // the program's ends: closed here once passed
 		ours   []*os.File // ours: closed when the program's output is done
 		copies sync.WaitGroup
-		ptmx   *os.File
+		term   *terminal // with TTY
 	)
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -237,16 +237,14 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		copies.Go(func() { io.Copy(w, f) })
 	}
 	if req.TTY {
-		var tty *os.File
-		ptmx, tty, err = openPTY()
+		ptmx, tty, err := openPTY()
 		if err != nil {
 			return fmt.Errorf("gvisor: exec: %w", err)
 		}
 		theirs, ours = []*os.File{tty}, []*os.File{ptmx}
 		args.FilePayload = control.NewFilePayload(map[int]*os.File{0: tty, 1: tty, 2: tty}, nil)
-		if req.Stdin != nil {
-			go io.Copy(ptmx, req.Stdin)
-		}
+		term = startTerminal(ptmx, req.Stdin, req.Resize)
+		defer term.stop()
 		copyOut(req.Stdout, ptmx)
 	} else {
 		inR, inW, err := os.Pipe()
@@ -350,16 +348,12 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		}
 		return &runtime.ExitError{Code: 127}
 	}
-	// The resizer is gone before the terminal closes: a Setsize on a
-	// closed descriptor could reach another file given its number.
+	// A size from now on is signalled to the program (SIGWINCH) until the
+	// program is waited for, after which its pid may be another's.
 	stopResize := func() {}
-	if ptmx != nil && req.Resize != nil {
-		stop, gone := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(gone)
-			resize(c, pid, ptmx, req.Resize, stop)
-		}()
-		stopResize = func() { close(stop); <-gone }
+	if term != nil {
+		term.started(c, pid)
+		stopResize = term.stop
 	}
 
 	type waited struct {
@@ -476,22 +470,57 @@ func setSize(ptmx *os.File, sz runtime.Size) {
 	}
 }
 
-// resize applies each size to the terminal and tells the program's
-// foreground process group (SIGWINCH), as runsc does for its own
-// terminal, until stop closes or sizes does.
-func resize(c *container.Container, pid int32, ptmx *os.File, sizes <-chan runtime.Size, stop <-chan struct{}) {
-	for {
-		select {
-		case sz, ok := <-sizes:
-			if !ok {
-				return
+// terminal applies a terminal's inputs (runtime.TTYInputs: keys and sizes
+// in the order sent) to its master: keys written, sizes set and, once the
+// program runs, told to the terminal's foreground process group (SIGWINCH),
+// as runsc does for its own terminal. In one goroutine, so that a size sent
+// before some keys is the terminal's before the program reads them.
+type terminal struct {
+	stopc chan struct{}
+	once  sync.Once
+	mu    sync.Mutex
+	c     *container.Container
+	pid   int32 // 0 before the program runs and after stop
+}
+
+func startTerminal(ptmx *os.File, stdin io.Reader, resize <-chan runtime.Size) *terminal {
+	t := &terminal{stopc: make(chan struct{})}
+	inputs := runtime.TTYInputs(stdin, resize, t.stopc)
+	go func() {
+		for in := range inputs {
+			if in.Keys != nil {
+				if _, err := ptmx.Write(in.Keys); err != nil {
+					t.stop() // the terminal is closed
+				}
+				continue
 			}
-			setSize(ptmx, sz)
-			c.Sandbox.SignalProcess(c.ID, pid, unix.SIGWINCH, true)
-		case <-stop:
-			return
+			// Through the raw connection: a closed master answers an
+			// error, never another file's number.
+			setSize(ptmx, in.Size)
+			t.mu.Lock()
+			if t.pid != 0 {
+				t.c.Sandbox.SignalProcess(t.c.ID, t.pid, unix.SIGWINCH, true)
+			}
+			t.mu.Unlock()
 		}
-	}
+	}()
+	return t
+}
+
+// started tells the terminal the program's pid, for the sizes after.
+func (t *terminal) started(c *container.Container, pid int32) {
+	t.mu.Lock()
+	t.c, t.pid = c, pid
+	t.mu.Unlock()
+}
+
+// stop ends the inputs; it returns once no signal is under way and none
+// comes after.
+func (t *terminal) stop() {
+	t.once.Do(func() { close(t.stopc) })
+	t.mu.Lock()
+	t.pid = 0
+	t.mu.Unlock()
 }
 
 // ForwardPort connects to 127.0.0.1:port in the sandbox's network stack

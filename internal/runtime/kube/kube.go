@@ -1004,47 +1004,21 @@ func execStdin(dir string, env, argv []string, stdin io.Reader) io.Reader {
 }
 
 // ttyFrames is the stdin of a terminal's `sandbox-runner exec`: the header,
-// then frames of the caller's keys ('d', a 32-bit length, the bytes) and
-// sizes ('r', 16-bit columns and rows), big-endian. A size sent before some
-// keys is framed before them: a size waiting when keys come goes first.
-// It ends (EOF, which the runner takes as its caller gone) when the keys
-// do, when ctx ends, or at stop.
+// then the terminal's inputs (runtime.TTYInputs: keys and sizes in the
+// order sent) as frames — 'd', a 32-bit length and the keys; 'r', 16-bit
+// columns and rows; big-endian. It ends (EOF, which the runner takes as its
+// caller gone) when the keys do, when ctx ends, or at stop.
 type ttyFrames struct {
 	pending []byte
-	keys    chan []byte // nil without a stdin: never delivers
-	resize  <-chan runtime.Size
+	inputs  <-chan runtime.TTYInput
 	ctx     context.Context
 	stopped chan struct{}
 	once    sync.Once
 }
 
-// maxKeys is the most bytes of keys in one frame (the runner takes 64 KiB).
-const maxKeys = 32 << 10
-
 func newTTYFrames(ctx context.Context, header []byte, stdin io.Reader, resize <-chan runtime.Size) *ttyFrames {
-	f := &ttyFrames{pending: header, resize: resize, ctx: ctx, stopped: make(chan struct{})}
-	if stdin != nil {
-		f.keys = make(chan []byte)
-		go func() {
-			defer close(f.keys)
-			for {
-				b := make([]byte, maxKeys)
-				n, err := stdin.Read(b)
-				if n > 0 {
-					select {
-					case f.keys <- b[:n]:
-					case <-ctx.Done():
-						return
-					case <-f.stopped:
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
+	f := &ttyFrames{pending: header, ctx: ctx, stopped: make(chan struct{})}
+	f.inputs = runtime.TTYInputs(stdin, resize, f.stopped)
 	return f
 }
 
@@ -1053,57 +1027,23 @@ func (f *ttyFrames) stop() { f.once.Do(func() { close(f.stopped) }) }
 func (f *ttyFrames) Read(p []byte) (int, error) {
 	for len(f.pending) == 0 {
 		select {
-		case sz, ok := <-f.resize:
-			f.addSize(sz, ok)
-			continue
-		default:
-		}
-		select {
-		case sz, ok := <-f.resize:
-			f.addSize(sz, ok)
-		case b, ok := <-f.keys:
+		case in, ok := <-f.inputs:
 			if !ok {
 				return 0, io.EOF
 			}
-			f.addSizes() // sent before these keys
-			f.pending = binary.BigEndian.AppendUint32(append(f.pending, 'd'), uint32(len(b)))
-			f.pending = append(f.pending, b...)
+			if in.Keys != nil {
+				f.pending = binary.BigEndian.AppendUint32(append(f.pending, 'd'), uint32(len(in.Keys)))
+				f.pending = append(f.pending, in.Keys...)
+			} else {
+				f.pending = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(append(f.pending, 'r'), in.Size.Cols), in.Size.Rows)
+			}
 		case <-f.ctx.Done():
-			return 0, io.EOF
-		case <-f.stopped:
 			return 0, io.EOF
 		}
 	}
 	n := copy(p, f.pending)
 	f.pending = f.pending[n:]
 	return n, nil
-}
-
-// addSizes frames the sizes waiting.
-func (f *ttyFrames) addSizes() {
-	for {
-		select {
-		case sz, ok := <-f.resize:
-			if f.addSize(sz, ok) {
-				continue
-			}
-		default:
-		}
-		return
-	}
-}
-
-// addSize frames sz, if the channel is open (it says so) and the size is
-// one (neither side 0).
-func (f *ttyFrames) addSize(sz runtime.Size, ok bool) bool {
-	if !ok {
-		f.resize = nil
-		return false
-	}
-	if sz.Cols > 0 && sz.Rows > 0 {
-		f.pending = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(append(f.pending, 'r'), sz.Cols), sz.Rows)
-	}
-	return true
 }
 
 // killScript kills the command an exec started: the processes holding its
