@@ -16,11 +16,9 @@ type execHeader struct {
 	Dir  string   `json:"dir"`
 	Env  []string `json:"env"`
 	Argv []string `json:"argv"`
-	// TTY runs the program on a terminal of the runner's own, of Cols×Rows
-	// when both are set; the rest of stdin is then frames (see tty.go).
-	TTY  bool   `json:"tty,omitempty"`
-	Cols uint16 `json:"cols,omitempty"`
-	Rows uint16 `json:"rows,omitempty"`
+	// TTY runs the program on a terminal of the runner's own; the rest of
+	// stdin is then frames, its size among them (see tty.go).
+	TTY bool `json:"tty,omitempty"`
 }
 
 // maxExecHeader bounds the header (argv and environment together): Linux

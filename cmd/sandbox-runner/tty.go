@@ -50,9 +50,6 @@ func ttyMain(h *execHeader, path string, argv []string, in io.Reader) int {
 		fmt.Fprintf(os.Stdout, "sandbox-runner exec: a terminal: %v\r\n", err)
 		return 126
 	}
-	if h.Cols > 0 && h.Rows > 0 {
-		setSize(master, h.Cols, h.Rows, 0)
-	}
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Env:   h.Env,
 		Files: []*os.File{slave, slave, slave},
@@ -174,9 +171,9 @@ func openPTY() (master, slave *os.File, err error) {
 
 // setSize sets the terminal's size through the master's raw connection
 // (Fd would make it blocking again) and tells the terminal's foreground
-// process group, else the program's (pid, when not 0), with SIGWINCH:
-// gVisor's terminal does not signal a resize by itself, Linux's does (a
-// second SIGWINCH is harmless).
+// process group, else the program's (pid), with SIGWINCH: gVisor's
+// terminal does not signal a resize by itself, Linux's does (a second
+// SIGWINCH is harmless).
 func setSize(master *os.File, cols, rows uint16, pid int) {
 	rc, err := master.SyscallConn()
 	if err != nil {
@@ -187,10 +184,8 @@ func setSize(master *os.File, cols, rows uint16, pid int) {
 		unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
 		pgrp, _ = unix.IoctlGetInt(int(fd), unix.TIOCGPGRP)
 	})
-	switch {
-	case pgrp > 0:
-		syscall.Kill(-pgrp, syscall.SIGWINCH)
-	case pid > 0:
-		syscall.Kill(-pid, syscall.SIGWINCH)
+	if pgrp <= 0 {
+		pgrp = pid
 	}
+	syscall.Kill(-pgrp, syscall.SIGWINCH)
 }

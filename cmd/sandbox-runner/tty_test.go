@@ -13,10 +13,11 @@ import (
 	"time"
 )
 
-// ttyHeader is the header of a terminal of cols×rows.
+// ttyHeader is the header of a terminal, then its first size, cols×rows,
+// as the kube backend sends one once the caller's terminal says it.
 func ttyHeader(env, argv []string, cols, rows uint16) string {
-	h, _ := json.Marshal(execHeader{Env: env, Argv: argv, TTY: true, Cols: cols, Rows: rows})
-	return fmt.Sprintf("%08x", len(h)) + string(h)
+	h, _ := json.Marshal(execHeader{Env: env, Argv: argv, TTY: true})
+	return fmt.Sprintf("%08x", len(h)) + string(h) + size(cols, rows)
 }
 
 func keys(s string) string {

@@ -349,11 +349,12 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		return &runtime.ExitError{Code: 127}
 	}
 	// A size from now on is signalled to the program (SIGWINCH) until the
-	// program is waited for, after which its pid may be another's.
-	stopResize := func() {}
+	// terminal stops, before the program is waited for (after which its
+	// pid may be another's) and before the terminal closes.
+	stopTerminal := func() {}
 	if term != nil {
 		term.started(c, pid)
-		stopResize = term.stop
+		stopTerminal = term.stop
 	}
 
 	type waited struct {
@@ -390,13 +391,13 @@ func (r *Runtime) execChannel(ctx context.Context, name string, proc process, re
 		case <-done:
 		case <-time.After(10 * time.Second):
 		}
-		stopResize()
+		stopTerminal()
 		drain(ours, &copies)
 		return ctx.Err()
 	}
 	// A background child may hold the output open: the program has
 	// exited, and its output is cut 2 s after.
-	stopResize()
+	stopTerminal()
 	drain(ours, &copies)
 	switch {
 	case w.err != nil:
