@@ -114,6 +114,7 @@ func initMain(args []string) int {
 	d := &daemon{boot: hex.EncodeToString(b), ps: map[int]*proc{}, ctxs: map[string]*kctx{}, ctxByPid: map[int]*kctx{}}
 	go d.reap()
 	ln, err := net.Listen("unix", procdSocket)
+	initRelay() // after the listen: a stream to the daemon finds it
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-runner init: no process socket:", err)
 		select {} // still init: keep reaping

@@ -1,6 +1,8 @@
 // Package relay is the wire of the preview relay: one stream-multiplexer
 // session (yamux) over the stdin and stdout of one long-lived exec, from
-// the server to `sandbox-runner relay` inside a sandbox. Each stream the
+// the server to `sandbox-runner relay` inside a sandbox, or over the
+// socket a gVisor sandbox's init was started with (the runner's init
+// serves it there, with no process of its own). Each stream the
 // server opens is one connection to a port on the sandbox's own loopback,
 // so a new preview connection costs a frame, not a process start on the
 // host and another inside.
@@ -111,9 +113,19 @@ func config() *yamux.Config {
 	return c
 }
 
+// Option sets something of a session, at both ends alike.
+type Option func(*yamux.Config)
+
+// Quiet is a session with no keep-alive: one over a socket whose end each
+// side hears of at once (the one a sandbox's init serves, see
+// cmd/sandbox-runner), which lives as long as its sandbox does. A ping each
+// way every 15 s would only wake every idle sandbox (~1 ms of CPU a wake
+// under systrap).
+func Quiet(c *yamux.Config) { c.EnableKeepAlive = false }
+
 // Serve is the runner's end: it accepts streams on rwc until the session
 // ends, connecting each to the target it names.
-func Serve(rwc io.ReadWriteCloser, to Targets) error {
+func Serve(rwc io.ReadWriteCloser, to Targets, opts ...Option) error {
 	got := make([]byte, len(hello))
 	if _, err := io.ReadFull(rwc, got); err != nil {
 		return err
@@ -131,6 +143,9 @@ func Serve(rwc io.ReadWriteCloser, to Targets) error {
 	// timer: it is the one guarding against a runner that never closes.
 	cfg := config()
 	cfg.StreamCloseTimeout = 0
+	for _, o := range opts {
+		o(cfg)
+	}
 	s, err := yamux.Server(newFrames(rwc), cfg)
 	if err != nil {
 		return err
@@ -275,7 +290,7 @@ type Client struct {
 // read, its stdin to write) once the runner has answered the hello: an
 // answer that is not one is ErrNoRelay. It waits for the answer until
 // rwc's reads fail (the caller bounds it by closing rwc).
-func NewClient(rwc io.ReadWriteCloser) (*Client, error) {
+func NewClient(rwc io.ReadWriteCloser, opts ...Option) (*Client, error) {
 	if _, err := io.WriteString(rwc, hello); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoRelay, err)
 	}
@@ -296,6 +311,9 @@ func NewClient(rwc io.ReadWriteCloser) (*Client, error) {
 	// The runner's streams wait here to be accepted; past the backlog the
 	// library resets them, keeping nothing of theirs.
 	cfg.AcceptBacklog = acceptBacklog
+	for _, o := range opts {
+		o(cfg)
+	}
 	s, err := yamux.Client(wire, cfg)
 	if err != nil {
 		return nil, err

@@ -269,6 +269,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		relays = pool.New(b.rt, caps.Runner, svc)
 		relays.Log = log
 		relays.Forward = caps.Forward
+		relays.Init, _ = b.rt.(pool.InitLinks)
 		relays.Count = m.PortConnection
 	}
 	previews := preview.NewPreviews(svc, preview.Relay{Pool: relays, Backend: sandbox.RuntimeGVisor}, signer, cfg.Preview, cfg.Service.PublicPreviews, st, st)

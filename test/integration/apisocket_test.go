@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox/internal/runtime"
 	"github.com/sandboxd/sandbox/internal/server"
 )
 
@@ -66,6 +67,54 @@ func TestAPISocket(t *testing.T) {
 				t.Fatalf("the background process's call: %q", out)
 			}
 			time.Sleep(time.Second)
+		}
+	})
+}
+
+// TestRelayInInit: a sandbox's relay (its API socket's way out, previews,
+// the process daemon) costs no process where the backend can give init a
+// way in: on gVisor the runner's init serves it from the start on a
+// socket given as its stdin, so no `sandbox-runner relay` runs in the
+// sandbox; on a cluster it is an exec. A sandbox that sleeps, or is
+// forked, while its init holds that socket wakes (is made) from a
+// checkpoint that has it, and is relayed by an exec after.
+func TestRelayInInit(t *testing.T) {
+	t.Parallel() // see parallel_test.go
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		backend, _ := e.capabilities()
+		// The runner's relay by its command line (this shell's own starts
+		// with the shell).
+		relays := func(id string) string {
+			return strings.TrimSpace(e.sh("acme", id, `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^`+runtime.RunnerPath+` relay' || true`))
+		}
+		answers := func(id, when string) {
+			t.Helper()
+			if out := e.sh("acme", id, apiCall("/v1/sandbox/"+id, true)); !strings.HasSuffix(out, "\n200\n") || !strings.Contains(out, id) {
+				t.Errorf("%s: its lease from inside: %q", when, out)
+			}
+		}
+		id := e.lease("acme", map[string]any{"ttlSec": 300})
+		answers(id, "leased")
+		want := "1"
+		if backend == "gvisor" {
+			want = "0"
+		}
+		if n := relays(id); n != want {
+			t.Errorf("%s: %s relay processes run in a leased sandbox, want %s", backend, n, want)
+		}
+		if e.has(runtime.CapFork) {
+			r := e.must(http.StatusCreated, "POST", "/v1/sandbox/"+id+"/fork", "acme", map[string]any{"ttlSec": 120})
+			fork, _ := r.JSON(t)["id"].(string)
+			answers(fork, "the fork")
+			answers(id, "forked from")
+		}
+		if e.has(runtime.CapCheckpoint) {
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/sleep", "acme", nil)
+			e.must(http.StatusOK, "POST", "/v1/sandbox/"+id+"/wake", "acme", nil)
+			answers(id, "woken")
+			if n := relays(id); n != "1" {
+				t.Errorf("%s: %s relay processes run in a woken sandbox, want the exec's 1", backend, n)
+			}
 		}
 	})
 }

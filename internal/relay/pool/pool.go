@@ -3,7 +3,9 @@
 // first use and ended once nothing has used it for a while, or when the
 // sandbox sleeps, is stopped or ends (the service's Channel). Previews open
 // their connections on it and the process daemon is reached through it, so
-// neither costs a process start per call.
+// neither costs a process start per call. Where the backend started the
+// sandbox's init with a way in (InitLinks), the relay is init's instead:
+// no exec, kept until the channel ends.
 //
 // The other way, a relay carries the sandbox's own calls to this server:
 // its runner listens on the sandbox's API socket while the relay lives,
@@ -37,6 +39,16 @@ import (
 // Execer is the runtime's exec channel, which a relay runs over.
 type Execer interface {
 	Exec(ctx context.Context, name string, req runtime.ExecRequest) error
+}
+
+// InitLinks hands over, once, the server's end of a relay a sandbox's init
+// serves from its start (gVisor: a socket given as its stdin): such a
+// relay costs no process, so it is kept for as long as its sandbox runs,
+// with no linger, no keep-alive, and its API socket always there. A
+// sandbox without one (restored, started by another server process, or
+// on a backend that has none) is relayed by an exec as before.
+type InitLinks interface {
+	TakeInitLink(name string) (net.Conn, bool)
 }
 
 // Channels holds channels open into sandboxes (the service's Channel): a
@@ -74,6 +86,9 @@ type Pool struct {
 	// Count, if set, hears of each connection Connect opens, by its
 	// path: "forward" or "relay".
 	Count func(path string)
+	// Init, if set, is the backend's relays served by sandboxes' init,
+	// which a new link takes before it starts an exec.
+	Init InitLinks
 
 	apiOnce sync.Once
 	apiSrv  *http.Server
@@ -248,10 +263,11 @@ func (p *Pool) Hold(ctx context.Context, sb *sandbox.Sandbox) (release func()) {
 type link struct {
 	name   string // the container it runs in
 	linger time.Duration
+	kept   bool // init's relay: no linger ends it (InitLinks)
 	ready  chan struct{}
 	err    error // why it did not start; set before ready closes
 	client *relay.Client
-	end    func() // ends the exec
+	end    func() // ends the exec, or closes init's socket
 
 	mu        sync.Mutex
 	nopen     int // connections open, and holds
@@ -312,7 +328,8 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*link, error) {
 // startTimeout bounds a relay's start: the exec and the runner's hello.
 const startTimeout = 30 * time.Second
 
-// run runs sb's relay exec for as long as its channel is held.
+// run runs sb's relay for as long as its channel is held: init's
+// (InitLinks) when the backend has it, else an exec of the runner's.
 func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 	chctx, release := p.ch.Channel(sb)
 	fail := func(err error) {
@@ -321,51 +338,44 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 		p.forget(sb.ID, s)
 		close(s.ready)
 	}
-	// stdin is an OS pipe, not an io.Pipe: the runtime hands its read end
-	// to the relay instead of copying into it.
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		fail(err)
-		return
-	}
-	outR, outW := io.Pipe()
-	ended := make(chan struct{})
-	stderr := capture.New(1024) // the runner's last words, if it dies
-	var execErr error
-	go func() {
-		defer close(ended)
-		execErr = p.rt.Exec(chctx, sb.Name, runtime.ExecRequest{Argv: []string{p.runner.RunnerPath(), "relay"}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: stderr})
-		err := execErr
-		if err == nil {
-			err = io.EOF
-		}
-		outW.CloseWithError(err)
-		inR.Close()
-	}()
-	conn := pipeConn{r: outR, w: inW}
-	var late atomic.Bool
-	slow := time.AfterFunc(startTimeout, func() { late.Store(true); conn.Close() })
-	client, err := relay.NewClient(conn)
-	slow.Stop()
-	if late.Load() {
-		err = fmt.Errorf("the relay did not start within %s", startTimeout)
-	}
-	if err != nil {
-		conn.Close()
-		release()
-		<-ended
-		if errors.Is(err, relay.ErrNoRelay) {
-			p.mu.Lock()
-			if p.none == nil || len(p.none) > 10000 {
-				p.none = map[string]bool{} // bounded: a cache
+	var (
+		w      *way
+		client *relay.Client
+		err    error
+	)
+	if p.Init != nil {
+		if c, ok := p.Init.TakeInitLink(sb.Name); ok {
+			w = initWay(chctx, c)
+			if client, err = hello(w.conn, relay.Quiet); err != nil {
+				// An init that does not answer (it is not the runner's):
+				// the exec's relay, as for a sandbox without one.
+				w.conn.Close()
+				w = nil
 			}
-			p.none[sb.Name+"/"+sb.UID] = true
-			p.mu.Unlock()
 		}
-		fail(err)
-		return
 	}
-	s.client, s.end = client, release
+	if w == nil {
+		if w, err = p.execWay(chctx, sb); err != nil {
+			fail(err)
+			return
+		}
+		if client, err = hello(w.conn); err != nil {
+			w.conn.Close()
+			release()
+			<-w.ended
+			if errors.Is(err, relay.ErrNoRelay) {
+				p.mu.Lock()
+				if p.none == nil || len(p.none) > 10000 {
+					p.none = map[string]bool{} // bounded: a cache
+				}
+				p.none[sb.Name+"/"+sb.UID] = true
+				p.mu.Unlock()
+			}
+			fail(err)
+			return
+		}
+	}
+	s.client, s.end, s.kept = client, release, w.kept
 	if p.Busy != nil {
 		s.busy = func() bool {
 			ctx, cancel := context.WithTimeout(chctx, 30*time.Second)
@@ -374,6 +384,9 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 		}
 	}
 	s.idle = time.AfterFunc(s.linger, s.lingered)
+	if s.kept {
+		s.idle.Stop()
+	}
 	close(s.ready)
 	if p.API != nil {
 		p.wg.Add(1)
@@ -384,7 +397,7 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 	}
 	byItself := false
 	select {
-	case <-ended:
+	case <-w.ended:
 		byItself = chctx.Err() == nil
 	case <-client.Done():
 		// The session ended while the exec runs on (a runner that stopped
@@ -393,15 +406,72 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 		// the host, a stream on a cluster) for the sandbox's whole life.
 		byItself = chctx.Err() == nil
 		release()
-		<-ended
+		<-w.ended
 	}
 	if byItself && p.Log != nil {
-		p.Log.Warn("a sandbox's relay ended by itself: its previews' connections broke", "sandbox", sb.ID, "err", execErr, "stderr", stderr.String())
+		p.Log.Warn("a sandbox's relay ended by itself: its previews' connections broke", "sandbox", sb.ID, "init", w.kept, "err", w.err, "stderr", w.stderr.String())
 	}
 	client.Close()
-	conn.Close()
+	w.conn.Close()
 	release()
 	p.forget(sb.ID, s)
+}
+
+// way is a link's way into its sandbox: an exec of the runner's relay, or
+// the socket init serves it on.
+type way struct {
+	conn   io.ReadWriteCloser
+	ended  chan struct{}   // closed once the way has ended
+	err    error           // the exec's, once ended
+	stderr *capture.Buffer // the runner's last words, if it dies
+	kept   bool            // init's: kept while its sandbox runs
+}
+
+// initWay is init's socket c, closed when chctx ends.
+func initWay(chctx context.Context, c net.Conn) *way {
+	w := &way{conn: c, ended: make(chan struct{}), stderr: capture.New(0), kept: true}
+	go func() {
+		<-chctx.Done()
+		c.Close()
+		close(w.ended)
+	}()
+	return w
+}
+
+// execWay starts `sandbox-runner relay` in sb, until chctx ends.
+func (p *Pool) execWay(chctx context.Context, sb *sandbox.Sandbox) (*way, error) {
+	// stdin is an OS pipe, not an io.Pipe: the runtime hands its read end
+	// to the relay instead of copying into it.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW := io.Pipe()
+	w := &way{conn: pipeConn{r: outR, w: inW}, ended: make(chan struct{}), stderr: capture.New(1024)}
+	go func() {
+		defer close(w.ended)
+		w.err = p.rt.Exec(chctx, sb.Name, runtime.ExecRequest{Argv: []string{p.runner.RunnerPath(), "relay"}, Dir: "/", Stdin: inR, Stdout: outW, Stderr: w.stderr})
+		err := w.err
+		if err == nil {
+			err = io.EOF
+		}
+		outW.CloseWithError(err)
+		inR.Close()
+	}()
+	return w, nil
+}
+
+// hello starts the server's end of a session over conn, bounded by
+// startTimeout.
+func hello(conn io.ReadWriteCloser, opts ...relay.Option) (*relay.Client, error) {
+	var late atomic.Bool
+	slow := time.AfterFunc(startTimeout, func() { late.Store(true); conn.Close() })
+	client, err := relay.NewClient(conn, opts...)
+	slow.Stop()
+	if late.Load() {
+		err = fmt.Errorf("the relay did not start within %s", startTimeout)
+	}
+	return client, err
 }
 
 // forget drops s from the map, if it is still sb's.
@@ -457,7 +527,7 @@ func (s *link) closed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nopen--
-	if s.nopen == 0 && !s.stopped {
+	if s.nopen == 0 && !s.stopped && !s.kept {
 		s.idle.Reset(s.linger)
 	}
 }
@@ -479,7 +549,7 @@ func (s *link) hold() bool {
 // its sandbox's own work may still call through it.
 func (s *link) lingered() {
 	s.mu.Lock()
-	if s.nopen > 0 || s.stopped {
+	if s.nopen > 0 || s.stopped || s.kept {
 		s.mu.Unlock()
 		return
 	}

@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -203,6 +204,7 @@ type Runtime struct {
 	mu   sync.Mutex
 	meta map[string]*meta // cached bundle metadata by name
 
+	links    sync.Map // name → the server's end of its init's relay socket, until taken (TakeInitLink)
 	forwards sync.Map // name → its *forwarder (ForwardPort)
 	loaded   sync.Map // name → its running *container.Container (container)
 
@@ -497,9 +499,10 @@ func (r *Runtime) prepare(ctx context.Context, bundle, rootfs string, m *meta, s
 }
 
 // step runs one runsc command of a container's start (run, or create then
-// restore). Its stdio goes to files, never pipes: the sandbox inherits
-// them and a pipe it holds would hang Wait forever. stdout and stderr are
-// separate files.
+// restore). Its stdout and stderr go to files, never pipes: the sandbox
+// inherits them and a pipe it holds would hang Wait forever. stdout and
+// stderr are separate files. Its stdin, which becomes init's, is a socket
+// (initSocket) for the sandbox-making commands.
 func (r *Runtime) step(ctx context.Context, bundle string, m *meta, args ...string) error {
 	open := func(name string) (*os.File, error) {
 		return os.OpenFile(filepath.Join(bundle, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -516,11 +519,75 @@ func (r *Runtime) step(ctx context.Context, bundle string, m *meta, args ...stri
 	defer stderr.Close()
 	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(append([]string{}, m.Flags...), args...)...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	var link net.Conn
+	if args[0] == "run" || args[0] == "create" {
+		ours, theirs, err := initSocket()
+		if err != nil {
+			return err
+		}
+		defer theirs.Close() // the sandbox holds its own
+		cmd.Stdin = theirs
+		// A fresh start's init serves the relay on it when it is the
+		// runner. A restored init's relay, if it had one, was the old
+		// server end's: this socket only stands where the checkpoint's
+		// stood (see initSocket), its other end closed at once.
+		if args[0] == "run" && r.cfg.Runner != "" {
+			link = ours
+		} else {
+			ours.Close()
+		}
+	}
 	if err := cmd.Run(); err != nil {
+		if link != nil {
+			link.Close()
+		}
 		msg, _ := os.ReadFile(stderr.Name())
 		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLines(string(msg), 5))
 	}
+	if link != nil {
+		r.links.Store(m.Name, link)
+	}
 	return nil
+}
+
+// initSocket is a connected pair of Unix sockets: ours, and theirs to
+// give a sandbox as its init's stdin. The runner's init serves the relay
+// on it from its start (cmd/sandbox-runner: initRelay), so no process
+// starts for a sandbox's relay, nor for its lease's credential. A restore
+// is given one too, always: gVisor saves a socket stdin (an epollable
+// host file) to be given one again, and a restore handed /dev/null where
+// a socket was would fail in the sentry.
+func initSocket() (ours net.Conn, theirs *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gvisor: init's socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "init-relay")
+	ours, err = net.FileConn(f)
+	f.Close()
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("gvisor: init's socket: %w", err)
+	}
+	return ours, os.NewFile(uintptr(fds[1]), "init-relay"), nil
+}
+
+// TakeInitLink hands over the server's end of the relay that name's init
+// serves (initSocket), once: a sandbox restored, or started by another
+// server process, has none. The caller closes it.
+func (r *Runtime) TakeInitLink(name string) (net.Conn, bool) {
+	c, ok := r.links.LoadAndDelete(name)
+	if !ok {
+		return nil, false
+	}
+	return c.(net.Conn), true
+}
+
+// dropInitLink closes name's init link if nobody took it.
+func (r *Runtime) dropInitLink(name string) {
+	if c, ok := r.TakeInitLink(name); ok {
+		c.Close()
+	}
 }
 
 var keyPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -1077,6 +1144,7 @@ func (r *Runtime) teardown(ctx context.Context, m *meta) error {
 	r.mu.Unlock()
 	r.forwards.Delete(m.Name)
 	r.loaded.Delete(m.Name)
+	r.dropInitLink(m.Name)
 	return nil
 }
 
