@@ -326,7 +326,13 @@ func (p *Pool) get(sb *sandbox.Sandbox) (*link, error) {
 }
 
 // startTimeout bounds a relay's start: the exec and the runner's hello.
-const startTimeout = 30 * time.Second
+// initHello bounds the hello of init's relay, which runs from the
+// sandbox's start: a runner that does not answer within it predates that
+// (its init never reads the socket) and is relayed by an exec instead.
+const (
+	startTimeout = 30 * time.Second
+	initHello    = 5 * time.Second
+)
 
 // run runs sb's relay for as long as its channel is held: init's
 // (InitLinks) when the backend has it, else an exec of the runner's.
@@ -346,11 +352,15 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 	if p.Init != nil {
 		if c, ok := p.Init.TakeInitLink(sb.Name); ok {
 			w = initWay(chctx, c)
-			if client, err = hello(w.conn, relay.Quiet); err != nil {
-				// An init that does not answer (it is not the runner's):
-				// the exec's relay, as for a sandbox without one.
+			if client, err = hello(w.conn, initHello, relay.Quiet); err != nil {
+				// An init that does not answer (a runner from before
+				// init served it): the exec's relay, as for a sandbox
+				// without one.
 				w.conn.Close()
 				w = nil
+				if p.Log != nil {
+					p.Log.Warn("a sandbox's init did not answer on its relay socket: relayed by an exec instead", "sandbox", sb.ID, "err", err)
+				}
 			}
 		}
 	}
@@ -359,7 +369,7 @@ func (p *Pool) run(sb *sandbox.Sandbox, s *link) {
 			fail(err)
 			return
 		}
-		if client, err = hello(w.conn); err != nil {
+		if client, err = hello(w.conn, startTimeout); err != nil {
 			w.conn.Close()
 			release()
 			<-w.ended
@@ -462,14 +472,14 @@ func (p *Pool) execWay(chctx context.Context, sb *sandbox.Sandbox) (*way, error)
 }
 
 // hello starts the server's end of a session over conn, bounded by
-// startTimeout.
-func hello(conn io.ReadWriteCloser, opts ...relay.Option) (*relay.Client, error) {
+// within.
+func hello(conn io.ReadWriteCloser, within time.Duration, opts ...relay.Option) (*relay.Client, error) {
 	var late atomic.Bool
-	slow := time.AfterFunc(startTimeout, func() { late.Store(true); conn.Close() })
+	slow := time.AfterFunc(within, func() { late.Store(true); conn.Close() })
 	client, err := relay.NewClient(conn, opts...)
 	slow.Stop()
 	if late.Load() {
-		err = fmt.Errorf("the relay did not start within %s", startTimeout)
+		err = fmt.Errorf("the relay did not start within %s", within)
 	}
 	return client, err
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -281,5 +282,77 @@ func TestSessionEndEndsExec(t *testing.T) {
 	case <-x.ended:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the exec of a relay whose session ended still runs")
+	}
+}
+
+// initLinks is InitLinks with one sandbox's init relay, served in this
+// process over a socket pair (as the runner's init serves it).
+type initLinks struct {
+	mu     sync.Mutex
+	name   string
+	path   string   // its API socket
+	server net.Conn // the pool's end, until taken
+	done   chan error
+}
+
+func newInitLinks(name, sock string) *initLinks {
+	ours, theirs := net.Pipe()
+	l := &initLinks{name: name, path: sock, server: ours, done: make(chan error, 1)}
+	go func() {
+		l.done <- relay.Serve(theirs, relay.Targets{Inward: func() (net.Listener, error) { return net.Listen("unix", sock) }}, relay.Quiet)
+		theirs.Close()
+	}()
+	return l
+}
+
+func (l *initLinks) sock() string { return l.path }
+
+func (l *initLinks) TakeInitLink(name string) (net.Conn, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if name != l.name || l.server == nil {
+		return nil, false
+	}
+	c := l.server
+	l.server = nil
+	return c, true
+}
+
+// TestInitLink: a sandbox whose init serves the relay is relayed on it —
+// no exec — and kept past the linger, its API socket with it; the
+// sandbox's channel ending ends it, and the next use is an exec's.
+func TestInitLink(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	x := &inProcess{sock: filepath.Join(dir, "exec.sock")}
+	init := newInitLinks("c1", filepath.Join(dir, "init.sock"))
+	p := New(x, runner{}, channels{})
+	p.Init = init
+	p.Linger = 100 * time.Millisecond
+	p.API = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	defer p.Close()
+	sb := &sandbox.Sandbox{ID: "sb_1", Name: "c1"}
+
+	p.Hold(context.Background(), sb)()
+	if !get(init.sock()) {
+		t.Fatal("init's API socket did not answer")
+	}
+	time.Sleep(5 * p.Linger)
+	if !get(init.sock()) {
+		t.Fatal("init's relay went with the linger")
+	}
+	if n := x.starts.Load(); n != 0 {
+		t.Fatalf("%d relay execs started beside init's", n)
+	}
+	p.End(sb) // its channel's end (a sleep, a stop)
+	select {
+	case <-init.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("init's relay outlived its link's end")
+	}
+	// init's socket is taken once: the next use is an exec's.
+	p.Hold(context.Background(), sb)()
+	if n := x.starts.Load(); n != 1 {
+		t.Errorf("%d relay execs after init's ended, want 1", n)
 	}
 }
