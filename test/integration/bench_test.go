@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,6 +83,20 @@ func runscErr(flags []string, args ...string) error {
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	defer devnull.Close()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+	if args[0] == "create" {
+		// A sandbox made to restore into is given a socket as init's
+		// stdin, its peer closed, as the backend gives it: the server's
+		// sandboxes start with one, and gVisor restores a socket stdin
+		// only onto a socket.
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		syscall.Close(fds[0])
+		sock := os.NewFile(uintptr(fds[1]), "init-stdin")
+		defer sock.Close()
+		cmd.Stdin = sock
+	}
 	return cmd.Run()
 }
 
