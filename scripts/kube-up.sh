@@ -286,7 +286,10 @@ if need_build kubecheck "$KC_STAMP" kubecheck; then
 	set_stamp kubecheck "$KC_STAMP"
 fi
 
-GV_STAMP="$GVISOR oom-best-effort-1"
+# The pinned runsc's recipe (scripts/deps.sh: its seccomp programs compiled
+# in) is part of the stamp: the node's runsc is a copy of it when there is one.
+GV_PINNED=/usr/local/libexec/sandbox/runsc-${GVISOR#v0.0.0-}
+GV_STAMP="$GVISOR oom-best-effort-1 $(cat "$GV_PINNED.recipe" 2>/dev/null || echo no-pinned)"
 if need_build gvisor "$GV_STAMP" runsc containerd-shim-runsc-v1; then
 	step "go build: gVisor $GVISOR (runsc, containerd-shim-runsc-v1; shim patched)"
 	d=$ROOT/src/gvisor
@@ -311,9 +314,8 @@ if need_build gvisor "$GV_STAMP" runsc containerd-shim-runsc-v1; then
 		# The pinned runsc scripts/deps.sh built (the same version; the patch
 		# is the shim's alone) saves this build a second sentry: ~1.5 CPU
 		# minutes of a fresh machine, where both scripts build at once.
-		pinned=/usr/local/libexec/sandbox/runsc-${GVISOR#v0.0.0-}
-		if [ -x "$pinned" ] && "$pinned" --version >/dev/null 2>&1; then
-			install -m 0755 "$pinned" "$ROOT/bin/runsc"
+		if [ -x "$GV_PINNED" ] && "$GV_PINNED" --version >/dev/null 2>&1; then
+			install -m 0755 "$GV_PINNED" "$ROOT/bin/runsc"
 		else
 			quiet go build -trimpath -ldflags="-s -w" -o "$ROOT/bin/runsc" gvisor.dev/gvisor/runsc
 		fi
