@@ -517,6 +517,8 @@ func (r *Runtime) waitRunning(ctx context.Context, name, claim string) (*corev1.
 	pods := r.cfg.Client.CoreV1().Pods(r.ns)
 	var last *corev1.Pod
 	var readClaim time.Time // when the claim is read next; zero: not held for it
+	var secretBy time.Time  // the end of a hold for the kubelet's next pull (unreadSecret)
+	var unread *verdict     // the pull that held it: a back-off's message says less
 	p, err := pods.Get(ctx, name, metav1.GetOptions{})
 	for {
 		switch {
@@ -539,6 +541,17 @@ func (r *Runtime) waitRunning(ctx context.Context, name, claim string) (*corev1.
 						break
 					}
 					return nil, err
+				}
+			}
+			if v != nil && v.unreadSecret && secretBy.IsZero() {
+				secretBy, unread = time.Now().Add(secretGrace), v
+			}
+			if v != nil && pulling(v.Reason) && unread != nil {
+				if time.Now().Before(secretBy) {
+					break // held: the kubelet's next pull, with the secret
+				}
+				if v.Reason == "ImagePullBackOff" {
+					v = unread
 				}
 			}
 			if v != nil {

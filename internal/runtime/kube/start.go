@@ -26,6 +26,11 @@ import (
 // scheduler's first look can come before that.
 const claimGrace = 3 * time.Second
 
+// secretGrace is how long a pod whose image the kubelet pulled without
+// the pod's pull secret is held for the kubelet's next pull (see
+// unreadSecret): its back-off is 10 s, then 20.
+const secretGrace = 40 * time.Second
+
 // maxMessage bounds the cluster's account in an answer, in characters.
 const maxMessage = 300
 
@@ -52,7 +57,19 @@ type verdict struct {
 	// claim: the scheduler waits for the pod's claim to bind, which a
 	// provisioner may still do; confirmClaim decides.
 	claim bool
+	// unreadSecret: the kubelet pulled the image with no credentials
+	// though the pod names a pull secret. The backend makes an org's
+	// secret just before its first pod that pulls with it, and the
+	// kubelet's cache of secrets can be behind it (seen: "authorization
+	// failed: no basic auth credentials" for a second org's first pod,
+	// its secret made a moment before); its next pull, after a back-off,
+	// reads it. waitRunning holds such a pod for secretGrace.
+	unreadSecret bool
 }
+
+// pulling: the waiting reasons of a pull that failed, and of the back-off
+// before the kubelet's next one.
+func pulling(reason string) bool { return reason == "ErrImagePull" || reason == "ImagePullBackOff" }
 
 // stuck reasons of a container that waits for something that will not come
 // by itself (an image that cannot be pulled, a bad spec): failing now beats
@@ -76,7 +93,10 @@ func judge(p *corev1.Pod) *verdict {
 	}
 	for _, c := range p.Status.ContainerStatuses {
 		if w := c.State.Waiting; w != nil && stuck[w.Reason] {
-			return &verdict{StartError: runtime.StartError{Reason: w.Reason, Message: w.Message}}
+			return &verdict{
+				StartError:   runtime.StartError{Reason: w.Reason, Message: w.Message},
+				unreadSecret: w.Reason == "ErrImagePull" && len(p.Spec.ImagePullSecrets) > 0 && strings.Contains(w.Message, "no basic auth credentials"),
+			}
 		}
 	}
 	for _, c := range p.Status.Conditions {

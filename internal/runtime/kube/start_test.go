@@ -83,6 +83,35 @@ func TestJudge(t *testing.T) {
 	}
 }
 
+// TestJudgeUnreadSecret: a pull with no credentials by a pod that names a
+// pull secret is held for the kubelet's next pull; without a secret, or
+// with credentials the registry refused, it is refused at once.
+func TestJudgeUnreadSecret(t *testing.T) {
+	const noCreds = `failed to pull and unpack image "127.0.0.1:5000/team/private@sha256:5150": failed to resolve image: pull access denied, repository does not exist or may require authorization: authorization failed: no basic auth credentials`
+	withSecret := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "sbx-pull-globex"}}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"secret unread", withSecret(waiting("ErrImagePull", noCreds)), true},
+		{"no secret named", waiting("ErrImagePull", noCreds), false},
+		{"refused credentials", withSecret(waiting("ErrImagePull", "failed to resolve image: unexpected status from HEAD request: 401 Unauthorized")), false},
+		{"not found", withSecret(waiting("ErrImagePull", "rpc error: not found")), false},
+	} {
+		v := judge(tc.pod)
+		if v == nil || v.unreadSecret != tc.want {
+			t.Errorf("%s: %+v, want unreadSecret %v", tc.name, v, tc.want)
+		}
+	}
+	if !pulling("ImagePullBackOff") || !pulling("ErrImagePull") || pulling("CreateContainerConfigError") {
+		t.Error("pulling: the waits of a pull and its back-off, nothing else")
+	}
+}
+
 // TestConfirmClaim: a claim held unbound is a refusal (saying what it
 // lacks) only when nothing is on its way to bind it.
 func TestConfirmClaim(t *testing.T) {
