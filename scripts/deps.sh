@@ -150,7 +150,7 @@ RUNSC_VERSION="v0.0.0-${BASH_REMATCH[1]}-${BASH_REMATCH[2]}"
 # What the build below is made of, beside RUNSC_VERSION: a runsc at $RUNSC
 # whose $RUNSC.recipe says otherwise (an earlier deps.sh's, without the
 # precompiled seccomp programs) is built again.
-runsc_recipe="$RUNSC_VERSION filtergen-$(sha256sum internal/runtime/gvisor/filtergen/main.go | cut -c1-16)"
+runsc_recipe="$RUNSC_VERSION filtergen-$(cat internal/runtime/gvisor/filtergen/main.go internal/runtime/gvisor/platforms.go | sha256sum | cut -c1-16)"
 
 if [ -n "${SANDBOX_RUNSC:-}" ] && [ "$SANDBOX_RUNSC" != "$RUNSC" ]; then
 	[ -x "$SANDBOX_RUNSC" ] || die "SANDBOX_RUNSC=$SANDBOX_RUNSC is not an executable"

@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,10 +150,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate checks that the options can run sandboxes here.
 func (o Options) Validate() error {
-	switch o.Platform {
-	case "", "systrap", "ptrace", "kvm":
-	default:
-		return fmt.Errorf("--platform must be systrap, ptrace or kvm, not %q", o.Platform)
+	if o.Platform != "" && !slices.Contains(Platforms, o.Platform) {
+		return fmt.Errorf("--platform must be one of %s, not %q", strings.Join(Platforms, ", "), o.Platform)
 	}
 	if o.CPUWeight < 0 || o.CPUWeight > 10000 {
 		return fmt.Errorf("--sandbox-cpu-weight must be 1-10000, not %d", o.CPUWeight)

@@ -517,8 +517,8 @@ func (r *Runtime) waitRunning(ctx context.Context, name, claim string) (*corev1.
 	pods := r.cfg.Client.CoreV1().Pods(r.ns)
 	var last *corev1.Pod
 	var readClaim time.Time // when the claim is read next; zero: not held for it
-	var secretBy time.Time  // the end of a hold for the kubelet's next pull (unreadSecret)
-	var unread *verdict     // the pull that held it: a back-off's message says less
+	var unread *verdict     // a pull without the pod's secret (unreadSecret), held for the next
+	var secretBy time.Time  // until then
 	p, err := pods.Get(ctx, name, metav1.GetOptions{})
 	for {
 		switch {
@@ -543,7 +543,7 @@ func (r *Runtime) waitRunning(ctx context.Context, name, claim string) (*corev1.
 					return nil, err
 				}
 			}
-			if v != nil && v.unreadSecret && secretBy.IsZero() {
+			if v != nil && v.unreadSecret && unread == nil {
 				secretBy, unread = time.Now().Add(secretGrace), v
 			}
 			if v != nil && pulling(v.Reason) && unread != nil {

@@ -43,11 +43,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gvisor.dev/gvisor/pkg/seccomp/precompiledseccomp"
 	bootconfig "gvisor.dev/gvisor/runsc/boot/filter/config"
 	goferconfig "gvisor.dev/gvisor/runsc/fsgofer/filter/config"
+
+	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 )
 
 // The file each filter package's programs replace.
@@ -102,11 +105,20 @@ func run(dir string) error {
 // Options of the sentry's programs: their names are runsc's option keys,
 // space-separated Key=value pairs (config.Options.ConfigKey).
 var sentryNeeds = map[string][]string{
-	// The platforms of the gVisor runtime's --platform.
-	"Platform":  {`"systrap"`, `"ptrace"`, `"kvm"`},
+	// The platforms of the gVisor runtime's --platform, quoted as the
+	// keys quote them.
+	"Platform":  quoted(gvisor.Platforms),
 	"NVProxy":   {"false"},
 	"TPUProxy":  {"false"},
 	"RDMAProxy": {"false"},
+}
+
+func quoted(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 // sentryKept reports whether a sentry program's options are ones this
