@@ -141,8 +141,15 @@ func NewGateway(opts GatewayOptions, log *slog.Logger) (*Gateway, error) {
 	}
 	h := dns.HandlerFunc(g.serveDNS)
 	g.udp, g.tcp = &dns.Server{PacketConn: pc, Handler: h}, &dns.Server{Listener: ln, Handler: h}
-	go g.udp.ActivateAndServe()
-	go g.tcp.ActivateAndServe()
+	// Both serve before NewGateway returns: a Shutdown (Close) that came
+	// before a server had started did nothing, and it served on, a
+	// goroutine and a socket past Close (seen by goleak in CI).
+	for _, up := range []<-chan error{serveDNS(g.udp), serveDNS(g.tcp)} {
+		if err := <-up; err != nil {
+			g.Close()
+			return nil, fmt.Errorf("egress gateway: %w", err)
+		}
+	}
 	if err := g.listen(GatewayPorts); err != nil {
 		g.Close()
 		return nil, err
@@ -164,6 +171,21 @@ func resolvConf(path string) (string, error) {
 }
 
 // Close stops the resolver and the listeners and cuts every connection.
+// serveDNS runs s, answering once it serves (nil) or could not start.
+func serveDNS(s *dns.Server) <-chan error {
+	up := make(chan error, 1)
+	s.NotifyStartedFunc = func() { up <- nil }
+	go func() {
+		if err := s.ActivateAndServe(); err != nil {
+			select {
+			case up <- err:
+			default: // it had started: Close's Shutdown
+			}
+		}
+	}()
+	return up
+}
+
 func (g *Gateway) Close() error {
 	g.mu.Lock()
 	g.closed = true
