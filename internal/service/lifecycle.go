@@ -117,9 +117,12 @@ func (s *Service) touch(ctx context.Context, sb *sandbox.Sandbox) {
 	if d := s.now().Sub(sb.LastUsedAt); d >= 0 && d < time.Second {
 		return
 	}
-	if err := s.d.Store.Touch(context.WithoutCancel(ctx), sb.ID, s.now()); err != nil {
+	now := s.now()
+	if err := s.d.Store.Touch(context.WithoutCancel(ctx), sb.ID, now); err != nil {
 		s.log.Warn("stamping last use", "sandbox", sb.ID, "err", err)
+		return
 	}
+	sb.LastUsedAt = now // a command's end, right after its start, writes no second stamp
 }
 
 // Renew extends a lease by ttlSec from now (class default when <= 0), never

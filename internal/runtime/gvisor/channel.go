@@ -73,7 +73,15 @@ type runscLog struct{ log *slog.Logger }
 
 var runscLogOnce sync.Once
 
-func logRunscTo(l *slog.Logger) { runscLogOnce.Do(func() { log.SetTarget(runscLog{l}) }) }
+// Its level stays at Info whatever the server's: runsc's debug lines carry
+// each command's argv and environment ("Execute in container, … args"),
+// the caller's to keep, never the operator's log's.
+func logRunscTo(l *slog.Logger) {
+	runscLogOnce.Do(func() {
+		log.SetTarget(runscLog{l})
+		log.SetLevel(log.Info)
+	})
+}
 
 func (l runscLog) Emit(_ int, level log.Level, _ time.Time, format string, v ...any) {
 	// Only runsc's warnings reach the server's log at its default level:

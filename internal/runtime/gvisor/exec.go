@@ -21,14 +21,17 @@ import (
 // Fatalf), as opposed to relaying the program's status.
 const runscFailed = 128
 
-// Exec runs one program inside the container through `runsc exec`. The
-// process is described by a process.json (argv, env, cwd, uid, rlimits, no
-// capabilities), so nothing of the caller's is parsed as a runsc flag.
+// Exec runs one program inside the container: over the sandbox's control
+// socket in this process (execChannel, runsc's own packages), or, where
+// this binary's runsc packages are not the version of the runsc it drives,
+// through a `runsc exec` process. That one is given a process.json (argv,
+// env, cwd, uid, rlimits, no capabilities), so nothing of the caller's is
+// parsed as a runsc flag.
 //
-// Cancelling ctx kills the program INSIDE the sandbox: killing the runsc
-// client alone leaves the process running there, so the client records the
-// in-sandbox pid (--internal-pid-file) and Exec sends it SIGKILL through
-// `runsc kill --pid` before the client is killed.
+// Cancelling ctx kills the program INSIDE the sandbox either way: killing
+// the runsc client alone would leave the process running there, so the
+// client records the in-sandbox pid (--internal-pid-file) and Exec sends it
+// SIGKILL through `runsc kill --pid` before the client is killed.
 func (r *Runtime) Exec(ctx context.Context, name string, req runtime.ExecRequest) error {
 	if len(req.Argv) == 0 {
 		return errors.New("gvisor: empty argv")

@@ -143,7 +143,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Runsc, "runsc", DefaultRunsc(), "gvisor: the runsc binary (env SANDBOX_RUNSC)")
 	fs.StringVar(&o.Platform, "platform", "systrap", "gvisor: runsc's platform, systrap or ptrace (kvm hangs on nested VMs)")
 	fs.IntVar(&o.CPUWeight, "sandbox-cpu-weight", DefaultCPUWeight, "gvisor: the CPU weight (1-10000, a peer's is 100) of all sandboxes together against this server and the host's other work when the CPU is contended")
-	fs.Var((*startsFlag)(&o.MaxStarts), "max-starts", "gvisor: sandbox starts (a lease's or a wake's) under way at once, the rest waiting their turn within --start-timeout: a burst finishes sooner than with all at once; auto is twice the cores, 0 no bound")
+	fs.Var((*startsFlag)(&o.MaxStarts), "max-starts", "gvisor: sandbox starts (a lease's or a wake's) under way at once, the rest waiting their turn within --start-timeout: a burst finishes sooner than with all at once; auto (the default) is twice the cores, 0 no bound")
 	fs.BoolVar(&o.SystrapFastPath, "systrap-fast-path", false, "gvisor: let systrap spin a free core for a sandbox's syscalls (runsc's fast path); off, sandboxes sharing the cores spend less CPU: a burst of 100 leases on two cores took 15-20% less")
 	o.Egress.RegisterFlags(fs)
 }

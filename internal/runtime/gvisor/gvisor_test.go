@@ -212,17 +212,38 @@ func TestTTYOutlivedByItsChild(t *testing.T) {
 func TestCancelKillsInside(t *testing.T) {
 	r := newRuntime(t)
 	obj := create(t, r, "sbx-gvisortest000000005", "five")
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	err := r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"sh", "-c", "sleep 100 | cat; sleep 100"}})
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("cancelled exec: %v", err)
-	}
-	var ps bytes.Buffer
-	r.Exec(context.Background(), obj.Name, runtime.ExecRequest{Argv: []string{"ps", "-eo", "args"}, Stdout: &ps})
-	if strings.Contains(ps.String(), "sleep 100") {
-		t.Errorf("cancelled program survives inside:\n%s", ps.String())
-	}
+	bothWays(t, r, func(t *testing.T, _ int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		err := r.Exec(ctx, obj.Name, runtime.ExecRequest{Argv: []string{"sh", "-c", "sleep 100 | cat; sleep 100"}})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cancelled exec: %v", err)
+		}
+		if ps := sh(t, r, obj.Name, "ps -eo args"); strings.Contains(ps, "sleep 100") {
+			t.Errorf("cancelled program survives inside:\n%s", ps)
+		}
+	})
+}
+
+// TestStopBothWays: Stop kills every process but the sandbox's init, a
+// child of a program that left it behind included, and the sandbox runs
+// on (a command after it runs) — over the control channel and through
+// the runsc CLI alike.
+func TestStopBothWays(t *testing.T) {
+	r := newRuntime(t)
+	obj := create(t, r, "sbx-gvisortest000000036", "thirty-six")
+	bothWays(t, r, func(t *testing.T, _ int) {
+		sh(t, r, obj.Name, "setsid sleep 300 >/dev/null 2>&1 < /dev/null &")
+		if ps := sh(t, r, obj.Name, "ps -eo args"); !strings.Contains(ps, "sleep 300") {
+			t.Fatalf("the program to stop is not running:\n%s", ps)
+		}
+		if err := r.Stop(context.Background(), obj.Name); err != nil {
+			t.Fatal(err)
+		}
+		if ps := sh(t, r, obj.Name, "ps -eo args"); strings.Contains(ps, "sleep 300") {
+			t.Errorf("a process survives Stop:\n%s", ps)
+		}
+	})
 }
 
 func sh(t *testing.T, r *Runtime, name, line string) string {
