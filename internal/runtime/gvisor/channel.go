@@ -170,6 +170,19 @@ func (r *Runtime) runningChannel(name string) bool {
 	return err == nil
 }
 
+// runningQuiet says whether container name runs from its state file and
+// whether its sandbox's process lives, asking the sandbox nothing: `runsc
+// list` asks every sentry for its container's state over its control
+// socket, and a sentry stuck in a port forward's connect (see ForwardPort)
+// answers only minutes later — one tenant's stalled app would hold the
+// reaper's sweep, and every org's expiries with it. A sandbox's one
+// container runs as long as its sandbox does (the root container's end
+// ends the sandbox).
+func (r *Runtime) runningQuiet(name string) bool {
+	c, err := container.Load(r.root, exactID(name), container.LoadOpts{Exact: true, SkipCheck: true})
+	return err == nil && c.Status == container.Running && c.IsSandboxRunning()
+}
+
 // deleteChannel is `runsc delete --force` in this process: the same
 // container.Load and Destroy (the sandbox and its gofer killed and waited
 // for, their state, filestores and cgroup removed); a container runsc does

@@ -1182,19 +1182,23 @@ func (s runscState) running() bool {
 // container runsc no longer knows is reported as not running, so a sweep can
 // clear it.
 func (r *Runtime) List(ctx context.Context, selector map[string]string) ([]runtime.Object, error) {
-	out, err := r.runsc(ctx, []string{"--root", r.root}, "list", "--format=json")
-	if err != nil {
-		return nil, err
-	}
-	var states []runscState
-	if len(bytes.TrimSpace(out)) > 0 && !bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
-		if err := json.Unmarshal(out, &states); err != nil {
-			return nil, fmt.Errorf("gvisor: runsc list: %w", err)
+	running := r.runningQuiet
+	if !r.channel {
+		out, err := r.runsc(ctx, []string{"--root", r.root}, "list", "--format=json")
+		if err != nil {
+			return nil, err
 		}
-	}
-	running := map[string]bool{}
-	for _, s := range states {
-		running[s.ID] = s.running()
+		var states []runscState
+		if len(bytes.TrimSpace(out)) > 0 && !bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
+			if err := json.Unmarshal(out, &states); err != nil {
+				return nil, fmt.Errorf("gvisor: runsc list: %w", err)
+			}
+		}
+		listed := map[string]bool{}
+		for _, s := range states {
+			listed[s.ID] = s.running()
+		}
+		running = func(name string) bool { return listed[name] }
 	}
 	entries, err := os.ReadDir(r.bundles)
 	if err != nil {
@@ -1209,7 +1213,7 @@ func (r *Runtime) List(ctx context.Context, selector map[string]string) ([]runti
 		if !matches(m.Labels, selector) {
 			continue
 		}
-		objs = append(objs, runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created, Running: running[m.Name]})
+		objs = append(objs, runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created, Running: running(m.Name)})
 	}
 	return objs, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/runsc/container"
 
 	"github.com/sandboxd/sandbox/internal/egress"
 	"github.com/sandboxd/sandbox/internal/image"
@@ -109,6 +110,29 @@ func TestListByLabel(t *testing.T) {
 	} else if len(none) != 0 {
 		t.Errorf("selector ignored: %v", none)
 	}
+	// A sandbox whose sentry died is listed, not running, both ways (the
+	// channel's List reads state files and pids, asking no sentry).
+	c, err := container.Load(r.root, exactID("sbx-gvisortest000000003"), container.LoadOpts{Exact: true, SkipCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(c.SandboxPid(), unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); c.IsSandboxRunning() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	bothWays(t, r, func(t *testing.T, _ int) {
+		all, err := r.List(ctx, map[string]string{runtime.LabelSandbox: ""})
+		if err != nil || len(all) != 2 {
+			t.Fatalf("list all: %v %v", all, err)
+		}
+		for _, o := range all {
+			if want := o.Name == a.Name; o.Running != want {
+				t.Errorf("%s listed running=%v, want %v", o.Name, o.Running, want)
+			}
+		}
+	})
 }
 
 // bothWays runs f as two subtests, over the control channel (i 0) and
