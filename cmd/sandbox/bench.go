@@ -44,19 +44,33 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c := *cf.c
 	c.Retries = 0
 	var results []benchResult
+	// A failed sample is counted and the run goes on (a run of 100 keeps
+	// its 99 numbers); the first failure's reason is said at the end.
+	failed := func(mode string, failures []string) {
+		if len(failures) > 0 {
+			fmt.Fprintf(stderr, "sandbox bench: %d of the %s samples failed; the first: %s\n", len(failures), mode, failures[0])
+		}
+	}
 	if seq > 0 {
 		r := benchResult{Mode: "sequential", Samples: seq}
+		var failures []string
 		start := time.Now()
 		for i := range seq {
 			d, err := benchSample(ctx, &c, class, command)
 			if err != nil {
-				return fmt.Errorf("sequential sample %d: %w", i+1, err)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				failures = append(failures, fmt.Sprintf("sample %d: %v", i+1, err))
+			} else {
+				r.add(d)
 			}
-			r.add(d)
 			progress(stderr, "sequential", i+1, seq)
 		}
 		r.finish(time.Since(start))
+		r.Failed = len(failures)
 		results = append(results, r)
+		defer failed("sequential", failures)
 	}
 	if burst > 0 {
 		r := benchResult{Mode: "burst", Samples: burst}
@@ -81,9 +95,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		r.finish(time.Since(start))
 		r.Failed = len(failures)
 		results = append(results, r)
-		if len(failures) > 0 {
-			defer fmt.Fprintf(stderr, "sandbox bench: %d of the burst's samples failed; the first: %s\n", len(failures), failures[0])
-		}
+		defer failed("burst", failures)
 	}
 	rows := make([][]string, 0, len(results))
 	for _, r := range results {

@@ -182,6 +182,16 @@ func TestCLI(t *testing.T) {
 		if _, errs, code := c.run("", "bench", "--sequential", "0"); code != 2 || !strings.Contains(errs, "one must be above 0") {
 			t.Errorf("bench with no samples: %d %q", code, errs)
 		}
+		// A failed sample is counted, the run goes on, its reason comes after.
+		out, errs, code := c.run("", "bench", "--sequential", "2", "--command", "exit 3", "-o", "json")
+		var failed []struct{ Samples, Failed int }
+		if err := json.Unmarshal([]byte(out), &failed); err != nil || code != 1 || len(failed) != 1 || failed[0].Samples != 2 || failed[0].Failed != 2 ||
+			!strings.Contains(errs, "2 of the sequential samples failed; the first: sample 1:") || !strings.Contains(errs, "exited 3") {
+			t.Errorf("bench of a failing command: %d %q %q %v", code, out, errs, err)
+		}
+		if out := c.must("ls", "-o", "json"); strings.Count(out, `"id"`) != live {
+			t.Errorf("a failed bench left sandboxes behind:\n%s", out)
+		}
 
 		// A preview's link; the network (this server allows none: the
 		// server's refusal, in its words, proves what was asked).

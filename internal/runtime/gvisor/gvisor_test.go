@@ -250,19 +250,26 @@ func TestCancelKillsInside(t *testing.T) {
 }
 
 // TestStopBothWays: Stop kills every process but the sandbox's init, a
-// child of a program that left it behind included, and the sandbox runs
-// on (a command after it runs) — over the control channel and through
-// the runsc CLI alike.
+// child of a program that left it behind included, and returns once init
+// has reaped them; the sandbox runs on (a command after it runs) — over
+// the control channel and through the runsc CLI alike.
 func TestStopBothWays(t *testing.T) {
 	r := newRuntime(t)
 	obj := create(t, r, "sbx-gvisortest000000036", "thirty-six")
 	bothWays(t, r, func(t *testing.T, _ int) {
 		sh(t, r, obj.Name, "setsid sleep 300 >/dev/null 2>&1 < /dev/null &")
-		if ps := sh(t, r, obj.Name, "ps -eo args"); !strings.Contains(ps, "sleep 300") {
-			t.Fatalf("the program to stop is not running:\n%s", ps)
+		sh(t, r, obj.Name, "for i in $(seq 150); do sleep 300 >/dev/null 2>&1 < /dev/null & done")
+		if ps := sh(t, r, obj.Name, "ps -eo args"); strings.Count(ps, "sleep 300") != 151 {
+			t.Fatalf("the programs to stop are not running:\n%s", ps)
 		}
 		if err := r.Stop(context.Background(), obj.Name); err != nil {
 			t.Fatal(err)
+		}
+		// Reaped, not only killed: a zombie counts against its user's
+		// process limit until init reaps it. No process of /proc is one
+		// right after (this runtime's test init keeps a sleep of its own).
+		if states := sh(t, r, obj.Name, `for p in /proc/[0-9]*; do read -r pid comm state rest < $p/stat; echo "$pid $comm $state"; done`); strings.Contains(states, " Z\n") {
+			t.Errorf("zombies right after Stop:\n%s", states)
 		}
 		if ps := sh(t, r, obj.Name, "ps -eo args"); strings.Contains(ps, "sleep 300") {
 			t.Errorf("a process survives Stop:\n%s", ps)
