@@ -1182,8 +1182,29 @@ func (s runscState) running() bool {
 // container runsc no longer knows is reported as not running, so a sweep can
 // clear it.
 func (r *Runtime) List(ctx context.Context, selector map[string]string) ([]runtime.Object, error) {
-	running := r.runningQuiet
-	if !r.channel {
+	entries, err := os.ReadDir(r.bundles)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
+	}
+	var metas []*meta
+	for _, e := range entries {
+		m, err := r.loadMeta(e.Name())
+		if err != nil {
+			continue // a bundle without meta was never started
+		}
+		if matches(m.Labels, selector) {
+			metas = append(metas, m)
+		}
+	}
+	var running func(string) bool
+	if r.channel {
+		names := make([]string, len(metas))
+		for i, m := range metas {
+			names[i] = m.Name
+		}
+		asked := r.runningAll(names)
+		running = func(name string) bool { return asked[name] }
+	} else {
 		out, err := r.runsc(ctx, []string{"--root", r.root}, "list", "--format=json")
 		if err != nil {
 			return nil, err
@@ -1200,19 +1221,8 @@ func (r *Runtime) List(ctx context.Context, selector map[string]string) ([]runti
 		}
 		running = func(name string) bool { return listed[name] }
 	}
-	entries, err := os.ReadDir(r.bundles)
-	if err != nil {
-		return nil, fmt.Errorf("gvisor: %w", err)
-	}
-	var objs []runtime.Object
-	for _, e := range entries {
-		m, err := r.loadMeta(e.Name())
-		if err != nil {
-			continue // a bundle without meta was never started
-		}
-		if !matches(m.Labels, selector) {
-			continue
-		}
+	objs := make([]runtime.Object, 0, len(metas))
+	for _, m := range metas {
 		objs = append(objs, runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created, Running: running(m.Name)})
 	}
 	return objs, nil
