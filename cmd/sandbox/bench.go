@@ -43,17 +43,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// lease's, and hide why.
 	c := *cf.c
 	c.Retries = 0
-	var results []benchResult
 	// A failed sample is counted and the run goes on (a run of 100 keeps
-	// its 99 numbers); the first failure's reason is said at the end.
-	failed := func(mode string, failures []string) {
-		if len(failures) > 0 {
-			fmt.Fprintf(stderr, "sandbox bench: %d of the %s samples failed; the first: %s\n", len(failures), mode, failures[0])
-		}
-	}
+	// its 99 numbers); the first failure's reason is said after the table.
+	var results []benchResult
 	if seq > 0 {
 		r := benchResult{Mode: "sequential", Samples: seq}
-		var failures []string
 		start := time.Now()
 		for i := range seq {
 			d, err := benchSample(ctx, &c, class, command)
@@ -61,22 +55,19 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				failures = append(failures, fmt.Sprintf("sample %d: %v", i+1, err))
+				r.fail(fmt.Sprintf("sample %d: %v", i+1, err))
 			} else {
 				r.add(d)
 			}
 			progress(stderr, "sequential", i+1, seq)
 		}
 		r.finish(time.Since(start))
-		r.Failed = len(failures)
 		results = append(results, r)
-		defer failed("sequential", failures)
 	}
 	if burst > 0 {
 		r := benchResult{Mode: "burst", Samples: burst}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		var failures []string
 		start := time.Now()
 		for range burst {
 			wg.Go(func() {
@@ -84,7 +75,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
-					failures = append(failures, err.Error())
+					r.fail(err.Error())
 					return
 				}
 				r.add(d)
@@ -93,9 +84,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		wg.Wait()
 		r.finish(time.Since(start))
-		r.Failed = len(failures)
 		results = append(results, r)
-		defer failed("burst", failures)
 	}
 	rows := make([][]string, 0, len(results))
 	for _, r := range results {
@@ -104,12 +93,14 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := show(stdout, cf.output, results, []string{"MODE", "SAMPLES", "FAILED", "P50_MS", "P95_MS", "MIN_MS", "MAX_MS", "WALL_MS"}, rows); err != nil {
 		return err
 	}
+	var failed error
 	for _, r := range results {
 		if r.Failed > 0 {
-			return exitError{code: 1}
+			fmt.Fprintf(stderr, "sandbox bench: %d of the %s samples failed; the first: %s\n", r.Failed, r.Mode, r.firstFailure)
+			failed = exitError{code: 1}
 		}
 	}
-	return nil
+	return failed
 }
 
 // benchSample leases one sandbox and runs command in it: the time to its
@@ -158,10 +149,20 @@ type benchResult struct {
 	Min     float64 `json:"minMs"`
 	Max     float64 `json:"maxMs"`
 	Wall    float64 `json:"wallMs"`
-	lat     []time.Duration
+
+	lat          []time.Duration
+	firstFailure string // the first failed sample's reason
 }
 
 func (r *benchResult) add(d time.Duration) { r.lat = append(r.lat, d) }
+
+// fail counts a failed sample, keeping the first one's reason.
+func (r *benchResult) fail(reason string) {
+	if r.Failed == 0 {
+		r.firstFailure = reason
+	}
+	r.Failed++
+}
 
 func (r *benchResult) finish(wall time.Duration) {
 	r.Wall = msOf(wall)

@@ -170,7 +170,6 @@ func resolvConf(path string) (string, error) {
 	return "", fmt.Errorf("egress gateway: no IPv4 nameserver in %s: pass the upstream resolver", path)
 }
 
-// Close stops the resolver and the listeners and cuts every connection.
 // serveDNS runs s, answering once it serves (nil) or could not start.
 func serveDNS(s *dns.Server) <-chan error {
 	up := make(chan error, 1)
@@ -186,6 +185,7 @@ func serveDNS(s *dns.Server) <-chan error {
 	return up
 }
 
+// Close stops the resolver and the listeners and cuts every connection.
 func (g *Gateway) Close() error {
 	g.mu.Lock()
 	g.closed = true

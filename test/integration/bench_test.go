@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/runtime/gvisor"
 	"github.com/sandboxd/sandbox/internal/sandbox"
 	"github.com/sandboxd/sandbox/internal/server"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/warm"
 )
 
@@ -46,12 +47,6 @@ func (l latencies) report(b *testing.B) {
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.95), "p95-ms")
 	b.ReportMetric(0, "ns/op") // wall time per op includes untimed teardown; the percentiles are the result
-}
-
-func (l latencies) p50() time.Duration {
-	s := slices.Clone(l)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // meta is the part of the runtime's bundle metadata the floors need.
@@ -279,7 +274,7 @@ func BenchmarkExecTruePaired(b *testing.B) {
 		}
 		i++
 	}
-	a, f := api.p50(), floor.p50()
+	a, f := testenv.P50(api), testenv.P50(floor)
 	b.ReportMetric(float64(a.Microseconds())/1000, "api-p50-ms")
 	b.ReportMetric(float64(f.Microseconds())/1000, "runsc-exec-p50-ms")
 	b.ReportMetric(float64(a)/float64(f), "ratio")
@@ -378,8 +373,7 @@ func BenchmarkDensity(b *testing.B) {
 				lat = append(lat, time.Since(start))
 			}
 		}
-		slices.Sort(lat)
-		return float64(lat[len(lat)/2].Microseconds()) / 1000
+		return float64(testenv.P50(lat).Microseconds()) / 1000
 	}
 	for b.Loop() {
 		before, tasksBefore := memAvailable(b), hostTasks(b)

@@ -156,64 +156,68 @@ open("/tmp/listening", "w")
 time.sleep(600)
 `
 
-// TestPreviewFallsBackToRelay: on gVisor a preview whose port forward
-// stalls (an app whose accept queue is full holds the sentry's connect, and
-// its control server, for TCP's retries) is given up after 3 s, and the
-// sandbox's previews go through its relay from then on: the stalled port
-// answers an error within the relay's own dial bound, and another port of
-// the same sandbox still answers, counted as path="relay".
+// TestPreviewFallsBackToRelay: a preview of an app that stopped accepting
+// answers an error within a bound, and another port of the same sandbox
+// still answers, through the relay (path="relay"); the runtime's list of
+// every sandbox does not wait for the stalled one. On gVisor a preview
+// goes through runsc's port forward first, and a forward that stalls (an
+// app whose accept queue is full holds the sentry's connect, and its
+// control server, for TCP's retries) is given up after 3 s, the sandbox's
+// previews going through its relay from then on; on a cluster every
+// preview is a stream of the relay, whose dial is bounded.
 func TestPreviewFallsBackToRelay(t *testing.T) {
-	e := newEnv(t)
-	id := e.lease("acme", nil)
-	e.sh("acme", id, "echo 'via the relay' > hello.txt")
-	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
-	e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", stalledApp}})
-	e.sh("acme", id, "while [ ! -e /tmp/listening ]; do sleep 0.05; done")
-	get := func(ctx context.Context, path string) (int, string, error) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/"+path, nil)
-		req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, "", err
+	onBackends(t, server.Config{}, func(t *testing.T, e *env) {
+		id := e.lease("acme", nil)
+		e.sh("acme", id, "echo 'via the relay' > hello.txt")
+		e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}})
+		e.startProcess("acme", id, map[string]any{"argv": []string{"python3", "-c", stalledApp}})
+		e.sh("acme", id, "while [ ! -e /tmp/listening ]; do sleep 0.05; done")
+		get := func(ctx context.Context, path string) (int, string, error) {
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.http.URL+"/v1/sandbox/"+id+"/ports/"+path, nil)
+			req.Header.Set("Authorization", "Bearer "+e.keys["acme"])
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return 0, "", err
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			return res.StatusCode, string(b), nil
 		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b), nil
-	}
-	ctx := t.Context()
-	for i := 0; ; i++ { // the server takes a moment to listen
-		code, body, err := get(ctx, "8000/hello.txt")
-		if err == nil && code == 200 && body == "via the relay\n" {
-			break
+		ctx := t.Context()
+		for i := 0; ; i++ { // the server takes a moment to listen
+			code, body, err := get(ctx, "8000/hello.txt")
+			if err == nil && code == 200 && body == "via the relay\n" {
+				break
+			}
+			if i == 50 {
+				t.Fatalf("through the forward: %d %q %v", code, body, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if i == 50 {
-			t.Fatalf("through the forward: %d %q %v", code, body, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 
-	// The first connection takes the queue's one place; its request hangs.
-	hung, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go get(hung, "8009/")
-	time.Sleep(time.Second)
-	t0 := time.Now()
-	code, body, err := get(ctx, "8009/")
-	if err != nil || code < 500 || time.Since(t0) > 30*time.Second {
-		t.Errorf("a preview of the stalled app: %d %q %v after %v", code, body, err, time.Since(t0))
-	}
-	if code, body, err := get(ctx, "8000/hello.txt"); err != nil || code != 200 || body != "via the relay\n" {
-		t.Errorf("another port after the stall: %d %q %v", code, body, err)
-	}
-	m := string(e.must(http.StatusOK, "GET", "/metrics", "system", nil).Body)
-	if !strings.Contains(m, `sandbox_port_connections_total{path="relay"}`) {
-		t.Errorf("no connection went through the relay:\n%s", grepLines(m, "sandbox_port_connections_total"))
-	}
-	// The sentry is still in that connect (TCP's retries, ~2 minutes): the
-	// runtime's list of every sandbox (the reaper's sweep, the pools')
-	// does not wait for it.
-	t0 = time.Now()
-	if objs, err := e.srv.Runtime.List(ctx, nil); err != nil || len(objs) == 0 || time.Since(t0) > 5*time.Second {
-		t.Errorf("the runtime's list beside the stuck connect: %d objects, %v, in %v", len(objs), err, time.Since(t0))
-	}
+		// The first connection takes the queue's one place; its request hangs.
+		hung, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go get(hung, "8009/")
+		time.Sleep(time.Second)
+		t0 := time.Now()
+		code, body, err := get(ctx, "8009/")
+		if err != nil || code < 500 || time.Since(t0) > 30*time.Second {
+			t.Errorf("a preview of the stalled app: %d %q %v after %v", code, body, err, time.Since(t0))
+		}
+		if code, body, err := get(ctx, "8000/hello.txt"); err != nil || code != 200 || body != "via the relay\n" {
+			t.Errorf("another port after the stall: %d %q %v", code, body, err)
+		}
+		m := string(e.must(http.StatusOK, "GET", "/metrics", "system", nil).Body)
+		if !strings.Contains(m, `sandbox_port_connections_total{path="relay"}`) {
+			t.Errorf("no connection went through the relay:\n%s", grepLines(m, "sandbox_port_connections_total"))
+		}
+		// The sentry is still in that connect (TCP's retries, ~2 minutes): the
+		// runtime's list of every sandbox (the reaper's sweep, the pools')
+		// does not wait for it.
+		t0 = time.Now()
+		if objs, err := e.srv.Runtime.List(ctx, nil); err != nil || len(objs) == 0 || time.Since(t0) > 5*time.Second {
+			t.Errorf("the runtime's list beside the stuck connect: %d objects, %v, in %v", len(objs), err, time.Since(t0))
+		}
+	})
 }

@@ -157,30 +157,47 @@ func (r *Runtime) statsChannel(name string) (runtime.Stats, error) {
 	return runtime.Stats{CPUSeconds: float64(d.CPU.Usage.Total) / 1e9, MemoryBytes: int64(d.Memory.Usage.Usage), Processes: int(d.Pids.Current)}, nil
 }
 
-// runningChannel is Status's `runsc state` and `runsc ps` in this process:
-// the container loaded (runsc's own load marks it stopped when its sandbox
-// process is gone), and its control server asked for its processes, the
-// real test that the sandbox still answers.
-func (r *Runtime) runningChannel(name string) bool {
-	c, err := container.Load(r.root, exactID(name), container.LoadOpts{Exact: true})
+// runningChannel is `runsc state` (and, with answers, `runsc ps`) in this
+// process: the state file and the sandbox's process, then the sentry asked
+// for its container's state (a container whose init ended, its sandbox not
+// yet gone, is not running) and, with answers, for its processes — the
+// real test that the sandbox still answers (one the host killed in part
+// can keep a process and a "running" state file). It is never held by the
+// sentry: one stuck in a port forward's connect (see ForwardPort) answers
+// only minutes later, which held the list of every sandbox (the reaper's
+// sweep, the pools') for 114 s, measured. So a sandbox with a forward
+// under way is not asked, and one that has not answered in listAskBound is
+// judged by its state file and its process alone (alive: a sentry that is
+// gone answers at once, refused).
+func (r *Runtime) runningChannel(name string, answers bool) bool {
+	c, err := container.Load(r.root, exactID(name), container.LoadOpts{Exact: true, SkipCheck: true})
 	if err != nil || c.Status != container.Running || !c.IsSandboxRunning() {
 		return false
 	}
-	_, err = c.Processes()
-	return err == nil
+	if r.forwarding(name) {
+		return true
+	}
+	asked := make(chan bool, 1)
+	go func() {
+		c.CheckStopped()
+		ok := c.Status == container.Running
+		if ok && answers {
+			_, err := c.Processes()
+			ok = err == nil
+		}
+		asked <- ok
+	}()
+	select {
+	case ok := <-asked:
+		return ok
+	case <-time.After(listAskBound):
+		return true
+	}
 }
 
-// runningAll says which of the containers names run, as `runsc list`
-// says it — the state file, then the sentry asked for its container's
-// state (a container whose init ended, its sandbox not yet gone, is not
-// running) — but never held by one sentry: `runsc list` asks them one by
-// one, and a sentry stuck in a port forward's connect (see ForwardPort)
-// answers only minutes later, which held the list of every sandbox (the
-// reaper's sweep, the pools') for 114 s, measured. So a sandbox with a
-// forward under way is not asked, the others are asked listWorkers at a
-// time, and one that has not answered in listAskBound is judged by its
-// state file and its process alone (alive: a sentry that is gone answers
-// at once, refused).
+// runningAll is runningChannel (as `runsc list` asks: no processes) of
+// each of names, listWorkers at a time, not one after the other as runsc
+// list asks them.
 func (r *Runtime) runningAll(names []string) map[string]bool {
 	var (
 		mu      sync.Mutex
@@ -191,20 +208,8 @@ func (r *Runtime) runningAll(names []string) map[string]bool {
 	for _, name := range names {
 		wg.Go(func() {
 			sem <- struct{}{}
-			defer func() { <-sem }()
-			c, err := container.Load(r.root, exactID(name), container.LoadOpts{Exact: true, SkipCheck: true})
-			alive := err == nil && c.Status == container.Running && c.IsSandboxRunning()
-			if alive && !r.forwarding(name) {
-				asked := make(chan bool, 1)
-				go func() {
-					c.CheckStopped()
-					asked <- c.Status == container.Running
-				}()
-				select {
-				case alive = <-asked:
-				case <-time.After(listAskBound):
-				}
-			}
+			alive := r.runningChannel(name, false)
+			<-sem
 			mu.Lock()
 			running[name] = alive
 			mu.Unlock()
@@ -214,8 +219,9 @@ func (r *Runtime) runningAll(names []string) map[string]bool {
 	return running
 }
 
-// listWorkers and listAskBound bound runningAll: sentries asked at once,
-// and how long one is waited for (an answer takes ~0.6 ms).
+// listWorkers and listAskBound bound runningChannel and runningAll:
+// sentries asked at once, and how long one is waited for (an answer takes
+// ~0.6 ms).
 const (
 	listWorkers  = 16
 	listAskBound = 3 * time.Second

@@ -1247,7 +1247,7 @@ func (r *Runtime) Status(ctx context.Context, name string) (runtime.Object, erro
 	}
 	obj := runtime.Object{Name: m.Name, UID: m.UID, Labels: m.Labels, Created: m.Created}
 	if r.channel {
-		obj.Running = r.runningChannel(name)
+		obj.Running = r.runningChannel(name, true)
 		return obj, nil
 	}
 	out, err := r.runsc(ctx, m.Flags, "state", name)

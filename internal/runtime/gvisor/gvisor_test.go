@@ -111,7 +111,7 @@ func TestListByLabel(t *testing.T) {
 		t.Errorf("selector ignored: %v", none)
 	}
 	// A sandbox whose sentry died is listed, not running, both ways (the
-	// channel's List reads state files and pids, asking no sentry).
+	// channel's List finds its process gone, or its sentry refusing).
 	c, err := container.Load(r.root, exactID("sbx-gvisortest000000003"), container.LoadOpts{Exact: true, SkipCheck: true})
 	if err != nil {
 		t.Fatal(err)
@@ -511,9 +511,12 @@ func BenchmarkDelete(b *testing.B) {
 	}
 }
 
-// BenchmarkExec: `true` over the in-process channel and through a
-// `runsc exec` process, in one sandbox, side by side (issue 28: the channel
-// at most half the process's cost at the p50: paired). spawn-inside is the
+// BenchmarkExec: `true` over the in-process channel and through this
+// runtime's `runsc exec` fallback (a process.json and a pid file beside the
+// process: a little above a bare `runsc exec`, which test/integration's
+// BenchmarkExecTrueFloor times), in one sandbox, side by side (issue 28:
+// the channel at most half the process's cost at the p50: paired,
+// and BenchmarkExecTruePaired against the bare CLI). spawn-inside is the
 // floor under both: the sandbox's own shell starting /usr/bin/true (fork,
 // exec, wait, in the sentry), per start as spawn-ms — no command from
 // outside can cost less than the sentry's start of its program.
