@@ -278,10 +278,12 @@ func hasEnv(env []string, key string) bool {
 	return false
 }
 
-// Stop kills every process of the sandbox but PID 1. It runs `kill -9 -1`
-// as the sandbox's root with CAP_KILL alone: uid 1000 may have exhausted its
-// RLIMIT_NPROC (a fork bomb), and root's count is its own. The command is
-// ours, never a caller's.
+// Stop kills every process of the sandbox but PID 1. Over the control
+// channel it first kills each process group from the host (sweepChannel);
+// then, either way, it runs `kill -9 -1` in rounds as the sandbox's root
+// with CAP_KILL alone: uid 1000 may have exhausted its RLIMIT_NPROC (a fork
+// bomb), and root's count is its own. The command is ours, never a
+// caller's.
 func (r *Runtime) Stop(ctx context.Context, name string) error {
 	m, err := r.loadMeta(name)
 	if err != nil {
@@ -292,6 +294,9 @@ func (r *Runtime) Stop(ctx context.Context, name string) error {
 	proc.Rlimits = []rlimit{{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024}}
 	killCap := []string{"CAP_KILL"}
 	proc.Capabilities = map[string][]string{"bounding": killCap, "effective": killCap, "permitted": killCap, "inheritable": {}, "ambient": {}}
+	if r.channel {
+		r.sweepChannel(name)
+	}
 	code, err := r.killer(ctx, m, proc)
 	switch {
 	case err != nil:
@@ -340,11 +345,13 @@ const killRounds = 5000
 // (gVisor's sys_signal.go iterates ThreadGroups() as of the call; so does
 // Linux, in effect). And killed is not gone: the killed are zombies until
 // init reaps them, which kill(-1) still signals without error, and they
-// count against their user's process limit until then — a command right
-// after a stop of a fork bomb (256 of them) failed to start ("try again")
-// in a CI run on a loaded machine: most likely the stop's 50 rounds, then
-// its bound, spent on zombies (gVisor's kill refuses only a reaped task). The
-// rounds fork nothing (kill, [, set, $(( )) and the glob are sh's own), so
+// count against their user's process limit until then (gVisor's kill
+// refuses only a reaped task). The killer itself is a new process in a
+// sandbox whose CPU a fork bomb may fill: its start took 2-4 s there on an
+// idle host, past the service's 15-s bound of a stop on a loaded one (a
+// command right after failed to start, "try again", in two CI runs),
+// which is why Stop over the channel kills every process group from the
+// host first (sweepChannel). The rounds fork nothing (kill, [, set, $(( )) and the glob are sh's own), so
 // a sandbox at its process limit cannot starve them.
 var killAllScript = fmt.Sprintf(`i=0
 while [ $i -lt %d ]; do
