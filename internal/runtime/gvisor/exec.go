@@ -347,12 +347,11 @@ const killRounds = 5000
 // init reaps them, which kill(-1) still signals without error, and they
 // count against their user's process limit until then (gVisor's kill
 // refuses only a reaped task). The killer itself is a new process in a
-// sandbox whose CPU a fork bomb may fill: its start took 2-4 s there on an
-// idle host, past the service's 15-s bound of a stop on a loaded one (a
-// command right after failed to start, "try again", in two CI runs),
-// which is why Stop over the channel kills every process group from the
-// host first (sweepChannel). The rounds fork nothing (kill, [, set, $(( )) and the glob are sh's own), so
-// a sandbox at its process limit cannot starve them.
+// sandbox whose CPU a fork bomb may fill, which is why Stop over the
+// channel kills every process group from the host first (sweepChannel
+// says what was measured). The rounds fork nothing (kill, [, set, $(( ))
+// and the glob are sh's own), so a sandbox at its process limit cannot
+// starve them.
 var killAllScript = fmt.Sprintf(`i=0
 while [ $i -lt %d ]; do
   kill -9 -1 2>/dev/null || exit 0
